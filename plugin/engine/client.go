@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// ParseHostPort extracts the IP of an Envoy address property
+// ("1.2.3.4:5678", "[2001:db8::1]:5678", or a bare IP). It reports false for
+// anything else (a pipe address, garbage).
+func ParseHostPort(s string) (netip.Addr, bool) {
+	if s == "" || len(s) > 64 {
+		return netip.Addr{}, false
+	}
+	host := s
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		host = s[1:end]
+	} else if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s, ':') == i {
+		host = s[:i] // exactly one colon: IPv4 with port
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// XFFFromRight returns the n-th address (1-based) from the right of an
+// X-Forwarded-For value, scanning at most the last n entries so that a
+// header with thousands of entries costs no more than a short one. It
+// reports false when the header has fewer than n entries or the entry is not
+// an IP address: then the request did not come through the trusted proxies
+// and the connection's address must be used instead.
+func XFFFromRight(xff string, n int) (netip.Addr, bool) {
+	if n <= 0 {
+		return netip.Addr{}, false
+	}
+	end := len(xff)
+	for i := 1; ; i++ {
+		start := strings.LastIndexByte(xff[:end], ',') + 1
+		if i == n {
+			entry := strings.TrimSpace(xff[start:end])
+			if a, ok := ParseHostPort(entry); ok {
+				return a, true
+			}
+			return netip.Addr{}, false
+		}
+		if start == 0 {
+			return netip.Addr{}, false
+		}
+		end = start - 1
+	}
+}
+
+// GroupAddr maps an address to the identity a client is limited under:
+// IPv4 addresses as they are, IPv6 addresses by their first prefix bits (a
+// single host usually owns a whole /64, so per-address limits would be
+// trivially evaded).
+func GroupAddr(a netip.Addr, ipv6Prefix int) netip.Addr {
+	if a.Is4() || ipv6Prefix >= 128 {
+		return a
+	}
+	p, err := a.WithZone("").Prefix(ipv6Prefix)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
+}

@@ -1,0 +1,318 @@
+package engine
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/plugin/config"
+)
+
+// Request gives the engine what it needs of one HTTP request. The plugin
+// implements it with proxy-wasm host calls, which cost microseconds each,
+// so the engine asks only for what the matching rules use, once.
+type Request interface {
+	// Header returns a request header (lower-case name; pseudo headers
+	// ":path" and ":method" included).
+	Header(name string) (string, bool)
+	// SourceAddress returns Envoy's source.address property ("ip:port").
+	SourceAddress() string
+}
+
+// Outcome is what happens to a request.
+type Outcome uint8
+
+const (
+	Allow  Outcome = iota // forward now
+	Delay                 // hold for Verdict.Delay, then forward
+	Reject                // answer with the configured status
+)
+
+// Verdict is the engine's decision about one request, with the numbers the
+// response headers report.
+type Verdict struct {
+	Outcome Outcome
+	// Delay is how long to hold the request (Outcome Delay).
+	Delay time.Duration
+	// Report is the rule whose limit the headers describe: the rejecting
+	// rule, or for an admitted request the most constrained matching rule.
+	// Nil: no rule matched (or state was unavailable), no headers.
+	Report     *config.Rule
+	Remaining  int64
+	Reset      time.Duration
+	RetryAfter time.Duration
+	// Shadow is a shadow rule that would have rejected the request.
+	Shadow           *config.Rule
+	ShadowRetryAfter time.Duration
+	// Exempt: the client is in exempt_cidrs.
+	Exempt bool
+	// Err is set when shared data failed and on_error decided.
+	Err error
+}
+
+// RuleStats counts the decisions of one rule.
+type RuleStats struct {
+	Allowed, Rejected, Delayed, ShadowRejected uint64
+}
+
+// Stats counts what the engine decided since it started.
+type Stats struct {
+	Rules          []RuleStats // indexed like Config.Rules
+	Exempt         uint64
+	OnErrorAllowed uint64
+	OnErrorDenied  uint64
+}
+
+// Engine decides requests for one worker. Not safe for concurrent use.
+type Engine struct {
+	cfg         *config.Config
+	table       *Table
+	seed        uint64
+	needMethod  bool
+	overflowFPs []uint64
+	matched     []int
+	charged     []int
+	keyBuf      []byte
+	Stats       Stats
+}
+
+// New returns an engine for cfg over store. seed keys the fingerprint hash;
+// every worker must use the same seed (the plugin keeps it in shared data),
+// and a random one keeps clients from choosing which bucket they land in.
+func New(cfg *config.Config, store Store, seed uint64) *Engine {
+	e := &Engine{
+		cfg:     cfg,
+		table:   NewTable(store, cfg.MaxKeys),
+		seed:    seed,
+		matched: make([]int, 0, len(cfg.Rules)),
+		charged: make([]int, 0, len(cfg.Rules)),
+		keyBuf:  make([]byte, 0, 256),
+		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+	}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		if len(r.Match.Methods) > 0 {
+			e.needMethod = true
+		}
+		for _, k := range r.Key {
+			if k.Kind == config.KeyMethod {
+				e.needMethod = true
+			}
+		}
+		e.overflowFPs = append(e.overflowFPs, hash64(seed, r.ID^0x6f766572666c6f77, nil))
+	}
+	return e
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() *config.Config { return e.cfg }
+
+// Table returns the engine's state table.
+func (e *Engine) Table() *Table { return e.table }
+
+// requestInfo caches what one decision read from the request.
+type requestInfo struct {
+	req      Request
+	path     string
+	method   string
+	client   netip.Addr
+	haveAddr bool
+}
+
+func (ri *requestInfo) clientAddr(cfg *config.Config) netip.Addr {
+	if ri.haveAddr {
+		return ri.client
+	}
+	ri.haveAddr = true
+	if n := cfg.ClientIP.XFFTrustedHops; n > 0 {
+		if xff, ok := ri.req.Header("x-forwarded-for"); ok {
+			if a, ok := XFFFromRight(xff, n); ok {
+				ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+				return ri.client
+			}
+		}
+	}
+	if a, ok := ParseHostPort(ri.req.SourceAddress()); ok {
+		ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+	}
+	// An unparsable address leaves the zero Addr: such clients share one
+	// identity rather than escaping the limit.
+	return ri.client
+}
+
+// Decide evaluates every rule that matches req at now (nanoseconds).
+// Enforced rules are charged in order; if one rejects, the charges already
+// made are refunded, so a rejected request costs no rule anything, and the
+// remaining rules are only read to report the longest Retry-After.
+func (e *Engine) Decide(req Request, now int64) Verdict {
+	ri := requestInfo{req: req}
+	ri.path, _ = req.Header(":path")
+	if e.needMethod {
+		ri.method, _ = req.Header(":method")
+	}
+	e.matched = e.matched[:0]
+	for i := range e.cfg.Rules {
+		if e.cfg.Rules[i].Match.Applies(ri.path, ri.method) {
+			e.matched = append(e.matched, i)
+		}
+	}
+	var v Verdict
+	if len(e.matched) == 0 {
+		return v
+	}
+	if len(e.cfg.Exempt) > 0 {
+		a := ri.clientAddr(e.cfg)
+		for _, p := range e.cfg.Exempt {
+			if p.Contains(a) {
+				e.Stats.Exempt++
+				v.Exempt = true
+				return v
+			}
+		}
+	}
+	e.charged = e.charged[:0]
+	rejected := -1
+	for _, i := range e.matched {
+		r := &e.cfg.Rules[i]
+		fp := e.fingerprint(r, &ri)
+		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
+		if err != nil {
+			if e.cfg.OnErrorDeny && !r.Shadow {
+				e.Stats.OnErrorDenied++
+				v.Err = err
+				rejected = i
+				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+				break
+			}
+			e.Stats.OnErrorAllowed++
+			v.Err = err
+			continue
+		}
+		st := &e.Stats.Rules[i]
+		if r.Shadow {
+			if !d.Allowed {
+				st.ShadowRejected++
+				if v.Shadow == nil {
+					v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
+				}
+			} else {
+				e.charged = append(e.charged, i)
+			}
+			continue
+		}
+		if !d.Allowed {
+			st.Rejected++
+			rejected = i
+			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
+			break
+		}
+		e.charged = append(e.charged, i)
+		if d.Delay > v.Delay {
+			v.Delay = d.Delay
+		}
+		if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
+			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
+		}
+	}
+	if rejected < 0 {
+		for _, i := range e.charged {
+			if !e.cfg.Rules[i].Shadow {
+				if v.Delay > 0 {
+					e.Stats.Rules[i].Delayed++
+				} else {
+					e.Stats.Rules[i].Allowed++
+				}
+			}
+		}
+		if v.Delay > 0 {
+			v.Outcome = Delay
+		}
+		return v
+	}
+	v.Outcome = Reject
+	v.Delay = 0
+	for _, i := range e.charged {
+		r := &e.cfg.Rules[i]
+		e.table.Update(Refund, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
+	}
+	// Report the longest wait among the rules not yet evaluated, so that the
+	// client's retry is not rejected by the next rule in line.
+	after := false
+	for _, i := range e.matched {
+		if i == rejected {
+			after = true
+			continue
+		}
+		r := &e.cfg.Rules[i]
+		if !after || r.Shadow {
+			continue
+		}
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
+		if err == nil && !d.Allowed && d.RetryAfter > v.RetryAfter {
+			v.Report, v.Reset, v.RetryAfter = r, d.Reset, d.RetryAfter
+		}
+	}
+	return v
+}
+
+// maxDelay is how long rule r may hold a request.
+func (e *Engine) maxDelay(r *config.Rule) time.Duration {
+	if r.Shadow {
+		return 0
+	}
+	return r.MaxDelay
+}
+
+// fingerprint hashes the rule and the request's key for that rule.
+func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
+	b := e.keyBuf[:0]
+	for _, k := range r.Key {
+		switch k.Kind {
+		case config.KeyClientIP:
+			b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
+		case config.KeyPath:
+			p := ri.path
+			if i := strings.IndexByte(p, '?'); i >= 0 {
+				p = p[:i]
+			}
+			b = append(append(b, 'p'), p...)
+		case config.KeyMethod:
+			b = append(append(b, 'm'), ri.method...)
+		case config.KeyHeader:
+			if val, ok := ri.req.Header(k.Header); ok && val != "" {
+				b = append(append(b, 'h'), val...)
+			} else {
+				// A request without the keyed header is keyed by its client
+				// IP (not lumped with every other header-less request).
+				b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
+			}
+		}
+		b = append(b, 0)
+	}
+	e.keyBuf = b
+	return hash64(e.seed, r.ID, b)
+}
+
+func appendAddr(b []byte, a netip.Addr) []byte {
+	x := a.As16()
+	return append(b, x[:]...)
+}
+
+// hash64 is a seeded 64-bit hash (FNV-1a over the seed, id and data, with
+// a final avalanche so that nearby keys spread over all buckets).
+func hash64(seed, id uint64, data []byte) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) ^ seed
+	for i := 0; i < 8; i++ {
+		h = (h ^ (id >> (8 * i) & 0xff)) * prime
+	}
+	for _, c := range data {
+		h = (h ^ uint64(c)) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}

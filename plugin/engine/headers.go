@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"strconv"
+
+	"github.com/sluicehq/sluice/shared/header"
+)
+
+// MaxHeaders is the most headers ResponseHeaders returns.
+const MaxHeaders = 7
+
+// HeaderSet is a fixed list of response headers whose values point into one
+// buffer, so building it allocates nothing after the first use.
+type HeaderSet struct {
+	Pairs [MaxHeaders][2]string
+	N     int
+	buf   []byte
+}
+
+// List returns the headers as the slice proxy-wasm calls take.
+func (h *HeaderSet) List() [][2]string { return h.Pairs[:h.N] }
+
+func (h *HeaderSet) add(name string, start int) {
+	h.Pairs[h.N] = [2]string{name, unsafeString(h.buf[start:])}
+	h.N++
+}
+
+// Build fills h with the headers for v in mode. rejected adds Retry-After.
+// The strings stay valid until the next Build on h.
+func (h *HeaderSet) Build(v *Verdict, mode header.Mode, rejected bool) {
+	h.N = 0
+	if cap(h.buf) < 512 {
+		h.buf = make([]byte, 0, 512)
+	}
+	// Appending must never reallocate: earlier values point into buf.
+	h.buf = h.buf[:0]
+	if rejected {
+		s := len(h.buf)
+		h.buf = header.AppendRetryAfter(h.buf, v.RetryAfter)
+		h.add(header.RetryAfter, s)
+	}
+	if r := v.Report; r != nil && mode != header.None {
+		if mode.Legacy() {
+			s := len(h.buf)
+			h.buf = strconv.AppendInt(h.buf, r.Limit.Limit(), 10)
+			h.add(header.XLimit, s)
+			s = len(h.buf)
+			h.buf = strconv.AppendInt(h.buf, max(v.Remaining, 0), 10)
+			h.add(header.XRemaining, s)
+			s = len(h.buf)
+			h.buf = header.AppendSeconds(h.buf, v.Reset)
+			h.add(header.XReset, s)
+		}
+		if mode.Draft() {
+			s := len(h.buf)
+			h.buf = header.AppendPolicy(h.buf, r.Name, r.Limit.Limit(), r.Limit.Window())
+			h.add(header.Policy, s)
+			s = len(h.buf)
+			h.buf = header.AppendRateLimit(h.buf, r.Name, v.Remaining, v.Reset)
+			h.add(header.RateLimit, s)
+		}
+	}
+	if v.Shadow != nil {
+		s := len(h.buf)
+		h.buf = header.AppendShadow(h.buf, v.Shadow.Name, v.ShadowRetryAfter)
+		h.add(header.Shadow, s)
+	}
+}

@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// SeedKey is the shared-data key of the fingerprint seed.
+const SeedKey = "sluice.v1.seed"
+
+// LoadSeed returns the process-wide fingerprint seed, creating it if no
+// worker has yet. Every worker must hash with the same seed; two workers
+// starting at once may both try to create it, and the CAS rule for missing
+// keys (createCAS) lets exactly one win, the other reads the winner's.
+func LoadSeed(store Store) (uint64, error) {
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		v, _, found, err := store.Get(SeedKey)
+		if err != nil {
+			return 0, err
+		}
+		if found && len(v) == 8 {
+			return binary.LittleEndian.Uint64(v), nil
+		}
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, err
+		}
+		if _, err := store.Set(SeedKey, b[:], createCAS); err != nil {
+			return 0, err
+		}
+	}
+	return 0, ErrContention
+}
+
+// Throttles reports whether any rule may hold requests (max_delay or a
+// leaky bucket), which needs a fast tick to release them on time.
+func Throttles(c *config.Config) bool {
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if !r.Shadow && (r.MaxDelay > 0 || r.Limit.Algorithm() == limit.LeakyBucket) {
+			return true
+		}
+	}
+	return false
+}
+
+// Summary is the one-line description of a configuration logged at start.
+func Summary(c *config.Config, t *Table) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d rule(s):", len(c.Rules))
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		fmt.Fprintf(&b, " %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+		if r.MaxDelay > 0 {
+			fmt.Fprintf(&b, " max_delay %s", r.MaxDelay)
+		}
+		if r.Shadow {
+			b.WriteString(" (shadow)")
+		}
+		b.WriteString(";")
+	}
+	onErr := "allow"
+	if c.OnErrorDeny {
+		onErr = "deny"
+	}
+	fmt.Fprintf(&b, " headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
+		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt))
+	return b.String()
+}

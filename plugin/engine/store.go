@@ -1,0 +1,27 @@
+// Package engine is the request-time logic of the Sluice plugin, kept free
+// of proxy-wasm calls so it can be tested natively: it finds the client of a
+// request, evaluates every matching rule against client state kept in a
+// shared key-value store, and says what to do with the request.
+//
+// The store is proxy-wasm shared data in Envoy. Its semantics, which this
+// package relies on, are those of proxy-wasm-cpp-host (see NOTES.md):
+// process-wide; get copies the value and returns the key's CAS; a set with
+// cas 0 is unconditional; a set on a missing key succeeds whatever cas is
+// passed; otherwise a set fails when the key changed since the get; there
+// is no delete.
+package engine
+
+import "errors"
+
+// Store is the shared key-value store the client states live in.
+type Store interface {
+	// Get returns a copy of the value of key and its CAS. found is false
+	// when the key does not exist (err is nil then).
+	Get(key string) (value []byte, cas uint32, found bool, err error)
+	// Set stores value under key if the key's CAS still equals cas (cas 0:
+	// unconditionally). mismatch reports a CAS conflict.
+	Set(key string, value []byte, cas uint32) (mismatch bool, err error)
+}
+
+// ErrStore is wrapped by errors from a Store that is unusable.
+var ErrStore = errors.New("shared data unavailable")

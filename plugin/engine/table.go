@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// The state table keeps every client state in a fixed number of shared-data
+// keys, so Envoy's memory is bounded whatever the number of clients (shared
+// data has no delete: a key per client would grow forever under a flood of
+// addresses).
+//
+// A client's fingerprint (64-bit keyed hash of rule and client key) picks
+// one bucket; a bucket is one shared-data value of SlotsPerBucket regular
+// slots plus one overflow slot, each slotSize bytes:
+//
+//	fingerprint uint64 | expiry int64 (ns) | limit.State (16 bytes)
+//
+// expiry is when the state will be fully recovered; from then on the slot is
+// indistinguishable from an empty one and may be reused by another client.
+// An active client's slot is never taken, so a flood of new addresses cannot
+// buy anyone a fresh budget. When all regular slots of a bucket are active,
+// new clients of a rule share that rule's overflow slot (they are limited
+// together, like one client); if even that is held by another rule, the
+// request is decided by on_error and counted.
+const (
+	SlotsPerBucket = 8
+	slotSize       = 8 + 8 + limit.StateSize
+	bucketSlots    = SlotsPerBucket + 1
+	// BucketSize is the size of one shared-data value.
+	BucketSize = bucketSlots * slotSize
+	// MaxCASRetries bounds the compare-and-swap loop of one update.
+	MaxCASRetries = 32
+	// createCAS is the CAS passed when creating a missing key. A set on a
+	// missing key succeeds whatever the CAS, but if another worker created
+	// the key in between, a non-zero CAS that the new key does not carry
+	// makes our set fail (instead of overwriting its state) and we retry
+	// with a get. Zero would be unconditional.
+	createCAS = ^uint32(0)
+)
+
+// Errors of the table.
+var (
+	// ErrContention: MaxCASRetries conflicting updates in a row.
+	ErrContention = errors.New("shared data contention: CAS retries exhausted")
+	// ErrFull: the client's bucket has no free slot and its overflow slot
+	// belongs to another rule.
+	ErrFull = errors.New("state table full")
+)
+
+// Slot kinds returned by Table.Update.
+const (
+	SlotOwn      = iota // the client's own slot
+	SlotOverflow        // the rule's shared overflow slot of the bucket
+)
+
+// Table is the bounded client-state table of one worker. It is not safe for
+// concurrent use (a proxy-wasm VM is single-threaded); workers share the
+// store, not the Table.
+type Table struct {
+	store   Store
+	buckets uint64
+	prefix  string
+	key     []byte // scratch for the key of a bucket
+	fresh   [BucketSize]byte
+	Stats   TableStats
+}
+
+// TableStats counts what the table did, for metrics.
+type TableStats struct {
+	CASRetries   uint64 // conflicting sets retried
+	CASExhausted uint64 // updates that gave up after MaxCASRetries
+	Overflow     uint64 // decisions made on an overflow slot
+	Full         uint64 // decisions with no slot at all
+	Corrupt      uint64 // values of a wrong size, reset
+	StoreErrors  uint64 // get/set errors other than a CAS mismatch
+}
+
+// NewTable returns a table of at least maxKeys regular slots (rounded up to
+// whole buckets) in store. The key prefix includes the table's shape, so a
+// table of another size never misreads this one.
+func NewTable(store Store, maxKeys int) *Table {
+	if maxKeys < 1 {
+		maxKeys = 1
+	}
+	n := uint64((maxKeys + SlotsPerBucket - 1) / SlotsPerBucket)
+	p := "sluice.v1." + strconv.FormatUint(n, 10) + "."
+	return &Table{store: store, buckets: n, prefix: p, key: make([]byte, 0, len(p)+20)}
+}
+
+// Buckets returns the number of shared-data keys the table may use.
+func (t *Table) Buckets() int { return int(t.buckets) }
+
+// Capacity returns the number of regular client slots.
+func (t *Table) Capacity() int { return int(t.buckets) * SlotsPerBucket }
+
+// BucketKey returns the shared-data key of bucket i.
+func (t *Table) BucketKey(i int) string { return t.prefix + strconv.Itoa(i) }
+
+// Op is what Update does to a state.
+type Op uint8
+
+const (
+	// Charge decides and, if admitted, stores the charged state.
+	Charge Op = iota
+	// Peek decides without storing anything.
+	Peek
+	// Refund gives back one charge (the decision returned is meaningless).
+	Refund
+)
+
+// Update applies op for client fingerprint fp under lim at now, with a CAS
+// loop so that concurrent workers never lose an update. overflowFP is the
+// fingerprint of the rule's overflow slot.
+func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64, n int64, maxDelay time.Duration) (limit.Decision, int, error) {
+	if fp == 0 {
+		fp = 1 // 0 marks an empty slot
+	}
+	key := t.bucketKey(fp)
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		val, cas, found, err := t.store.Get(key)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return limit.Decision{}, 0, err
+		}
+		switch {
+		case !found:
+			val, cas = t.fresh[:], createCAS
+			clear(val)
+		case len(val) != BucketSize:
+			// Not ours or damaged: start the bucket over (CAS-guarded).
+			t.Stats.Corrupt++
+			val = t.fresh[:]
+			clear(val)
+		}
+		i, kind := findSlot(val, fp, overflowFP, now)
+		if i < 0 {
+			t.Stats.Full++
+			return limit.Decision{}, 0, ErrFull
+		}
+		s := val[i*slotSize : (i+1)*slotSize]
+		var st limit.State
+		slotFP := fp
+		if kind == SlotOverflow {
+			slotFP = overflowFP
+		}
+		if getUint64(s[0:8]) == slotFP {
+			st = limit.DecodeState(s[16:])
+		}
+		var d limit.Decision
+		switch op {
+		case Refund:
+			if getUint64(s[0:8]) != slotFP {
+				return d, kind, nil // nothing to give back
+			}
+			st = lim.Refund(st, now, n)
+		default:
+			st, d = lim.AllowN(st, now, n, maxDelay)
+			if op == Peek || !d.Allowed {
+				if kind == SlotOverflow {
+					t.Stats.Overflow++
+				}
+				return d, kind, nil
+			}
+		}
+		putUint64(s[0:8], slotFP)
+		putUint64(s[8:16], uint64(now+int64(lim.Reset(st, now))))
+		st.Encode(s[16:])
+		mismatch, err := t.store.Set(key, val, cas)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return limit.Decision{}, kind, err
+		}
+		if mismatch {
+			t.Stats.CASRetries++
+			continue
+		}
+		if kind == SlotOverflow {
+			t.Stats.Overflow++
+		}
+		return d, kind, nil
+	}
+	t.Stats.CASExhausted++
+	return limit.Decision{}, 0, ErrContention
+}
+
+// findSlot returns the slot for fp: its own, else the first free regular
+// slot, else the overflow slot if it is free or already overflowFP's.
+func findSlot(val []byte, fp, overflowFP uint64, now int64) (int, int) {
+	free := -1
+	for i := 0; i < SlotsPerBucket; i++ {
+		s := val[i*slotSize:]
+		f := getUint64(s[0:8])
+		if f == fp {
+			return i, SlotOwn
+		}
+		if free < 0 && (f == 0 || int64(getUint64(s[8:16])) <= now) {
+			free = i
+		}
+	}
+	if free >= 0 {
+		return free, SlotOwn
+	}
+	s := val[SlotsPerBucket*slotSize:]
+	if f := getUint64(s[0:8]); f == overflowFP || f == 0 || int64(getUint64(s[8:16])) <= now {
+		return SlotsPerBucket, SlotOverflow
+	}
+	return -1, 0
+}
+
+func (t *Table) bucketKey(fp uint64) string {
+	t.key = append(t.key[:0], t.prefix...)
+	t.key = strconv.AppendUint(t.key, (fp>>1)%t.buckets, 10)
+	return unsafeString(t.key)
+}
+
+// Occupancy scans the table and counts active states at now (slots whose
+// state has not fully recovered). It reads every bucket: for metrics and
+// tests, not for the request path.
+func (t *Table) Occupancy(now int64) (active int, err error) {
+	for i := 0; i < int(t.buckets); i++ {
+		val, _, found, err := t.store.Get(t.BucketKey(i))
+		if err != nil {
+			return active, err
+		}
+		if !found || len(val) != BucketSize {
+			continue
+		}
+		for j := 0; j < bucketSlots; j++ {
+			s := val[j*slotSize:]
+			if getUint64(s[0:8]) != 0 && int64(getUint64(s[8:16])) > now {
+				active++
+			}
+		}
+	}
+	return active, nil
+}
+
+func putUint64(b []byte, v uint64) {
+	_ = b[7]
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func getUint64(b []byte) uint64 {
+	_ = b[7]
+	var v uint64
+	for i := 0; i < 8; i++ {
+		v |= uint64(b[i]) << (8 * i)
+	}
+	return v
+}

@@ -1,0 +1,202 @@
+// Command plugin is the Sluice proxy-wasm HTTP filter. Build it with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o build/sluice.wasm ./plugin
+//
+// This file only wires proxy-wasm contexts to the engine package, where the
+// logic lives and is tested natively.
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine"
+)
+
+func main() {}
+
+func init() {
+	proxywasm.SetVMContext(&vmContext{})
+}
+
+type vmContext struct{ types.DefaultVMContext }
+
+func (*vmContext) NewPluginContext(contextID uint32) types.PluginContext {
+	return &pluginContext{}
+}
+
+// pluginContext is one configured instance of the filter on one worker.
+type pluginContext struct {
+	types.DefaultPluginContext
+	engine  *engine.Engine
+	headers engine.HeaderSet
+	held    heldQueue
+	metrics *metrics
+	ticks   int
+	tickMS  uint32
+}
+
+func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+	doc, err := proxywasm.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		proxywasm.LogCriticalf("sluice: cannot read the plugin configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := config.Parse(doc)
+	if err != nil {
+		proxywasm.LogCriticalf("sluice: invalid configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	store := sharedData{}
+	seed, err := engine.LoadSeed(store)
+	if err != nil {
+		proxywasm.LogCriticalf("sluice: shared data unavailable at start: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	p.engine = engine.New(cfg, store, seed)
+	p.metrics = newMetrics(cfg)
+	p.tickMS = 1000
+	if engine.Throttles(cfg) {
+		p.tickMS = throttleTickMS
+	}
+	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickMS); err != nil {
+		proxywasm.LogCriticalf("sluice: cannot set the tick period: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	proxywasm.LogInfof("sluice: started: %s", engine.Summary(cfg, p.engine.Table()))
+	return types.OnPluginStartStatusOK
+}
+
+func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	return &httpContext{id: contextID, plugin: p}
+}
+
+// OnTick releases held requests whose time has come and, about once a
+// second, publishes the counters as Envoy stats.
+func (p *pluginContext) OnTick() {
+	now := time.Now().UnixNano()
+	p.held.release(now, func(id uint32) {
+		if err := proxywasm.SetEffectiveContext(id); err != nil {
+			return // the stream is gone
+		}
+		if err := proxywasm.ResumeHttpRequest(); err != nil {
+			proxywasm.LogDebugf("sluice: resume of held request %d failed: %v", id, err)
+		}
+	})
+	p.ticks++
+	if p.ticks*int(p.tickMS) >= 1000 {
+		p.ticks = 0
+		p.metrics.flush(p.engine, p.held.len())
+	}
+}
+
+// httpContext is one HTTP stream.
+type httpContext struct {
+	types.DefaultHttpContext
+	id      uint32
+	plugin  *pluginContext
+	verdict engine.Verdict
+	decided bool
+}
+
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	p := h.plugin
+	h.verdict = p.engine.Decide(h, time.Now().UnixNano())
+	h.decided = true
+	v := &h.verdict
+	if v.Err != nil {
+		proxywasm.LogWarnf("sluice: shared data error (on_error decided %s): %v", onErrorWord(p.engine.Config()), v.Err)
+	}
+	switch v.Outcome {
+	case engine.Reject:
+		p.headers.Build(v, p.engine.Config().Headers, true)
+		if v.Report != nil {
+			proxywasm.LogDebugf("sluice: rule %s rejected a request (retry after %v)", v.Report.Name, v.RetryAfter)
+		}
+		if err := proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1); err != nil {
+			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
+			return types.ActionContinue
+		}
+		return types.ActionPause
+	case engine.Delay:
+		if !p.held.push(h.id, time.Now().UnixNano()+int64(v.Delay)) {
+			// Too many held requests on this worker: reject instead.
+			v.Outcome = engine.Reject
+			v.RetryAfter = v.Delay
+			p.headers.Build(v, p.engine.Config().Headers, true)
+			_ = proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1)
+		}
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if !h.decided || h.verdict.Outcome == engine.Reject {
+		return types.ActionContinue
+	}
+	p := h.plugin
+	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
+	for _, kv := range p.headers.List() {
+		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+	}
+	return types.ActionContinue
+}
+
+func (h *httpContext) OnHttpStreamDone() {
+	if h.decided && h.verdict.Outcome == engine.Delay {
+		h.plugin.held.remove(h.id)
+	}
+}
+
+// Header implements engine.Request.
+func (h *httpContext) Header(name string) (string, bool) {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
+}
+
+var sourceAddressPath = []string{"source", "address"}
+
+// SourceAddress implements engine.Request.
+func (h *httpContext) SourceAddress() string {
+	b, err := proxywasm.GetProperty(sourceAddressPath)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+var rejectBody = []byte("Too Many Requests: rate limit exceeded, retry after the time in Retry-After.\n")
+
+func onErrorWord(c *config.Config) string {
+	if c.OnErrorDeny {
+		return "deny"
+	}
+	return "allow"
+}
+
+// sharedData is engine.Store over proxy-wasm shared data.
+type sharedData struct{}
+
+func (sharedData) Get(key string) ([]byte, uint32, bool, error) {
+	v, cas, err := proxywasm.GetSharedData(key)
+	if errors.Is(err, types.ErrorStatusNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return v, cas, true, nil
+}
+
+func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+	err := proxywasm.SetSharedData(key, value, cas)
+	if errors.Is(err, types.ErrorStatusCasMismatch) {
+		return true, nil
+	}
+	return false, err
+}

@@ -1,0 +1,134 @@
+// Package header is the rate-limit header protocol shared by the Sluice plugin,
+// which writes it, and the SDK, which reads it. Keeping both directions in one
+// package means the two halves can never disagree about a name or a unit.
+//
+// The plugin formats headers on its per-request hot path, so the Append
+// functions write into a caller-owned buffer and allocate nothing.
+package header
+
+import (
+	"strconv"
+	"time"
+)
+
+// Header names, lower-case as HTTP/2 and Envoy carry them.
+const (
+	RetryAfter = "retry-after"
+
+	// Legacy (draft-polli-ratelimit-headers-00, GitHub, Envoy local_ratelimit).
+	XLimit     = "x-ratelimit-limit"
+	XRemaining = "x-ratelimit-remaining"
+	XReset     = "x-ratelimit-reset"
+
+	// IETF draft-ietf-httpapi-ratelimit-headers (structured fields).
+	Policy    = "ratelimit-policy"
+	RateLimit = "ratelimit"
+
+	// Shadow marks a response that a shadow rule would have rejected.
+	Shadow = "x-ratelimit-shadow"
+)
+
+// Mode selects which header families a response carries.
+type Mode uint8
+
+const (
+	Both   Mode = iota // legacy and draft (the default)
+	Legacy             // X-RateLimit-*
+	Draft              // RateLimit and RateLimit-Policy
+	None               // no limit headers (Retry-After is still sent on rejection)
+)
+
+// ParseMode maps a configuration string to a Mode.
+func ParseMode(s string) (Mode, bool) {
+	switch s {
+	case "", "both":
+		return Both, true
+	case "legacy":
+		return Legacy, true
+	case "draft":
+		return Draft, true
+	case "none":
+		return None, true
+	}
+	return Both, false
+}
+
+// Legacy reports whether m includes the X-RateLimit-* family.
+func (m Mode) Legacy() bool { return m == Both || m == Legacy }
+
+// Draft reports whether m includes the RateLimit/RateLimit-Policy family.
+func (m Mode) Draft() bool { return m == Both || m == Draft }
+
+// CeilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// RetryAfterSeconds is the Retry-After value for a wait of d: whole seconds,
+// rounded up, at least 1 (a client told "0" would retry at once and be
+// rejected again).
+func RetryAfterSeconds(d time.Duration) int64 {
+	if s := CeilSeconds(d); s > 1 {
+		return s
+	}
+	return 1
+}
+
+// AppendRetryAfter appends the Retry-After value for a wait of d.
+func AppendRetryAfter(dst []byte, d time.Duration) []byte {
+	return strconv.AppendInt(dst, RetryAfterSeconds(d), 10)
+}
+
+// AppendSeconds appends d as whole seconds rounded up (X-RateLimit-Reset).
+func AppendSeconds(dst []byte, d time.Duration) []byte {
+	return strconv.AppendInt(dst, CeilSeconds(d), 10)
+}
+
+// AppendPolicy appends a RateLimit-Policy item: "<name>";q=<limit>;w=<window seconds>.
+// A sub-second window is reported as w=1, the smallest the field can say.
+func AppendPolicy(dst []byte, name string, limit int64, window time.Duration) []byte {
+	dst = appendName(dst, name)
+	dst = append(dst, ";q="...)
+	dst = strconv.AppendInt(dst, limit, 10)
+	dst = append(dst, ";w="...)
+	w := CeilSeconds(window)
+	if w < 1 {
+		w = 1
+	}
+	return strconv.AppendInt(dst, w, 10)
+}
+
+// AppendRateLimit appends a RateLimit item: "<name>";r=<remaining>;t=<seconds>.
+func AppendRateLimit(dst []byte, name string, remaining int64, reset time.Duration) []byte {
+	dst = appendName(dst, name)
+	dst = append(dst, ";r="...)
+	if remaining < 0 {
+		remaining = 0
+	}
+	dst = strconv.AppendInt(dst, remaining, 10)
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, CeilSeconds(reset), 10)
+}
+
+// appendName appends a structured-field string. Rule names are validated to
+// [a-z0-9_-]+, so no escaping is needed.
+func appendName(dst []byte, name string) []byte {
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	return append(dst, '"')
+}
+
+// AppendShadow appends the X-RateLimit-Shadow value for a request that shadow
+// rule name would have rejected: "<name>";retry-after=<seconds>.
+func AppendShadow(dst []byte, name string, retryAfter time.Duration) []byte {
+	dst = appendName(dst, name)
+	dst = append(dst, ";retry-after="...)
+	return strconv.AppendInt(dst, RetryAfterSeconds(retryAfter), 10)
+}
