@@ -564,6 +564,9 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 // every number into a double, so 10.0 is 10).
 func integer(field string, raw json.RawMessage) (int64, error) {
 	var n json.Number
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
+		return 0, errf(field, "must be a number, not a string")
+	}
 	if err := strictUnmarshal(raw, &n); err != nil {
 		return 0, errf(field, "must be a whole number")
 	}

@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/header"
+)
+
+type fakeRequest struct {
+	headers map[string]string
+	source  string
+	calls   int
+}
+
+func (r *fakeRequest) Header(name string) (string, bool) {
+	r.calls++
+	v, ok := r.headers[name]
+	return v, ok
+}
+
+func (r *fakeRequest) SourceAddress() string { r.calls++; return r.source }
+
+func req(path, method, source string, kv ...string) *fakeRequest {
+	h := map[string]string{":path": path, ":method": method}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h[kv[i]] = kv[i+1]
+	}
+	return &fakeRequest{headers: h, source: source}
+}
+
+func mustConfig(t testing.TB, doc string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano()
+
+func TestBurstAcrossWorkersIsExact(t *testing.T) {
+	for _, workers := range []int{2, 4} {
+		t.Run(fmt.Sprint(workers), func(t *testing.T) {
+			cfg := mustConfig(t, `{"rules":[{"name":"r","limit":100,"window":"1h","burst":100}]}`)
+			store := newMemStore()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			admitted, retries := 0, uint64(0)
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					e := New(cfg, store, 42)
+					n := 0
+					for i := 0; i < 2000/workers; i++ {
+						if e.Decide(req("/", "GET", "10.0.0.1:1234"), t0).Outcome == Allow {
+							n++
+						}
+					}
+					mu.Lock()
+					admitted += n
+					retries += e.Table().Stats.CASRetries
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if admitted != 100 {
+				t.Errorf("%d workers admitted %d of 2000, want exactly burst 100", workers, admitted)
+			}
+			t.Logf("%d workers: %d admitted, %d CAS retries", workers, admitted, retries)
+		})
+	}
+}
+
+// Two workers create the same missing bucket at once: a set on a missing key
+// succeeds whatever cas in Envoy, so a naive create would let both succeed
+// and lose one admission's charge.
+func TestFirstRequestRaceOnMissingKey(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}]}`)
+	store := newMemStore()
+	seedA, _ := LoadSeed(store)
+	a, b := New(cfg, store, seedA), New(cfg, store, seedA)
+	injected := false
+	store.beforeSet = func(key string) {
+		if injected || key == SeedKey {
+			return
+		}
+		injected = true
+		// Worker B's whole decision runs between A's get and A's set.
+		store.beforeSet = nil
+		if v := b.Decide(req("/", "GET", "10.0.0.9:1"), t0); v.Outcome != Allow {
+			t.Errorf("worker B's first request: %v", v.Outcome)
+		}
+	}
+	va := a.Decide(req("/", "GET", "10.0.0.9:1"), t0)
+	if !injected {
+		t.Fatal("race not injected")
+	}
+	if va.Outcome != Reject {
+		t.Errorf("worker A admitted a second request of a limit of 1 (outcome %v)", va.Outcome)
+	}
+	if a.Table().Stats.CASRetries == 0 {
+		t.Error("no CAS retry recorded")
+	}
+}
+
+func TestRefillAndRetryAfter(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":10,"window":"1s","burst":5}]}`)
+	e := New(cfg, newMemStore(), 1)
+	for i := 0; i < 5; i++ {
+		if v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0); v.Outcome != Allow || v.Remaining != int64(4-i) {
+			t.Fatalf("request %d: %+v", i, v)
+		}
+	}
+	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+	if v.Outcome != Reject || v.RetryAfter != 100*time.Millisecond || v.Report.Name != "r" {
+		t.Fatalf("sixth: %+v", v)
+	}
+	if v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0+int64(100*time.Millisecond)); v.Outcome != Allow {
+		t.Errorf("after refill: %v", v.Outcome)
+	}
+	// Another client is independent.
+	if v := e.Decide(req("/", "GET", "10.0.0.2:1"), t0); v.Outcome != Allow || v.Remaining != 4 {
+		t.Errorf("other client: %+v", v)
+	}
+	if got := e.Stats.Rules[0]; got.Allowed != 7 || got.Rejected != 1 {
+		t.Errorf("stats %+v", got)
+	}
+}
+
+func TestRulesPerRouteAndRefund(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[
+		{"name":"all","limit":100,"window":"1h"},
+		{"name":"checkout","match":{"path_prefix":"/checkout","methods":["post"]},"limit":2,"window":"1h"}]}`)
+	e := New(cfg, newMemStore(), 1)
+	c := "10.1.1.1:9"
+	for i := 0; i < 2; i++ {
+		v := e.Decide(req("/checkout/pay", "POST", c), t0)
+		if v.Outcome != Allow || v.Report.Name != "checkout" {
+			t.Fatalf("checkout %d: %+v", i, v)
+		}
+	}
+	v := e.Decide(req("/checkout/pay?x=1", "POST", c), t0)
+	if v.Outcome != Reject || v.Report.Name != "checkout" {
+		t.Fatalf("third checkout: %+v", v)
+	}
+	// GET /checkout does not match the POST-only rule.
+	if v := e.Decide(req("/checkout", "GET", c), t0); v.Outcome != Allow || v.Report.Name != "all" {
+		t.Errorf("GET checkout: %+v", v)
+	}
+	// "all" was charged by 3 admitted requests only: the rejected one was refunded.
+	v = e.Decide(req("/home", "GET", c), t0)
+	if v.Remaining != 100-4 {
+		t.Errorf("all remaining = %d, want 96 (rejected request refunded)", v.Remaining)
+	}
+}
+
+func TestRejectReportsLongestWait(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[
+		{"name":"fast","limit":1,"window":"1s"},
+		{"name":"slow","limit":1,"window":"1m"}]}`)
+	e := New(cfg, newMemStore(), 1)
+	e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+	if v.Outcome != Reject || v.Report.Name != "slow" || v.RetryAfter != time.Minute {
+		t.Errorf("got %s after %v, want slow after 1m", v.Report.Name, v.RetryAfter)
+	}
+}
+
+func TestKeysAndHeaderFallback(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"api","key":["header:x-api-key"],"limit":1,"window":"1h"}]}`)
+	e := New(cfg, newMemStore(), 1)
+	if e.Decide(req("/", "GET", "10.0.0.1:1", "x-api-key", "k1"), t0).Outcome != Allow {
+		t.Fatal("k1 first")
+	}
+	// Same key from another address: same budget.
+	if e.Decide(req("/", "GET", "10.0.0.2:1", "x-api-key", "k1"), t0).Outcome != Reject {
+		t.Error("k1 from another IP got a new budget")
+	}
+	if e.Decide(req("/", "GET", "10.0.0.1:1", "x-api-key", "k2"), t0).Outcome != Allow {
+		t.Error("k2 limited by k1")
+	}
+	// Without the header: keyed by client IP, so two addresses are separate.
+	if e.Decide(req("/", "GET", "10.0.0.3:1"), t0).Outcome != Allow || e.Decide(req("/", "GET", "10.0.0.4:1"), t0).Outcome != Allow {
+		t.Error("header-less clients lumped together")
+	}
+	if e.Decide(req("/", "GET", "10.0.0.3:1"), t0).Outcome != Reject {
+		t.Error("header-less client not limited by IP")
+	}
+}
+
+func TestClientIPResolution(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":2,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
+	e := New(cfg, newMemStore(), 1)
+	// The 2nd from the right is the client; a client that prepends entries
+	// cannot change it.
+	if e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "203.0.113.7, 127.0.0.1"), t0).Outcome != Allow {
+		t.Fatal("first")
+	}
+	if e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "1.1.1.1, 2.2.2.2, 203.0.113.7, 127.0.0.1"), t0).Outcome != Reject {
+		t.Error("spoofed leading XFF entries changed the key")
+	}
+	// IPv6 clients in one /64 share a budget.
+	if e.Decide(req("/", "GET", "[2001:db8:1:2::1]:5", "x-forwarded-for", "2001:db8:1:2::1, ::1"), t0).Outcome != Allow {
+		t.Fatal("v6 first")
+	}
+	if e.Decide(req("/", "GET", "[2001:db8:1:2::1]:5", "x-forwarded-for", "2001:db8:1:2:ffff::9, ::1"), t0).Outcome != Reject {
+		t.Error("another address in the same /64 got a new budget")
+	}
+	// Exempt ranges are never limited.
+	for i := 0; i < 5; i++ {
+		v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "192.168.3.4, 127.0.0.1"), t0)
+		if v.Outcome != Allow || !v.Exempt {
+			t.Fatalf("exempt client: %+v", v)
+		}
+	}
+}
+
+func TestParsers(t *testing.T) {
+	for in, want := range map[string]string{
+		"1.2.3.4:80": "1.2.3.4", "[2001:db8::1]:443": "2001:db8::1", "2001:db8::1": "2001:db8::1",
+		"[::ffff:10.0.0.1]:1": "10.0.0.1", "10.0.0.1": "10.0.0.1",
+	} {
+		a, ok := ParseHostPort(in)
+		if !ok || a.String() != want {
+			t.Errorf("ParseHostPort(%q) = %v %v, want %s", in, a, ok, want)
+		}
+	}
+	for _, in := range []string{"", "garbage", "[::1", "1.2.3.4:5:6x", "unix:/tmp/sock"} {
+		if a, ok := ParseHostPort(in); ok {
+			t.Errorf("ParseHostPort(%q) = %v, want failure", in, a)
+		}
+	}
+	cases := []struct {
+		xff  string
+		n    int
+		want string
+	}{
+		{"1.1.1.1", 1, "1.1.1.1"}, {"1.1.1.1, 2.2.2.2", 1, "2.2.2.2"}, {"1.1.1.1,2.2.2.2", 2, "1.1.1.1"},
+		{"1.1.1.1", 2, ""}, {"x, 2.2.2.2", 2, ""}, {" 3.3.3.3 ,", 1, ""}, {"", 1, ""},
+	}
+	for _, c := range cases {
+		a, ok := XFFFromRight(c.xff, c.n)
+		got := ""
+		if ok {
+			got = a.String()
+		}
+		if got != c.want {
+			t.Errorf("XFFFromRight(%q, %d) = %q, want %q", c.xff, c.n, got, c.want)
+		}
+	}
+	if g := GroupAddr(netip.MustParseAddr("2001:db8:1:2:3:4:5:6"), 48); g.String() != "2001:db8:1::" {
+		t.Errorf("GroupAddr /48 = %v", g)
+	}
+}
+
+func TestBoundedTableKeepsActiveClients(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":3,"window":"1h"}],"max_keys":800}`)
+	store := newMemStore()
+	e := New(cfg, store, 7)
+	victim := "10.9.9.9:1"
+	for i := 0; i < 3; i++ {
+		e.Decide(req("/", "GET", victim), t0)
+	}
+	if e.Decide(req("/", "GET", victim), t0).Outcome != Reject {
+		t.Fatal("victim not limited")
+	}
+	// A flood of 50,000 new addresses.
+	for i := 0; i < 50000; i++ {
+		addr := fmt.Sprintf("%d.%d.%d.%d:1", 11+i>>24&0x7f, i>>16&0xff, i>>8&0xff, i&0xff)
+		e.Decide(req("/", "GET", addr), t0+int64(i))
+	}
+	if n := store.keys(); n > e.Table().Buckets()+1 {
+		t.Errorf("store has %d keys, bound is %d buckets + seed", n, e.Table().Buckets())
+	}
+	if e.Decide(req("/", "GET", victim), t0+int64(time.Second)).Outcome != Reject {
+		t.Error("the flood reset an active client's budget")
+	}
+	st := e.Table().Stats
+	if st.Overflow == 0 {
+		t.Error("no overflow decisions counted under a flood past max_keys")
+	}
+	t.Logf("store: %d keys, %d bytes; table stats %+v", store.keys(), store.bytes(), st)
+	// Once everything has recovered, slots are reused by new clients.
+	later := t0 + int64(2*time.Hour)
+	if e.Decide(req("/", "GET", "99.0.0.1:1"), later).Outcome != Allow {
+		t.Error("recovered table does not admit a new client")
+	}
+}
+
+func TestHeaderSet(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"checkout","limit":10,"window":"1m","burst":10}]}`)
+	r := &cfg.Rules[0]
+	v := Verdict{Outcome: Reject, Report: r, RetryAfter: 5500 * time.Millisecond, Reset: time.Minute}
+	var h HeaderSet
+	h.Build(&v, header.Both, true)
+	want := [][2]string{
+		{"retry-after", "6"}, {"x-ratelimit-limit", "10"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "60"},
+		{"ratelimit-policy", `"checkout";q=10;w=60`}, {"ratelimit", `"checkout";r=0;t=60`},
+	}
+	if fmt.Sprint(h.List()) != fmt.Sprint(want) {
+		t.Errorf("headers\n got %v\nwant %v", h.List(), want)
+	}
+	h.Build(&v, header.None, true)
+	if len(h.List()) != 1 {
+		t.Errorf("mode none: %v", h.List())
+	}
+	v2 := Verdict{Report: r, Remaining: 3, Reset: 42 * time.Second}
+	h.Build(&v2, header.Legacy, false)
+	if fmt.Sprint(h.List()) != fmt.Sprint([][2]string{{"x-ratelimit-limit", "10"}, {"x-ratelimit-remaining", "3"}, {"x-ratelimit-reset", "42"}}) {
+		t.Errorf("legacy admitted: %v", h.List())
+	}
+	allocs := testing.AllocsPerRun(100, func() { h.Build(&v, header.Both, true) })
+	if allocs != 0 {
+		t.Errorf("Build allocates %v", allocs)
+	}
+}
+
+func TestDecideAllocatesNothing(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1000000,"window":"1s"}]}`)
+	e := New(cfg, newMemStore(), 1)
+	r := req("/x", "GET", "10.0.0.1:1")
+	e.Decide(r, t0)
+	// memStore allocates 3 itself (the copy a get returns, like Envoy, and the
+	// stored value and key); the engine must add nothing.
+	allocs := testing.AllocsPerRun(200, func() { e.Decide(r, t0) })
+	if allocs > 3 {
+		t.Errorf("Decide allocates %v per request (store copies included), want <= 3", allocs)
+	}
+}
