@@ -1,0 +1,519 @@
+package envoytest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// DefaultCluster is the name of the cluster that points at Options.Upstream
+// and the default cluster of a Route.
+const DefaultCluster = "upstream"
+
+// ListenerName is the name of the HTTP listener the harness renders.
+const ListenerName = "sluice_listener"
+
+// Options describe one Envoy instance. The zero value is usable: Envoy with no
+// HTTP filter in front of a fresh Upstream, one route named "default" for "/".
+type Options struct {
+	// Bin is the Envoy binary. Empty: FindEnvoy.
+	Bin string
+	// Dir holds the rendered bootstrap, the LDS file and envoy.log.
+	// Empty: a new temporary directory, removed by Stop (logs stay readable
+	// through Logs). StartT uses t.TempDir.
+	Dir string
+
+	// Upstream is host:port of the cluster DefaultCluster. Empty: Start starts
+	// an Upstream (see Envoy.Upstream) and closes it in Stop.
+	Upstream string
+	// Clusters are additional static clusters, name → host:port.
+	Clusters map[string]string
+	// Routes in match order. Empty: one route {Name: "default", Prefix: "/"}.
+	Routes []Route
+
+	// XFFNumTrustedHops is the HTTP connection manager's xff_num_trusted_hops
+	// (use_remote_address is always true). With 1, the client address Envoy
+	// uses (source.address) is the last X-Forwarded-For entry the client sent,
+	// which is how one test client poses as many client IPs (see ClientIP).
+	XFFNumTrustedHops int
+
+	// At most one of Wasm and LocalRateLimit may be set; neither means no HTTP
+	// filter but the router.
+	Wasm           *Wasm
+	LocalRateLimit *LocalRateLimit
+
+	// DynamicListeners serves the listener from a file-based LDS source
+	// (dynamic_resources.lds_config.path_config_source) instead of
+	// static_resources, so that Envoy.Reconfigure can replace it while Envoy
+	// runs. The listener port is then chosen by the harness (ListenerPort).
+	DynamicListeners bool
+	// ListenerPort is the listener's port on 127.0.0.1. 0: a free port (the
+	// kernel's choice read back from the admin API, or with DynamicListeners
+	// a port found free by the harness).
+	ListenerPort int
+
+	// Concurrency is --concurrency, the number of worker threads. Default 2.
+	Concurrency int
+	// LogLevel is --log-level. Default "info".
+	LogLevel string
+	// ComponentLogLevel is --component-log-level, e.g. "wasm:debug,http:debug".
+	ComponentLogLevel string
+	// WasmDebug adds wasm:debug to ComponentLogLevel.
+	WasmDebug bool
+	// DrainTime is --drain-time-s (whole seconds, at least 1), used with
+	// --drain-strategy immediate: how long connections to a replaced listener
+	// filter chain stay open. Default 1s.
+	DrainTime time.Duration
+	// StartTimeout bounds the wait for /ready (and listener port discovery).
+	// Default 60s. The context given to Start can cut it shorter.
+	StartTimeout time.Duration
+	// ExtraArgs are appended to Envoy's command line.
+	ExtraArgs []string
+	// LogOutput, if set, also receives Envoy's stdout and stderr.
+	LogOutput io.Writer
+}
+
+// Route is one route of the virtual host; its Name is what the plugin reads
+// as the xds.route_name property.
+type Route struct {
+	Name   string // route name; required, unique
+	Prefix string // path prefix; "" means "/"
+	// Cluster is the target cluster; "" means DefaultCluster.
+	Cluster string
+}
+
+// Wasm configures the envoy.filters.http.wasm filter.
+type Wasm struct {
+	// File is the .wasm module. A relative path is made absolute against the
+	// current working directory: Envoy resolves code.local.filename against
+	// its own working directory, which the harness does not control.
+	File string
+	// Config is the plugin configuration (a JSON document for Sluice), passed
+	// as a google.protobuf.StringValue; it arrives in the plugin verbatim.
+	// Empty: no configuration field.
+	Config string
+	// VMID is vm_config.vm_id, the shared-data namespace. Default "sluice".
+	VMID string
+	// Name is the plugin name (it appears in Envoy's wasm log lines and
+	// wasm.<name>.* stats). Default "sluice".
+	Name string
+	// RootID is the plugin's root_id. Default empty.
+	RootID string
+	// FailurePolicy is "FAIL_CLOSED" (Envoy's default), "FAIL_OPEN" or
+	// "FAIL_RELOAD". Empty: not set.
+	FailurePolicy string
+	// Env are vm_config.environment_variables.key_values.
+	Env map[string]string
+}
+
+// LocalRateLimit configures Envoy's native envoy.filters.http.local_ratelimit
+// filter (token bucket, filter_enabled and filter_enforced at 100%), the
+// baseline that benchmarks compare Sluice with.
+type LocalRateLimit struct {
+	MaxTokens     uint32        // bucket capacity; required
+	TokensPerFill uint32        // default MaxTokens
+	FillInterval  time.Duration // at least 50ms; default 1s
+	// PerClientIP gives each client address its own bucket (a remote_address
+	// descriptor with dynamic values, Envoy >= 1.34) instead of one
+	// process-wide bucket.
+	PerClientIP bool
+	// MaxDynamicDescriptors is the LRU size of per-client buckets with
+	// PerClientIP (Envoy's default is 20). 0: 20.
+	MaxDynamicDescriptors uint32
+	// Headers enables X-RateLimit-* headers (enable_x_ratelimit_headers: DRAFT_VERSION_03).
+	Headers bool
+	// StatPrefix is the stat prefix; stats are
+	// <StatPrefix>.http_local_rate_limit.{enabled,ok,rate_limited,enforced}.
+	// Default "local_rate_limit".
+	StatPrefix string
+}
+
+var routeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// normalized returns a copy of o with defaults filled in, or an error for
+// contradictory or invalid options. It does not start anything.
+func (o Options) normalized() (Options, error) {
+	if o.Wasm != nil && o.LocalRateLimit != nil {
+		return o, errors.New("envoytest: set at most one of Options.Wasm and Options.LocalRateLimit")
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 2
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.DrainTime <= 0 {
+		o.DrainTime = time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 60 * time.Second
+	}
+	if o.XFFNumTrustedHops < 0 {
+		return o, errors.New("envoytest: XFFNumTrustedHops < 0")
+	}
+	if len(o.Routes) == 0 {
+		o.Routes = []Route{{Name: "default", Prefix: "/"}}
+	} else {
+		o.Routes = append([]Route(nil), o.Routes...)
+	}
+	clusters := map[string]bool{DefaultCluster: true}
+	for name, addr := range o.Clusters {
+		if name == DefaultCluster {
+			return o, fmt.Errorf("envoytest: Clusters may not redefine %q (use Options.Upstream)", DefaultCluster)
+		}
+		if !routeNameRE.MatchString(name) {
+			return o, fmt.Errorf("envoytest: bad cluster name %q", name)
+		}
+		if _, _, err := splitHostPort(addr); err != nil {
+			return o, fmt.Errorf("envoytest: cluster %q: %v", name, err)
+		}
+		clusters[name] = true
+	}
+	seen := map[string]bool{}
+	for i := range o.Routes {
+		r := &o.Routes[i]
+		if !routeNameRE.MatchString(r.Name) {
+			return o, fmt.Errorf("envoytest: Routes[%d]: bad or empty name %q", i, r.Name)
+		}
+		if seen[r.Name] {
+			return o, fmt.Errorf("envoytest: Routes[%d]: duplicate name %q", i, r.Name)
+		}
+		seen[r.Name] = true
+		if r.Prefix == "" {
+			r.Prefix = "/"
+		}
+		if r.Cluster == "" {
+			r.Cluster = DefaultCluster
+		}
+		if !clusters[r.Cluster] {
+			return o, fmt.Errorf("envoytest: Routes[%d]: unknown cluster %q", i, r.Cluster)
+		}
+	}
+	if w := o.Wasm; w != nil {
+		c := *w
+		if c.File == "" {
+			return o, errors.New("envoytest: Wasm.File is required")
+		}
+		abs, err := filepath.Abs(c.File)
+		if err != nil {
+			return o, err
+		}
+		c.File = abs
+		if c.VMID == "" {
+			c.VMID = "sluice"
+		}
+		if c.Name == "" {
+			c.Name = "sluice"
+		}
+		switch c.FailurePolicy {
+		case "", "FAIL_CLOSED", "FAIL_OPEN", "FAIL_RELOAD":
+		default:
+			return o, fmt.Errorf("envoytest: Wasm.FailurePolicy %q: want FAIL_CLOSED, FAIL_OPEN or FAIL_RELOAD", c.FailurePolicy)
+		}
+		o.Wasm = &c
+	}
+	if l := o.LocalRateLimit; l != nil {
+		c := *l
+		if c.MaxTokens == 0 {
+			return o, errors.New("envoytest: LocalRateLimit.MaxTokens must be > 0")
+		}
+		if c.TokensPerFill == 0 {
+			c.TokensPerFill = c.MaxTokens
+		}
+		if c.FillInterval == 0 {
+			c.FillInterval = time.Second
+		}
+		if c.FillInterval < 50*time.Millisecond {
+			return o, errors.New("envoytest: LocalRateLimit.FillInterval must be >= 50ms (an Envoy rule)")
+		}
+		if c.MaxDynamicDescriptors == 0 {
+			c.MaxDynamicDescriptors = 20
+		}
+		if c.StatPrefix == "" {
+			c.StatPrefix = "local_rate_limit"
+		}
+		o.LocalRateLimit = &c
+	}
+	return o, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return host, port, nil
+}
+
+// yq quotes s as a YAML double-quoted scalar (JSON string syntax is a subset).
+func yq(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// seconds renders a duration as a protobuf Duration string ("1.5s").
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+type clusterData struct {
+	Name, Host string
+	Port       int
+	DNS        bool
+}
+
+type renderData struct {
+	O          Options
+	Clusters   []clusterData
+	Port       int
+	LDSPath    string
+	ListenerNm string
+	Indent     string
+}
+
+var funcs = template.FuncMap{"q": yq, "seconds": seconds}
+
+// listenerTmpl renders one Listener (without the leading "- " item marker
+// handled by the caller via indentation).
+var listenerTmpl = template.Must(template.New("listener").Funcs(funcs).Parse(`name: {{q .ListenerNm}}
+address:
+  socket_address: {address: 127.0.0.1, port_value: {{.Port}}}
+filter_chains:
+- filters:
+  - name: envoy.filters.network.http_connection_manager
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: ingress_http
+      use_remote_address: true
+      xff_num_trusted_hops: {{.O.XFFNumTrustedHops}}
+      route_config:
+        name: local_route
+        virtual_hosts:
+        - name: all
+          domains: ["*"]
+          routes:
+{{- range .O.Routes}}
+          - name: {{q .Name}}
+            match: {prefix: {{q .Prefix}}}
+            route: {cluster: {{q .Cluster}}}
+{{- end}}
+      http_filters:
+{{- with .O.Wasm}}
+      - name: envoy.filters.http.wasm
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            name: {{q .Name}}
+            root_id: {{q .RootID}}
+{{- if .FailurePolicy}}
+            failure_policy: {{.FailurePolicy}}
+{{- end}}
+            vm_config:
+              vm_id: {{q .VMID}}
+              runtime: envoy.wasm.runtime.v8
+              code:
+                local:
+                  filename: {{q .File}}
+{{- if .Env}}
+              environment_variables:
+                key_values:
+{{- range $k, $v := .Env}}
+                  {{q $k}}: {{q $v}}
+{{- end}}
+{{- end}}
+{{- if .Config}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: {{q .Config}}
+{{- end}}
+{{- end}}
+{{- with .O.LocalRateLimit}}
+      - name: envoy.filters.http.local_ratelimit
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+          stat_prefix: {{q .StatPrefix}}
+          token_bucket: {max_tokens: {{.MaxTokens}}, tokens_per_fill: {{.TokensPerFill}}, fill_interval: {{seconds .FillInterval}}}
+          filter_enabled:
+            runtime_key: local_rate_limit_enabled
+            default_value: {numerator: 100, denominator: HUNDRED}
+          filter_enforced:
+            runtime_key: local_rate_limit_enforced
+            default_value: {numerator: 100, denominator: HUNDRED}
+{{- if .Headers}}
+          enable_x_ratelimit_headers: DRAFT_VERSION_03
+{{- end}}
+{{- if .PerClientIP}}
+          always_consume_default_token_bucket: false
+          max_dynamic_descriptors: {{.MaxDynamicDescriptors}}
+          rate_limits:
+          - actions: [{remote_address: {}}]
+          descriptors:
+          - entries: [{key: remote_address}]
+            token_bucket: {max_tokens: {{.MaxTokens}}, tokens_per_fill: {{.TokensPerFill}}, fill_interval: {{seconds .FillInterval}}}
+{{- end}}
+{{- end}}
+      - name: envoy.filters.http.router
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+`))
+
+var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/e2e/envoytest.
+node: {id: envoytest, cluster: envoytest}
+admin:
+  address:
+    socket_address: {address: 127.0.0.1, port_value: 0}
+{{- if .LDSPath}}
+dynamic_resources:
+  lds_config:
+    resource_api_version: V3
+    path_config_source:
+      path: {{q .LDSPath}}
+{{- end}}
+static_resources:
+{{- if not .LDSPath}}
+  listeners:
+  - {{.ListenerYAML}}
+{{- end}}
+  clusters:
+{{- range .Clusters}}
+  - name: {{q .Name}}
+    type: {{if .DNS}}STRICT_DNS{{else}}STATIC{{end}}
+    connect_timeout: 2s
+    circuit_breakers:
+      thresholds:
+      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000, max_retries: 100}
+    load_assignment:
+      cluster_name: {{q .Name}}
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: {{q .Host}}, port_value: {{.Port}}}
+{{- end}}
+`))
+
+var ldsTmpl = template.Must(template.New("lds").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/e2e/envoytest.
+version_info: {{q .Version}}
+resources:
+- "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+  {{.ListenerYAML}}
+`))
+
+func indent(s, prefix string) string {
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	for i := 1; i < len(lines); i++ {
+		if lines[i] != "" {
+			lines[i] = prefix + lines[i]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// renderListener renders the listener of normalized options o on port.
+// The first line has no indentation; the others are indented by ind.
+func renderListener(o Options, port int, ind string) (string, error) {
+	var b strings.Builder
+	if err := listenerTmpl.Execute(&b, renderData{O: o, Port: port, ListenerNm: ListenerName}); err != nil {
+		return "", err
+	}
+	return indent(b.String(), ind), nil
+}
+
+func clusterList(o Options, upstream string) ([]clusterData, error) {
+	names := []string{}
+	for n := range o.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	addrs := map[string]string{DefaultCluster: upstream}
+	for n, a := range o.Clusters {
+		addrs[n] = a
+	}
+	var out []clusterData
+	for _, n := range append([]string{DefaultCluster}, names...) {
+		host, port, err := splitHostPort(addrs[n])
+		if err != nil {
+			return nil, fmt.Errorf("envoytest: cluster %q: %v", n, err)
+		}
+		out = append(out, clusterData{Name: n, Host: host, Port: port, DNS: net.ParseIP(host) == nil})
+	}
+	return out, nil
+}
+
+// renderBootstrap renders the bootstrap for normalized options. With a
+// non-empty ldsPath the listener is left out (it goes to the LDS file).
+func renderBootstrap(o Options, upstream string, port int, ldsPath string) (string, error) {
+	cl, err := clusterList(o, upstream)
+	if err != nil {
+		return "", err
+	}
+	data := struct {
+		Clusters     []clusterData
+		LDSPath      string
+		ListenerYAML string
+	}{Clusters: cl, LDSPath: ldsPath}
+	if ldsPath == "" {
+		if data.ListenerYAML, err = renderListener(o, port, "    "); err != nil {
+			return "", err
+		}
+	}
+	var b strings.Builder
+	if err := bootstrapTmpl.Execute(&b, data); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func renderLDS(o Options, port int, version string) (string, error) {
+	l, err := renderListener(o, port, "  ")
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	err = ldsTmpl.Execute(&b, struct{ Version, ListenerYAML string }{version, l})
+	return b.String(), err
+}
+
+// RenderBootstrap returns the Envoy bootstrap YAML that Start would write for
+// o, with the cluster DefaultCluster pointing at upstream (host:port) and the
+// listener on 127.0.0.1:port (0: kernel's choice). With o.DynamicListeners
+// the listener is not in the bootstrap; RenderLDS renders it. Useful to
+// inspect or `Validate` a configuration.
+func RenderBootstrap(o Options, upstream string, port int) (string, error) {
+	n, err := o.normalized()
+	if err != nil {
+		return "", err
+	}
+	lds := ""
+	if n.DynamicListeners {
+		lds = "lds.yaml"
+	}
+	return renderBootstrap(n, upstream, port, lds)
+}
+
+// RenderLDS returns the file-based LDS document (a DiscoveryResponse in
+// YAML) holding o's listener on 127.0.0.1:port with the given version_info.
+func RenderLDS(o Options, port int, version string) (string, error) {
+	n, err := o.normalized()
+	if err != nil {
+		return "", err
+	}
+	return renderLDS(n, port, version)
+}

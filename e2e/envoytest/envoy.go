@@ -1,0 +1,727 @@
+package envoytest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Envoy is a running Envoy process started by Start. Its methods are safe for
+// concurrent use.
+type Envoy struct {
+	// Upstream is the backend Start created when Options.Upstream was empty
+	// (nil otherwise). Stop closes it.
+	Upstream *Upstream
+
+	bin        string
+	dir        string
+	ownDir     bool
+	bootstrap  string
+	ldsPath    string
+	logPath    string
+	logFile    *os.File
+	listenPort int
+	adminAddr  string
+	cmd        *exec.Cmd
+	done       chan struct{} // closed when the process has exited
+	waitErr    error         // valid after done
+	client     *http.Client
+	admin      *http.Client
+
+	reconfMu   sync.Mutex // serializes Reconfigure; guards ldsVersion
+	ldsVersion int
+
+	mu        sync.Mutex // guards opts, stopped, savedLogs
+	opts      Options    // normalized
+	upstream  string
+	stopped   bool
+	savedLogs string
+}
+
+// StartError is returned by Start when Envoy exits or fails to become ready.
+// Its Error text includes Envoy's error lines and log tail; Log has it all.
+type StartError struct {
+	Err error  // what went wrong: the exit status, or a timeout
+	Log string // Envoy's complete log
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("envoytest: envoy did not start: %v\n%s", e.Err, logDigest(e.Log, 15))
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ErrRejected is wrapped by the error Reconfigure returns when Envoy rejects
+// the new listener (for example because the wasm plugin refused its
+// configuration). Envoy then keeps serving the previous one.
+var ErrRejected = errors.New("envoy rejected the listener update")
+
+// logDigest returns the error-level lines of log (at most 30) and its last
+// tail lines.
+func logDigest(log string, tail int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	var errs []string
+	for _, l := range lines {
+		if strings.Contains(l, "][critical][") || strings.Contains(l, "][error][") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) > 30 {
+		errs = errs[len(errs)-30:]
+	}
+	if len(lines) > tail {
+		lines = lines[len(lines)-tail:]
+	}
+	for i, l := range lines {
+		if len(l) > 300 {
+			lines[i] = l[:300] + " …"
+		}
+	}
+	var b strings.Builder
+	if len(errs) > 0 {
+		b.WriteString("--- envoy errors ---\n")
+		b.WriteString(strings.Join(errs, "\n"))
+		b.WriteString("\n")
+	}
+	b.WriteString("--- envoy log tail ---\n")
+	b.WriteString(strings.Join(lines, "\n"))
+	return b.String()
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start renders a bootstrap from o, starts Envoy and waits until its admin
+// /ready answers 200 and the listener's port is known. ctx bounds only the
+// start-up; the process runs until Stop. On failure Envoy is stopped and the
+// error (a *StartError when Envoy itself failed) carries its log.
+func Start(ctx context.Context, o Options) (*Envoy, error) {
+	n, err := o.normalized()
+	if err != nil {
+		return nil, err
+	}
+	if n.Bin == "" {
+		if n.Bin, err = FindEnvoy(); err != nil {
+			return nil, err
+		}
+	}
+	e := &Envoy{bin: n.Bin, done: make(chan struct{}), client: NewClient(256)}
+	e.admin = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}}
+	ok := false
+	defer func() {
+		if !ok {
+			e.Stop()
+		}
+	}()
+	if n.Dir == "" {
+		if e.dir, err = os.MkdirTemp("", "envoytest-"); err != nil {
+			return nil, err
+		}
+		e.ownDir = true
+	} else {
+		if e.dir, err = filepath.Abs(n.Dir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(e.dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if n.Wasm != nil {
+		if _, err := os.Stat(n.Wasm.File); err != nil {
+			return nil, fmt.Errorf("envoytest: wasm module: %w", err)
+		}
+	}
+	e.upstream = n.Upstream
+	if e.upstream == "" {
+		if e.Upstream, err = StartUpstream(); err != nil {
+			return nil, err
+		}
+		e.upstream = e.Upstream.Addr()
+	}
+	e.listenPort = n.ListenerPort
+	if n.DynamicListeners {
+		if e.listenPort == 0 {
+			if e.listenPort, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		e.ldsPath = filepath.Join(e.dir, "lds.yaml")
+		e.ldsVersion = 1
+		lds, err := renderLDS(n, e.listenPort, "1")
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFileAtomic(e.ldsPath, []byte(lds)); err != nil {
+			return nil, err
+		}
+	}
+	boot, err := renderBootstrap(n, e.upstream, e.listenPort, e.ldsPath)
+	if err != nil {
+		return nil, err
+	}
+	e.bootstrap = filepath.Join(e.dir, "envoy.yaml")
+	if err := os.WriteFile(e.bootstrap, []byte(boot), 0o644); err != nil {
+		return nil, err
+	}
+	e.opts = n
+
+	adminPath := filepath.Join(e.dir, "admin-address.txt")
+	_ = os.Remove(adminPath)
+	e.logPath = filepath.Join(e.dir, "envoy.log")
+	if e.logFile, err = os.Create(e.logPath); err != nil {
+		return nil, err
+	}
+	args := []string{
+		"-c", e.bootstrap,
+		"--concurrency", strconv.Itoa(n.Concurrency),
+		"--use-dynamic-base-id",
+		"--admin-address-path", adminPath,
+		"--log-level", n.LogLevel,
+		"--drain-time-s", strconv.Itoa(max(1, int((n.DrainTime+time.Second-1)/time.Second))),
+		"--drain-strategy", "immediate",
+	}
+	comp := n.ComponentLogLevel
+	if n.WasmDebug {
+		if comp != "" {
+			comp += ","
+		}
+		comp += "wasm:debug"
+	}
+	if comp != "" {
+		args = append(args, "--component-log-level", comp)
+	}
+	args = append(args, n.ExtraArgs...)
+	e.cmd = exec.Command(e.bin, args...)
+	e.cmd.Dir = e.dir
+	var out io.Writer = e.logFile
+	if n.LogOutput != nil {
+		out = io.MultiWriter(e.logFile, n.LogOutput)
+	}
+	e.cmd.Stdout, e.cmd.Stderr = out, out
+	setProcAttr(e.cmd)
+	if err := e.cmd.Start(); err != nil {
+		close(e.done)
+		return nil, fmt.Errorf("envoytest: starting %s: %w", e.bin, err)
+	}
+	go func() {
+		e.waitErr = e.cmd.Wait()
+		close(e.done)
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, n.StartTimeout)
+	defer cancel()
+	fail := func(err error) (*Envoy, error) {
+		e.Stop()
+		return nil, &StartError{Err: err, Log: e.Logs()}
+	}
+	// Admin address.
+	for e.adminAddr == "" {
+		if b, err := os.ReadFile(adminPath); err == nil && strings.TrimSpace(string(b)) != "" {
+			e.adminAddr = strings.TrimSpace(string(b))
+			break
+		}
+		if err := e.pause(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	// Readiness.
+	for {
+		if code, _, err := e.adminGet(ctx, "/ready"); err == nil && code == http.StatusOK {
+			break
+		}
+		if err := e.pause(ctx); err != nil {
+			return fail(fmt.Errorf("waiting for /ready: %w", err))
+		}
+	}
+	// Listener port.
+	for {
+		port, err := e.boundPort(ctx)
+		if err == nil && port > 0 {
+			e.listenPort = port
+			break
+		}
+		if err := e.pause(ctx); err != nil {
+			return fail(fmt.Errorf("waiting for listener %s: %w", ListenerName, err))
+		}
+	}
+	ok = true
+	return e, nil
+}
+
+// pause waits a little, failing if the process exited or ctx ended.
+func (e *Envoy) pause(ctx context.Context) error {
+	select {
+	case <-e.done:
+		if e.waitErr != nil {
+			return fmt.Errorf("envoy exited: %w", e.waitErr)
+		}
+		return errors.New("envoy exited with status 0")
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(25 * time.Millisecond):
+		return nil
+	}
+}
+
+func (e *Envoy) boundPort(ctx context.Context) (int, error) {
+	code, body, err := e.adminGet(ctx, "/listeners?format=json")
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("/listeners: status %d", code)
+	}
+	var resp struct {
+		ListenerStatuses []struct {
+			Name         string `json:"name"`
+			LocalAddress struct {
+				SocketAddress struct {
+					PortValue int `json:"port_value"`
+				} `json:"socket_address"`
+			} `json:"local_address"`
+		} `json:"listener_statuses"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return 0, err
+	}
+	for _, l := range resp.ListenerStatuses {
+		if l.Name == ListenerName {
+			return l.LocalAddress.SocketAddress.PortValue, nil
+		}
+	}
+	return 0, errors.New("listener not active yet")
+}
+
+func (e *Envoy) adminGet(ctx context.Context, path string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.adminAddr+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := e.admin.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// Admin GETs an admin endpoint such as "/stats?filter=wasm" or "/clusters"
+// and returns its body; a status other than 200 is an error.
+func (e *Envoy) Admin(ctx context.Context, path string) ([]byte, error) {
+	code, b, err := e.adminGet(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return b, fmt.Errorf("envoytest: admin %s: status %d: %s", path, code, b)
+	}
+	return b, nil
+}
+
+// URL returns the listener's base URL, "http://127.0.0.1:<port>".
+func (e *Envoy) URL() string { return "http://127.0.0.1:" + strconv.Itoa(e.listenPort) }
+
+// Port returns the listener's port.
+func (e *Envoy) Port() int { return e.listenPort }
+
+// AdminURL returns the admin interface's base URL, "http://127.0.0.1:<port>".
+func (e *Envoy) AdminURL() string { return "http://" + e.adminAddr }
+
+// Pid returns Envoy's process id.
+func (e *Envoy) Pid() int { return e.cmd.Process.Pid }
+
+// Dir returns the working directory holding envoy.yaml, lds.yaml and envoy.log.
+func (e *Envoy) Dir() string { return e.dir }
+
+// BootstrapPath returns the path of the rendered bootstrap.
+func (e *Envoy) BootstrapPath() string { return e.bootstrap }
+
+// Options returns the normalized options Envoy currently runs with
+// (reflecting successful Reconfigure calls).
+func (e *Envoy) Options() Options {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.opts
+}
+
+// Client returns an HTTP client shared by this Envoy's helpers, tuned for
+// many concurrent connections (see NewClient).
+func (e *Envoy) Client() *http.Client { return e.client }
+
+// Exited reports whether the Envoy process has exited.
+func (e *Envoy) Exited() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Get sends a GET for path (e.g. "/checkout") with the given headers (may be
+// nil) through Envoy's listener and returns the response with its body read
+// and closed.
+func (e *Envoy) Get(ctx context.Context, path string, h http.Header) (*http.Response, string, error) {
+	return e.Do(ctx, http.MethodGet, path, h, nil)
+}
+
+// Do sends one request through Envoy's listener and returns the response with
+// its body read and closed.
+func (e *Envoy) Do(ctx context.Context, method, path string, h http.Header, body []byte) (*http.Response, string, error) {
+	var r io.Reader
+	if body != nil {
+		r = strings.NewReader(string(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.URL()+path, r)
+	if err != nil {
+		return nil, "", err
+	}
+	for k, vs := range h {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if host := h.Get("Host"); host != "" {
+		req.Host = host
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, string(b), err
+}
+
+// Stats returns Envoy's counters and gauges from /stats, optionally limited to
+// names matching the regular expression filter (Envoy's ?filter=). Text
+// readouts and histograms are left out. Custom metrics of a wasm plugin show
+// up as "wasmcustom.<name>".
+func (e *Envoy) Stats(filter string) (map[string]uint64, error) {
+	path := "/stats"
+	if filter != "" {
+		path += "?filter=" + url.QueryEscape(filter)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := e.Admin(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStats(string(b)), nil
+}
+
+// Stat returns one counter or gauge by its exact name (0 if absent).
+func (e *Envoy) Stat(name string) (uint64, error) {
+	m, err := e.Stats("^" + regexpQuote(name) + "$")
+	if err != nil {
+		return 0, err
+	}
+	return m[name], nil
+}
+
+func regexpQuote(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ParseStats parses the plain-text output of Envoy's /stats ("name: value"
+// lines) into a map, keeping the lines whose value is an unsigned integer.
+func ParseStats(text string) map[string]uint64 {
+	m := map[string]uint64{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndex(line, ": ")
+		if i <= 0 {
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(line[i+2:]), 10, 64)
+		if err != nil {
+			continue
+		}
+		m[line[:i]] = v
+	}
+	return m
+}
+
+// Logs returns everything Envoy has written to stdout and stderr so far
+// (also after Stop).
+func (e *Envoy) Logs() string {
+	e.mu.Lock()
+	saved, stopped := e.savedLogs, e.stopped
+	e.mu.Unlock()
+	if stopped && saved != "" {
+		return saved
+	}
+	b, err := os.ReadFile(e.logPath)
+	if err != nil {
+		return saved
+	}
+	return string(b)
+}
+
+// WaitForLog waits until Envoy's log contains substr, the process exits, or
+// ctx ends.
+func (e *Envoy) WaitForLog(ctx context.Context, substr string) error {
+	for {
+		if strings.Contains(e.Logs(), substr) {
+			return nil
+		}
+		select {
+		case <-e.done:
+			if strings.Contains(e.Logs(), substr) {
+				return nil
+			}
+			return fmt.Errorf("envoytest: envoy exited before logging %q", substr)
+		case <-ctx.Done():
+			return fmt.Errorf("envoytest: waiting for log %q: %w", substr, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ResidentMemory returns Envoy's resident set size in bytes (VmRSS from
+// /proc/<pid>/status; where there is no /proc, the admin /memory endpoint's
+// total_physical_bytes).
+func (e *Envoy) ResidentMemory() (uint64, error) {
+	if rss, err := procRSS(e.Pid()); err == nil {
+		return rss, nil
+	}
+	m, err := e.Memory()
+	if err != nil {
+		return 0, err
+	}
+	return m["total_physical_bytes"], nil
+}
+
+// Memory returns the admin /memory endpoint's figures in bytes: allocated,
+// heap_size, pageheap_unmapped, pageheap_free, total_thread_cache,
+// total_physical_bytes.
+func (e *Envoy) Memory() (map[string]uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := e.Admin(ctx, "/memory")
+	if err != nil {
+		return nil, err
+	}
+	var raw map[string]string
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("envoytest: /memory: %v", err)
+	}
+	m := map[string]uint64{}
+	for k, v := range raw {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			m[k] = n
+		}
+	}
+	return m, nil
+}
+
+func procRSS(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				n, err := strconv.ParseUint(f[0], 10, 64)
+				return n * 1024, err
+			}
+		}
+	}
+	return 0, errors.New("envoytest: no VmRSS in /proc status")
+}
+
+// Stop stops Envoy (SIGTERM, then SIGKILL after 10s), waits for it, closes the
+// Upstream Start created and removes the temporary directory Start created.
+// It may be called more than once. It returns the process's exit error unless
+// the process ended because of Stop's signal.
+func (e *Envoy) Stop() error {
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return nil
+	}
+	e.stopped = true
+	e.mu.Unlock()
+
+	var exitErr error
+	if e.cmd != nil && e.cmd.Process != nil {
+		select {
+		case <-e.done:
+			exitErr = e.waitErr
+		default:
+			_ = e.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-e.done:
+			case <-time.After(10 * time.Second):
+				_ = e.cmd.Process.Kill()
+				<-e.done
+			}
+		}
+	}
+	if e.logFile != nil {
+		_ = e.logFile.Close()
+		if b, err := os.ReadFile(e.logPath); err == nil {
+			e.mu.Lock()
+			e.savedLogs = string(b)
+			e.mu.Unlock()
+		}
+	}
+	if e.Upstream != nil {
+		_ = e.Upstream.Close()
+	}
+	e.client.CloseIdleConnections()
+	e.admin.CloseIdleConnections()
+	if e.ownDir && e.dir != "" {
+		_ = os.RemoveAll(e.dir)
+	}
+	return exitErr
+}
+
+// writeFileAtomic writes data to a temporary file in path's directory and
+// renames it over path, so a watcher never sees a partial file.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(tmp, 0o644)
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+	}
+	return werr
+}
+
+// Reconfigure changes the listener of an Envoy started with
+// DynamicListeners: it applies change to a copy of the current options,
+// renders the listener, atomically replaces the LDS file (write to a temporary
+// file, then rename) and waits until Envoy has applied it
+// (listener_manager.lds.update_success grows and no listener is warming) or
+// rejected it (update_rejected grows: the error wraps ErrRejected and carries
+// the log's error lines; Envoy keeps the old listener).
+//
+// Only listener-level options take effect: Routes (over existing clusters),
+// XFFNumTrustedHops, Wasm, LocalRateLimit. Connections opened before the
+// update keep the old filter chain until they drain (Options.DrainTime), so
+// use new connections to observe the change; the shared Client's idle
+// connections are closed on success.
+func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
+	if e.ldsPath == "" {
+		return errors.New("envoytest: Reconfigure needs Options.DynamicListeners")
+	}
+	e.reconfMu.Lock()
+	defer e.reconfMu.Unlock()
+	cur := e.Options()
+	next := cur
+	if next.Wasm != nil {
+		w := *next.Wasm
+		next.Wasm = &w
+	}
+	if next.LocalRateLimit != nil {
+		l := *next.LocalRateLimit
+		next.LocalRateLimit = &l
+	}
+	next.Routes = append([]Route(nil), next.Routes...)
+	change(&next)
+	next.Bin, next.Dir, next.Upstream, next.Clusters = cur.Bin, cur.Dir, cur.Upstream, cur.Clusters
+	next.DynamicListeners, next.ListenerPort = true, cur.ListenerPort
+	n, err := next.normalized()
+	if err != nil {
+		return err
+	}
+	if n.Wasm != nil {
+		if _, err := os.Stat(n.Wasm.File); err != nil {
+			return fmt.Errorf("envoytest: wasm module: %w", err)
+		}
+	}
+
+	before, err := e.Stats(`^listener_manager\.lds\.update_(success|rejected)$`)
+	if err != nil {
+		return err
+	}
+	logLen := len(e.Logs())
+	version := strconv.Itoa(e.ldsVersion + 1)
+	lds, err := renderLDS(n, e.listenPort, version)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(e.ldsPath, []byte(lds)); err != nil {
+		return err
+	}
+	e.ldsVersion++
+	for {
+		st, err := e.Stats(`^listener_manager\.(lds\.update_(success|rejected)|total_listeners_warming)$`)
+		if err == nil {
+			if st["listener_manager.lds.update_rejected"] > before["listener_manager.lds.update_rejected"] {
+				logs := e.Logs()
+				if len(logs) >= logLen {
+					logs = logs[logLen:]
+				}
+				return fmt.Errorf("envoytest: LDS version %s: %w\n%s", version, ErrRejected, logDigest(logs, 20))
+			}
+			if st["listener_manager.lds.update_success"] > before["listener_manager.lds.update_success"] &&
+				st["listener_manager.total_listeners_warming"] == 0 {
+				e.mu.Lock()
+				e.opts = n
+				e.mu.Unlock()
+				e.client.CloseIdleConnections()
+				return nil
+			}
+		}
+		if err := e.pause(ctx); err != nil {
+			return fmt.Errorf("envoytest: waiting for LDS version %s: %w\n%s", version, err, logDigest(e.Logs(), 20))
+		}
+	}
+}
+
+// SetPluginConfig replaces the wasm plugin's configuration (Wasm.Config) of an
+// Envoy started with DynamicListeners and Wasm; see Reconfigure.
+func (e *Envoy) SetPluginConfig(ctx context.Context, config string) error {
+	if e.Options().Wasm == nil {
+		return errors.New("envoytest: SetPluginConfig needs Options.Wasm")
+	}
+	return e.Reconfigure(ctx, func(o *Options) { o.Wasm.Config = config })
+}

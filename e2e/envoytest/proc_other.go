@@ -1,0 +1,7 @@
+//go:build !linux
+
+package envoytest
+
+import "os/exec"
+
+func setProcAttr(*exec.Cmd) {}

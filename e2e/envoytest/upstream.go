@@ -1,0 +1,132 @@
+package envoytest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// UpstreamBody is the body of every Upstream response.
+const UpstreamBody = "ok\n"
+
+// Upstream is a backend HTTP server on 127.0.0.1 that answers every request
+// with 200 and UpstreamBody and counts the requests that reach it per path,
+// so a test can tell how many requests Envoy let through. Each response
+// carries "X-Upstream-Forwarded-For", the X-Forwarded-For header the request
+// arrived with. Its methods are safe for concurrent use.
+type Upstream struct {
+	srv   *http.Server
+	ln    net.Listener
+	mu    sync.Mutex
+	count map[string]int
+	total int
+	delay time.Duration
+}
+
+// StartUpstream starts an Upstream on 127.0.0.1 with a kernel-chosen port.
+func StartUpstream() (*Upstream, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	u := &Upstream{ln: ln, count: map[string]int{}}
+	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = u.srv.Serve(ln) }()
+	return u, nil
+}
+
+// ServeHTTP counts the request and answers 200.
+func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.count[r.URL.Path]++
+	u.total++
+	d := u.delay
+	u.mu.Unlock()
+	if d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(UpstreamBody)))
+	if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+		h.Set("X-Upstream-Forwarded-For", xff)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(UpstreamBody))
+}
+
+// Addr returns the host:port the Upstream listens on.
+func (u *Upstream) Addr() string { return u.ln.Addr().String() }
+
+// URL returns "http://<Addr>".
+func (u *Upstream) URL() string { return "http://" + u.Addr() }
+
+// Count returns how many requests for exactly this path (no query) arrived.
+func (u *Upstream) Count(path string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.count[path]
+}
+
+// Total returns how many requests arrived in all.
+func (u *Upstream) Total() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.total
+}
+
+// Counts returns a copy of the per-path counts.
+func (u *Upstream) Counts() map[string]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	m := make(map[string]int, len(u.count))
+	for k, v := range u.count {
+		m[k] = v
+	}
+	return m
+}
+
+// Paths returns the paths seen so far, sorted.
+func (u *Upstream) Paths() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ps := make([]string, 0, len(u.count))
+	for p := range u.count {
+		ps = append(ps, p)
+	}
+	sort.Strings(ps)
+	return ps
+}
+
+// Reset sets all counts to zero.
+func (u *Upstream) Reset() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.count = map[string]int{}
+	u.total = 0
+}
+
+// SetDelay makes every following response wait d before it is written
+// (a slow backend).
+func (u *Upstream) SetDelay(d time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.delay = d
+}
+
+// Close stops the server, closing open connections.
+func (u *Upstream) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := u.srv.Shutdown(ctx); err != nil {
+		return u.srv.Close()
+	}
+	return nil
+}
