@@ -658,6 +658,12 @@ func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
 	next := cur
 	if next.Wasm != nil {
 		w := *next.Wasm
+		if w.Env != nil {
+			w.Env = make(map[string]string, len(next.Wasm.Env))
+			for k, v := range next.Wasm.Env {
+				w.Env[k] = v
+			}
+		}
 		next.Wasm = &w
 	}
 	if next.LocalRateLimit != nil {

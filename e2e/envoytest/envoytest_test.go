@@ -462,3 +462,50 @@ func TestManyConcurrentRequests(t *testing.T) {
 		t.Errorf("X-Envoytest-Wasm = %q", got)
 	}
 }
+
+// TestSeveralEnvoysAtOnce: --use-dynamic-base-id lets Envoys run side by
+// side; Stop removes the temporary directory Start made, and the logs stay
+// readable afterwards.
+func TestSeveralEnvoysAtOnce(t *testing.T) {
+	t.Parallel()
+	bin := envoytest.RequireEnvoy(t)
+	ctx := ctxT(t)
+	var es []*envoytest.Envoy
+	for i := 0; i < 3; i++ {
+		e, err := envoytest.Start(ctx, envoytest.Options{Bin: bin, Concurrency: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Stop()
+		es = append(es, e)
+	}
+	for i, e := range es {
+		resp, body, err := e.Get(ctx, "/n", nil)
+		if err != nil || resp.StatusCode != 200 || body != envoytest.UpstreamBody {
+			t.Fatalf("envoy %d: %v %v %q", i, err, resp, body)
+		}
+		if e.Upstream.Count("/n") != 1 {
+			t.Errorf("envoy %d: upstream count %d", i, e.Upstream.Count("/n"))
+		}
+	}
+	if err := es[0].WaitForLog(ctx, "starting main dispatch loop"); err != nil {
+		t.Error(err)
+	}
+	dir := es[0].Dir()
+	if err := es[0].Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if !es[0].Exited() {
+		t.Error("not exited after Stop")
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("temporary dir %s still there: %v", dir, err)
+	}
+	if !strings.Contains(es[0].Logs(), "exiting") {
+		t.Errorf("logs after Stop lack the shutdown:\n%s", es[0].Logs())
+	}
+	// The others still serve.
+	if resp, _, err := es[2].Get(ctx, "/n", nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("envoy 2 after stopping 0: %v", err)
+	}
+}

@@ -1,0 +1,176 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+)
+
+// TestFloodKeepsMemoryFlatAndLimitsHeld floods Envoy with far more distinct
+// client addresses than max_keys (Envoy's xff_num_trusted_hops: 1 makes the
+// last X-Forwarded-For entry the client): Envoy's memory stays flat past
+// max_keys, and a client that used its budget stays limited throughout.
+func TestFloodKeepsMemoryFlatAndLimitsHeld(t *testing.T) {
+	const cfg = `{"rules":[{"name":"per-ip","limit":5,"window":"1h"}],"max_keys":2000}`
+	e := startSluice(t, 2, cfg, func(o *envoytest.Options) { o.XFFNumTrustedHops = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	victim := func(int) string { return "192.0.2.1" }
+	if res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 8, Concurrency: 1, XForwardedFor: victim}); res.Count(200) != 5 {
+		t.Fatalf("victim: %v, want 5 admitted", res.Status)
+	}
+	flood := func(from, n int) envoytest.LoadResult {
+		return envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{
+			Requests: n, Concurrency: 32,
+			XForwardedFor: func(i int) string { return envoytest.ClientIP(from + i) },
+		})
+	}
+	// Warm up well past max_keys (Envoy's and the wasm VMs' own buffers grow
+	// to a steady size in the first ~15,000 requests), then measure across
+	// fifteen times max_keys more clients.
+	warm := flood(0, 16000)
+	rss0, err := e.ResidentMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res envoytest.LoadResult
+	for k := 0; k < 6; k++ {
+		res = flood(16000+k*5000, 5000)
+		r, _ := e.ResidentMemory()
+		t.Logf("after %d clients: RSS %d KiB", 16000+(k+1)*5000, r>>10)
+	}
+	rss1, err := e.ResidentMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	growth := int64(rss1) - int64(rss0)
+	t.Logf("flood: warm-up %v; flood %v; RSS %d KiB -> %d KiB (%+d KiB) over 30,000 new clients with max_keys 2000",
+		warm, res, rss0>>10, rss1>>10, growth>>10)
+	if res.Errors > 0 {
+		t.Fatalf("flood errors: %d (%v)", res.Errors, res.FirstErr)
+	}
+	// 30,000 per-client states at ~40 bytes would be 1.2 MB more; allow
+	// Envoy's own noise but not per-client growth.
+	if growth > 768<<10 {
+		t.Errorf("Envoy grew %d KiB during the flood: memory is not bounded by max_keys", growth>>10)
+	}
+	if res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 3, Concurrency: 1, XForwardedFor: victim}); res.Count(429) != 3 {
+		t.Errorf("after the flood the victim got %v: its spent budget was reset", res.Status)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	st, _ := e.Stats("sluice_")
+	t.Logf("stats after flood: %v", st)
+	if st["wasmcustom.sluice_table_overflow"] == 0 {
+		t.Error("no overflow counted although the flood exceeded max_keys")
+	}
+}
+
+// TestExactUnderContention: 5,000 simultaneous requests from one client, and
+// the CAS retries they cost.
+func TestExactUnderContention(t *testing.T) {
+	const cfg = `{"rules":[{"name":"hot","limit":100,"window":"1h","burst":100}]}`
+	for _, workers := range []int{2, 4} {
+		t.Run(fmt.Sprintf("concurrency=%d", workers), func(t *testing.T) {
+			e := startSluice(t, workers, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5000, Concurrency: 1000})
+			if res.Errors != 0 || res.Count(200) != 100 || res.Count(429) != 4900 {
+				t.Fatalf("%v, want exactly 100 admitted of 5000", res)
+			}
+			time.Sleep(1200 * time.Millisecond)
+			st, _ := e.Stats("sluice_(cas|on_error)")
+			t.Logf("concurrency %d: %v; CAS retries %d (%.4f per request), exhausted %d, on_error decisions %d",
+				workers, res, st["wasmcustom.sluice_cas_retries"], float64(st["wasmcustom.sluice_cas_retries"])/5000,
+				st["wasmcustom.sluice_cas_exhausted"], st["wasmcustom.sluice_on_error_allowed"]+st["wasmcustom.sluice_on_error_denied"])
+			if st["wasmcustom.sluice_cas_exhausted"] != 0 {
+				t.Errorf("CAS retries exhausted %d times", st["wasmcustom.sluice_cas_exhausted"])
+			}
+		})
+	}
+}
+
+// TestOverloadAdmitsTheRate sends twice the allowed rate for 10 seconds at a
+// constant pace (open model): admissions match limit x time + burst within 1%.
+func TestOverloadAdmitsTheRate(t *testing.T) {
+	const limit, burst, dur = 100, 20, 10 * time.Second
+	e := startSluice(t, 2, fmt.Sprintf(`{"rules":[{"name":"rate","limit":%d,"window":"1s","burst":%d}]}`, limit, burst))
+	admitted, sent := paced(t, e.URL(), 2*limit, dur)
+	// Tokens available between the first and last request: burst plus the
+	// refill over the elapsed time (dur minus one sending interval).
+	elapsed := dur - time.Second/(2*limit)
+	want := float64(burst) + float64(limit)*elapsed.Seconds()
+	t.Logf("overload: sent %d at %d/s for %v, admitted %d, expected %.0f (%.2f%% off)", sent, 2*limit, dur, admitted, want, 100*(float64(admitted)-want)/want)
+	if d := float64(admitted) - want; d > want/100 || d < -want/100 {
+		t.Errorf("admitted %d, want %.0f within 1%%", admitted, want)
+	}
+}
+
+// paced sends rate requests per second for dur, each on its own goroutine
+// (an open model: a slow response does not delay the next send).
+func paced(t *testing.T, url string, rate int, dur time.Duration) (admitted, sent int) {
+	t.Helper()
+	client := envoytest.NewClient(256)
+	defer client.CloseIdleConnections()
+	var ok, total atomic.Int64
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	n := int(dur / interval)
+	for i := 0; i < n; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Get(url + "/")
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			total.Add(1)
+			if resp.StatusCode == http.StatusOK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if int(total.Load()) != n {
+		t.Errorf("%d of %d paced requests failed", n-int(total.Load()), n)
+	}
+	return int(ok.Load()), n
+}
+
+// TestStateSurvivesConfigUpdate replaces the listener (with the plugin
+// configuration) while Envoy runs: an unchanged rule keeps its clients'
+// state, a changed rule starts clean.
+func TestStateSurvivesConfigUpdate(t *testing.T) {
+	before := `{"rules":[
+	  {"name":"kept","match":{"path_prefix":"/kept"},"limit":3,"window":"1h"},
+	  {"name":"changed","match":{"path_prefix":"/changed"},"limit":3,"window":"1h"}]}`
+	after := `{"rules":[
+	  {"name":"kept","match":{"path_prefix":"/kept"},"limit":3,"window":"1h"},
+	  {"name":"changed","match":{"path_prefix":"/changed"},"limit":4,"window":"1h"}],"status":429}`
+	e := startSluice(t, 2, before, func(o *envoytest.Options) { o.DynamicListeners = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, p := range []string{"/kept", "/changed"} {
+		if res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: p, Requests: 3, Concurrency: 1}); res.Count(200) != 3 {
+			t.Fatalf("%s before update: %v", p, res.Status)
+		}
+	}
+	if err := e.SetPluginConfig(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	if res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/kept", Requests: 2, Concurrency: 1}); res.Count(429) != 2 {
+		t.Errorf("unchanged rule lost its state across the update: %v", res.Status)
+	}
+	if res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/changed", Requests: 5, Concurrency: 1}); res.Count(200) != 4 {
+		t.Errorf("changed rule (limit 4) did not start clean: %v", res.Status)
+	}
+}
