@@ -64,9 +64,9 @@ func TestFloodKeepsMemoryFlatAndLimitsHeld(t *testing.T) {
 		t.Errorf("after the flood the victim got %v: its spent budget was reset", res.Status)
 	}
 	time.Sleep(1200 * time.Millisecond)
-	st, _ := e.Stats("sluice_")
+	st, _ := e.Stats(`sluice\.`)
 	t.Logf("stats after flood: %v", st)
-	if st["wasmcustom.sluice_table_overflow"] == 0 {
+	if st["wasmcustom.sluice.table.overflow"] == 0 {
 		t.Error("no overflow counted although the flood exceeded max_keys")
 	}
 }
@@ -85,12 +85,12 @@ func TestExactUnderContention(t *testing.T) {
 				t.Fatalf("%v, want exactly 100 admitted of 5000", res)
 			}
 			time.Sleep(1200 * time.Millisecond)
-			st, _ := e.Stats("sluice_(cas|on_error)")
+			st, _ := e.Stats(`sluice\.(cas|on_error)`)
 			t.Logf("concurrency %d: %v; CAS retries %d (%.4f per request), exhausted %d, on_error decisions %d",
-				workers, res, st["wasmcustom.sluice_cas_retries"], float64(st["wasmcustom.sluice_cas_retries"])/5000,
-				st["wasmcustom.sluice_cas_exhausted"], st["wasmcustom.sluice_on_error_allowed"]+st["wasmcustom.sluice_on_error_denied"])
-			if st["wasmcustom.sluice_cas_exhausted"] != 0 {
-				t.Errorf("CAS retries exhausted %d times", st["wasmcustom.sluice_cas_exhausted"])
+				workers, res, st["wasmcustom.sluice.cas.retries"], float64(st["wasmcustom.sluice.cas.retries"])/5000,
+				st["wasmcustom.sluice.cas.exhausted"], st["wasmcustom.sluice.on_error.allowed"]+st["wasmcustom.sluice.on_error.denied"])
+			if st["wasmcustom.sluice.cas.exhausted"] != 0 {
+				t.Errorf("CAS retries exhausted %d times", st["wasmcustom.sluice.cas.exhausted"])
 			}
 		})
 	}

@@ -134,7 +134,7 @@ func TestRuleEngine(t *testing.T) {
 		if marked != 3 {
 			t.Errorf("%d responses marked as shadow-rejected, want 3", marked)
 		}
-		waitStat(t, e, "wasmcustom.sluice_rule_shadow_shadow_rejected", 3)
+		waitStat(t, e, "wasmcustom.sluice.rule.shadow.shadow_rejected", 3)
 	})
 
 	t.Run("several_rules_refund", func(t *testing.T) {
@@ -210,7 +210,7 @@ func TestClientIdentity(t *testing.T) {
 	if resp.StatusCode != 503 || resp.Header.Get("X-RateLimit-Limit") != "2" || resp.Header.Get("RateLimit-Policy") != "" || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("legacy/503: %d %v", resp.StatusCode, resp.Header)
 	}
-	waitStat(t, e, "wasmcustom.sluice_exempt", 20)
+	waitStat(t, e, "wasmcustom.sluice.exempt", 20)
 }
 
 func maxDur(ds []time.Duration) time.Duration {

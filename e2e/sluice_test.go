@@ -97,8 +97,8 @@ func TestBurstAdmitsExactlyBurst(t *testing.T) {
 					}
 				}
 			}
-			waitStat(t, e, "wasmcustom.sluice_rule_burst_allowed", 50)
-			waitStat(t, e, "wasmcustom.sluice_rule_burst_rejected", 1950)
+			waitStat(t, e, "wasmcustom.sluice.rule.burst.allowed", 50)
+			waitStat(t, e, "wasmcustom.sluice.rule.burst.rejected", 1950)
 		})
 	}
 }
@@ -196,9 +196,14 @@ func wantHeaders(t *testing.T, resp *http.Response, status int, want map[string]
 // its counters from a once-a-second tick) and fails if it differs.
 func waitStat(t *testing.T, e *envoytest.Envoy, name string, want uint64) {
 	t.Helper()
+	waitStatWithin(t, e, name, want, 5*time.Second)
+}
+
+func waitStatWithin(t *testing.T, e *envoytest.Envoy, name string, want uint64, within time.Duration) {
+	t.Helper()
 	var got uint64
 	var err error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if got, err = e.Stat(name); err == nil && got == want {
 			return
 		}

@@ -7,6 +7,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -32,12 +34,14 @@ func (*vmContext) NewPluginContext(contextID uint32) types.PluginContext {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	engine  *engine.Engine
-	headers engine.HeaderSet
-	held    heldQueue
-	metrics *metrics
-	ticks   int
-	tickMS  uint32
+	engine    *engine.Engine
+	headers   engine.HeaderSet
+	held      heldQueue
+	metrics   *metrics
+	tickMS    uint32
+	lastFlush int64 // when the counters were last published
+	census    engine.Census
+	owner     uint64 // this worker's identity for the census lease
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -58,6 +62,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.engine = engine.New(cfg, store, seed)
+	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000
 	if engine.Throttles(cfg) {
@@ -87,12 +92,29 @@ func (p *pluginContext) OnTick() {
 			proxywasm.LogDebugf("sluice: resume of held request %d failed: %v", id, err)
 		}
 	})
-	p.ticks++
-	if p.ticks*int(p.tickMS) >= 1000 {
-		p.ticks = 0
+	if now-p.lastFlush >= int64(time.Second) {
+		p.lastFlush = now
 		p.metrics.flush(p.engine, p.held.len())
+		p.countStates(now)
 	}
 }
+
+// countStates advances the census of tracked client states by a fifth of
+// the table per second, on the one worker that holds the census lease.
+func (p *pluginContext) countStates(now int64) {
+	if !engine.AcquireLease(sharedData{}, p.owner, now, censusLease) {
+		return
+	}
+	t := p.engine.Table()
+	n, err := p.census.Step(t, now, (t.Buckets()+4)/5)
+	if err == nil && p.census.Complete() {
+		p.metrics.recordActiveStates(n)
+	}
+}
+
+// censusLease is how long a census worker keeps the role without renewing
+// it (it renews every second).
+const censusLease = 5 * time.Second
 
 // httpContext is one HTTP stream.
 type httpContext struct {
@@ -109,7 +131,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	h.decided = true
 	v := &h.verdict
 	if v.Err != nil {
-		proxywasm.LogWarnf("sluice: shared data error (on_error decided %s): %v", onErrorWord(p.engine.Config()), v.Err)
+		proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
 	}
 	switch v.Outcome {
 	case engine.Reject:
@@ -168,6 +190,13 @@ func (h *httpContext) SourceAddress() string {
 		return ""
 	}
 	return string(b)
+}
+
+// contextIDSalt distinguishes workers started in the same nanosecond.
+func contextIDSalt() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.LittleEndian.Uint64(b[:]))
 }
 
 var rejectBody = []byte("Too Many Requests: rate limit exceeded, retry after the time in Retry-After.\n")

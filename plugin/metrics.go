@@ -10,6 +10,11 @@ import (
 // metrics publishes the engine's counters as Envoy stats. Counting happens
 // in Go on the request path (no host call); flush adds the increments since
 // the last flush, about once a second from the tick.
+//
+// Names: Envoy shows them as wasmcustom.<name> in /stats. The per-rule
+// counters are sluice.rule.<rule>.<outcome>; with the stats_tags rule of the
+// shipped envoy.yaml, Prometheus sees envoy_wasmcustom_sluice_rule_<outcome>
+// with a sluice_rule label.
 type metrics struct {
 	rules     []ruleMetrics
 	last      engine.Stats
@@ -18,7 +23,7 @@ type metrics struct {
 	global    struct {
 		exempt, onErrorAllowed, onErrorDenied                 proxywasm.MetricCounter
 		casRetries, casExhausted, overflow, full, storeErrors proxywasm.MetricCounter
-		held                                                  proxywasm.MetricGauge
+		held, activeStates                                    proxywasm.MetricGauge
 	}
 }
 
@@ -26,12 +31,10 @@ type ruleMetrics struct {
 	allowed, rejected, delayed, shadowRejected proxywasm.MetricCounter
 }
 
-// Metric names: Envoy shows them as wasmcustom.<name> in /stats and
-// envoy_wasmcustom_<name> in /stats/prometheus.
 func newMetrics(cfg *config.Config) *metrics {
 	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}
 	for _, r := range cfg.Rules {
-		p := "sluice_rule_" + r.Name + "_"
+		p := "sluice.rule." + r.Name + "."
 		m.rules = append(m.rules, ruleMetrics{
 			allowed:        proxywasm.DefineCounterMetric(p + "allowed"),
 			rejected:       proxywasm.DefineCounterMetric(p + "rejected"),
@@ -40,15 +43,16 @@ func newMetrics(cfg *config.Config) *metrics {
 		})
 	}
 	g := &m.global
-	g.exempt = proxywasm.DefineCounterMetric("sluice_exempt")
-	g.onErrorAllowed = proxywasm.DefineCounterMetric("sluice_on_error_allowed")
-	g.onErrorDenied = proxywasm.DefineCounterMetric("sluice_on_error_denied")
-	g.casRetries = proxywasm.DefineCounterMetric("sluice_cas_retries")
-	g.casExhausted = proxywasm.DefineCounterMetric("sluice_cas_exhausted")
-	g.overflow = proxywasm.DefineCounterMetric("sluice_table_overflow")
-	g.full = proxywasm.DefineCounterMetric("sluice_table_full")
-	g.storeErrors = proxywasm.DefineCounterMetric("sluice_shared_data_errors")
-	g.held = proxywasm.DefineGaugeMetric("sluice_held_requests")
+	g.exempt = proxywasm.DefineCounterMetric("sluice.exempt")
+	g.onErrorAllowed = proxywasm.DefineCounterMetric("sluice.on_error.allowed")
+	g.onErrorDenied = proxywasm.DefineCounterMetric("sluice.on_error.denied")
+	g.casRetries = proxywasm.DefineCounterMetric("sluice.cas.retries")
+	g.casExhausted = proxywasm.DefineCounterMetric("sluice.cas.exhausted")
+	g.overflow = proxywasm.DefineCounterMetric("sluice.table.overflow")
+	g.full = proxywasm.DefineCounterMetric("sluice.table.full")
+	g.storeErrors = proxywasm.DefineCounterMetric("sluice.shared_data.errors")
+	g.held = proxywasm.DefineGaugeMetric("sluice.held_requests")
+	g.activeStates = proxywasm.DefineGaugeMetric("sluice.table.active_states")
 	return m
 }
 
@@ -77,6 +81,14 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	addDelta(g.overflow, ts.Overflow, &lt.Overflow)
 	addDelta(g.full, ts.Full, &lt.Full)
 	addDelta(g.storeErrors, ts.StoreErrors, &lt.StoreErrors)
+	// The held-requests gauge is process-wide: each worker adds its change.
 	g.held.Add(int64(held) - m.heldLast)
 	m.heldLast = int64(held)
+}
+
+// recordActiveStates sets the tracked-client-states gauge (one worker, the
+// census lease holder, computes it for the whole process).
+func (m *metrics) recordActiveStates(n int) {
+	g := m.global.activeStates
+	g.Add(int64(n) - g.Value())
 }

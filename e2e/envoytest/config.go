@@ -375,6 +375,12 @@ filter_chains:
 
 var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/e2e/envoytest.
 node: {id: envoytest, cluster: envoytest}
+stats_config:
+  stats_tags:
+  # Sluice's per-rule counters (wasmcustom.sluice.rule.<rule>.<outcome>)
+  # become one Prometheus metric per outcome with a sluice_rule label.
+  - tag_name: sluice_rule
+    regex: '^wasmcustom\.sluice\.rule\.((.+?)\.)\w+$'
 admin:
   address:
     socket_address: {address: 127.0.0.1, port_value: 0}

@@ -46,8 +46,11 @@ type Verdict struct {
 	ShadowRetryAfter time.Duration
 	// Exempt: the client is in exempt_cidrs.
 	Exempt bool
-	// Err is set when shared data failed and on_error decided.
-	Err error
+	// Err is set when shared data failed and on_error decided; ErrRule and
+	// Client say for which rule and client, for the log.
+	Err     error
+	ErrRule *config.Rule
+	Client  netip.Addr
 }
 
 // RuleStats counts the decisions of one rule.
@@ -177,6 +180,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		fp := e.fingerprint(r, &ri)
 		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
 		if err != nil {
+			v.ErrRule, v.Client = r, ri.clientAddr(e.cfg)
 			if e.cfg.OnErrorDeny && !r.Shadow {
 				e.Stats.OnErrorDenied++
 				v.Err = err

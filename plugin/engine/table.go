@@ -217,28 +217,6 @@ func (t *Table) bucketKey(fp uint64) string {
 	return unsafeString(t.key)
 }
 
-// Occupancy scans the table and counts active states at now (slots whose
-// state has not fully recovered). It reads every bucket: for metrics and
-// tests, not for the request path.
-func (t *Table) Occupancy(now int64) (active int, err error) {
-	for i := 0; i < int(t.buckets); i++ {
-		val, _, found, err := t.store.Get(t.BucketKey(i))
-		if err != nil {
-			return active, err
-		}
-		if !found || len(val) != BucketSize {
-			continue
-		}
-		for j := 0; j < bucketSlots; j++ {
-			s := val[j*slotSize:]
-			if getUint64(s[0:8]) != 0 && int64(getUint64(s[8:16])) > now {
-				active++
-			}
-		}
-	}
-	return active, nil
-}
-
 func putUint64(b []byte, v uint64) {
 	_ = b[7]
 	for i := 0; i < 8; i++ {

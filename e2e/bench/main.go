@@ -1,0 +1,234 @@
+// Command bench measures what Sluice costs and how it holds up, on this
+// machine, and writes the results to build/bench.md (and prints them).
+//
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench
+//	go run ./e2e/bench -run flood,exact -flood 1000000
+//
+// Sections (-run, comma-separated):
+//
+//	envoy    Envoy throughput and latency at a fixed concurrency: no filter,
+//	         Envoy's native local_ratelimit, Sluice; admit and reject scenarios
+//	inproc   the plugin's per-request cost in the wazero host (internal/wasmhost)
+//	gobench  go test -bench of shared/... and plugin/engine
+//	flood    N distinct client addresses through Envoy with max_keys 100000:
+//	         memory, states per MB, fairness, contention (-flood N)
+//	exact    5,000 simultaneous requests from one client at Envoy concurrency 2
+//	         and 4, and a 30-second overload at twice the rate
+//
+// Each section's latest result is kept in build/bench/<section>.md, and
+// build/bench.md is assembled from all of them, so running one section
+// refreshes it without losing the others. Everything runs on loopback with
+// bounded counts and times. Envoy comes from ENVOY_BIN or .venv (make envoy);
+// build/sluice.wasm from make build.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+)
+
+var sectionOrder = []string{"envoy", "inproc", "gobench", "flood", "exact"}
+
+var sectionTitles = map[string]string{
+	"envoy":   "1. Envoy: throughput and latency",
+	"inproc":  "2. Plugin cost per request in-process",
+	"gobench": "3. Go benchmarks",
+	"flood":   "4a. Flood of distinct clients: memory, fairness, contention",
+	"exact":   "4b. Exactness under contention and overload",
+}
+
+type options struct {
+	run         string
+	out         string
+	conns       int
+	clients     int
+	duration    time.Duration
+	warmup      time.Duration
+	rounds      int
+	concurrency int
+	inprocN     int
+	benchtime   string
+	flood       int
+	floodConns  int
+	floodBase   bool
+	maxKeys     int
+	exact       bool
+	exactConns  int
+	overload    time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(sectionOrder, ",")+
+		" (default envoy,inproc,gobench; plus flood with -flood N, exact with -exact)")
+	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
+	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
+	flag.IntVar(&o.clients, "clients", 256, "envoy: distinct client addresses (X-Forwarded-For) the requests rotate through")
+	flag.DurationVar(&o.duration, "duration", 3*time.Second, "envoy: length of one measured run")
+	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "envoy: warm-up per Envoy before the rounds")
+	flag.IntVar(&o.rounds, "rounds", 5, "envoy: interleaved rounds (each runs every scenario once)")
+	flag.IntVar(&o.concurrency, "concurrency", 2, "envoy and flood: Envoy --concurrency")
+	flag.IntVar(&o.inprocN, "inproc-requests", 20000, "inproc: measured requests per case")
+	flag.StringVar(&o.benchtime, "benchtime", "500ms", "gobench: go test -benchtime")
+	flag.IntVar(&o.flood, "flood", 0, "flood: number of distinct client addresses (adds the flood section; 1000000 for issue 5)")
+	flag.IntVar(&o.floodConns, "flood-conns", 32, "flood: concurrent connections")
+	flag.BoolVar(&o.floodBase, "flood-baseline", true, "flood: also flood an Envoy without the filter, to separate Envoy's own growth")
+	flag.IntVar(&o.maxKeys, "max-keys", 100000, "flood: Sluice max_keys")
+	flag.BoolVar(&o.exact, "exact", false, "add the exact section (exactness and overload)")
+	flag.IntVar(&o.exactConns, "exact-conns", 5000, "exact: simultaneous requests (one connection each) of the burst")
+	flag.DurationVar(&o.overload, "overload", 30*time.Second, "exact: length of the overload at twice the rate")
+	flag.Parse()
+
+	run := map[string]bool{}
+	if o.run == "" {
+		run["envoy"], run["inproc"], run["gobench"] = true, true, true
+	} else {
+		for _, s := range strings.Split(o.run, ",") {
+			s = strings.TrimSpace(s)
+			if _, ok := sectionTitles[s]; !ok {
+				fatalf("unknown section %q (have %s)", s, strings.Join(sectionOrder, ", "))
+			}
+			run[s] = true
+		}
+	}
+	if o.flood > 0 {
+		run["flood"] = true
+	} else if run["flood"] {
+		o.flood = 1000000
+	}
+	if o.exact {
+		run["exact"] = true
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if err := os.Chdir(root); err != nil {
+		fatalf("%v", err)
+	}
+	mach := describeMachine(ctx, root)
+	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
+	needEnvoy := run["envoy"] || run["flood"] || run["exact"]
+	if needEnvoy {
+		if _, err := envoytest.FindEnvoy(); err != nil {
+			fatalf("%v", err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "build", "sluice.wasm")); err != nil {
+			fatalf("build/sluice.wasm is missing: run make build")
+		}
+	}
+
+	fragDir := filepath.Join(root, "build", "bench")
+	if err := os.MkdirAll(fragDir, 0o755); err != nil {
+		fatalf("%v", err)
+	}
+	started := time.Now()
+	failed := false
+	for _, name := range sectionOrder {
+		if !run[name] || ctx.Err() != nil {
+			continue
+		}
+		t0 := time.Now()
+		la0 := loadAvg()
+		progress("=== section %s", name)
+		var body string
+		var err error
+		switch name {
+		case "envoy":
+			body, err = envoySection(ctx, o)
+		case "inproc":
+			body, err = inprocSection(ctx, root, o.inprocN)
+		case "gobench":
+			body, err = gobenchSection(ctx, root, o.benchtime)
+		case "flood":
+			body, err = floodSection(ctx, o)
+		case "exact":
+			body, err = exactSection(ctx, o)
+		}
+		if err != nil {
+			failed = true
+			progress("section %s failed: %v", name, err)
+			body = fmt.Sprintf("## %s\n\n**Failed:** %s\n", sectionTitles[name], oneLine(err.Error()))
+		}
+		meta := fmt.Sprintf("_Measured %s in %s by `%s`; %s, %d cores; Envoy %s; %s; commit %s; load average (1/5/15 min) %s at the start, %s at the end._\n\n",
+			t0.UTC().Format("2006-01-02 15:04 MST"), time.Since(t0).Round(time.Second), commandLine(), mach.CPU, mach.Cores,
+			mach.Envoy, mach.Go, mach.Commit, la0, loadAvg())
+		frag := insertMeta(body, meta)
+		if err := os.WriteFile(filepath.Join(fragDir, name+".md"), []byte(frag), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	report := assemble(fragDir, mach, started)
+	outPath := o.out
+	if !filepath.IsAbs(outPath) {
+		outPath = filepath.Join(root, outPath)
+	}
+	if err := os.WriteFile(outPath, []byte(report), 0o644); err != nil {
+		fatalf("%v", err)
+	}
+	fmt.Print(report)
+	progress("wrote %s in %s", outPath, time.Since(started).Round(time.Second))
+	if ctx.Err() != nil {
+		fatalf("interrupted")
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// insertMeta puts meta after the section's first line (its title).
+func insertMeta(body, meta string) string {
+	title, rest, _ := strings.Cut(body, "\n")
+	return title + "\n\n" + meta + strings.TrimLeft(rest, "\n")
+}
+
+func assemble(dir string, m machine, now time.Time) string {
+	var b strings.Builder
+	b.WriteString("# Sluice benchmarks\n\n")
+	fmt.Fprintf(&b, "Generated %s by `go run ./e2e/bench` (`make bench`; the flood and exactness measurements: "+
+		"`go run ./e2e/bench -run flood,exact -flood 1000000`).\n\n", now.UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| machine | |\n|---|---|\n")
+	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",
+		m.CPU, m.Cores, m.MemTotal, m.Kernel, m.Go, m.Envoy, m.Commit)
+	b.WriteString("Every section states when and how it was last measured; a section not run this time is kept from its last run. " +
+		"The machine may be shared: each section records the load average around it, and a high one means noisier, lower figures.\n\n")
+	for _, name := range sectionOrder {
+		frag, err := os.ReadFile(filepath.Join(dir, name+".md"))
+		if err != nil {
+			fmt.Fprintf(&b, "## %s\n\nNot measured yet.\n\n", sectionTitles[name])
+			continue
+		}
+		b.WriteString(strings.TrimRight(string(frag), "\n"))
+		b.WriteString("\n\n")
+	}
+	return b.String()
+}
+
+func commandLine() string {
+	args := []string{"go run ./e2e/bench"}
+	for _, a := range os.Args[1:] {
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
