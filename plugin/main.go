@@ -125,7 +125,15 @@ type httpContext struct {
 	decided bool
 }
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
+	// A bug must never take traffic down with it: a panic lets the request
+	// through and is logged, instead of trapping the VM.
+	defer func() {
+		if r := recover(); r != nil {
+			proxywasm.LogErrorf("sluice: internal error, request let through: %v", r)
+			action = types.ActionContinue
+		}
+	}()
 	p := h.plugin
 	h.verdict = p.engine.Decide(h, time.Now().UnixNano())
 	h.decided = true
