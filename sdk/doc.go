@@ -1,0 +1,54 @@
+// Package sdk is the Go client for APIs that rate-limit their callers, such
+// as those behind the Sluice Envoy plugin. It is an http.RoundTripper that
+// makes the well-behaved client the easy one to write:
+//
+//	client := sdk.NewClient(sdk.WithMaxAttempts(5))
+//	resp, err := client.Do(req) // retried, paced, never sooner than asked
+//
+// or, around an existing transport:
+//
+//	client := &http.Client{Transport: sdk.NewTransport(myTransport)}
+//
+// # Retries
+//
+// A 429 is retried for any method, because the server did not process the
+// request; a 503 or a transport error only for idempotent methods or
+// requests carrying an Idempotency-Key header, because a retry of a request
+// that had an effect would repeat it. Bodies are replayed through
+// Request.GetBody (which http.NewRequest sets for in-memory bodies); a body
+// that cannot be replayed is sent once.
+//
+// The server's hints are a floor: Retry-After (seconds or any HTTP-date),
+// the IETF draft's RateLimit and RateLimit-Policy fields, X-RateLimit-* and
+// X-Rate-Limit-* (epoch resets, as GitHub sends, are told apart from delta
+// resets, and the response's Date corrects for clock skew). The client
+// never retries sooner than asked; jitter only adds to a hint. Without a
+// hint, an exponential backoff with jitter (github.com/cenkalti/backoff/v4)
+// decides.
+//
+// Every wait is bounded. A server that asks for more than MaxWait gets its
+// response returned at once, so the caller decides rather than a goroutine
+// sleeping for an hour. A wait that would pass the context's deadline is not
+// started: the Transport returns as soon as it knows the next attempt could
+// not start in time. Cancelling the context interrupts any wait. When
+// attempts run out, the last response is returned with a nil error and its
+// body readable, as the RoundTripper contract requires; CheckResponse turns
+// it into a *RateLimitError for callers who want an error.
+//
+// # One view of the limit per host
+//
+// Requests to the same host through one Transport share what the server
+// has said. After a 429 with a wait, or once Remaining reaches 0, the other
+// requests to that host wait for the reset instead of being sent and
+// rejected; and when the reset comes, no more requests are released than
+// the quota the server has shown, so that thirty goroutines sharing a limit
+// of ten do not send a wave of twenty requests that are bound to fail. The
+// view only delays requests the server has said it would reject; a host
+// that sends no rate-limit headers is not slowed at all.
+//
+// # Observability
+//
+// The Transport is silent by default. WithRetryHook reports every wait and
+// give-up with its attempt, reason, delay and the parsed limits;
+// WithLogger logs them with log/slog.
+package sdk

@@ -1,0 +1,113 @@
+package sdk
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults a partner can ship with: a few attempts, no single wait longer
+// than a minute, and a bound on the whole retry sequence.
+const (
+	// DefaultMaxAttempts is the number of attempts, the first included.
+	DefaultMaxAttempts = 4
+	// DefaultMaxWait is the longest single wait.
+	DefaultMaxWait = 60 * time.Second
+	// DefaultMaxElapsed bounds the time the default backoff keeps retrying
+	// one request, waits included: past it the Transport returns the last
+	// response instead of waiting again.
+	DefaultMaxElapsed = 2 * time.Minute
+	// DrainLimit is how much of an intermediate response body (one that a
+	// retry replaces) the Transport reads, so that its connection can be
+	// reused. A longer body costs its connection, never unbounded reading.
+	DrainLimit = 64 << 10
+)
+
+// An Option configures a Transport.
+type Option func(*config)
+
+type config struct {
+	maxAttempts int
+	maxWait     time.Duration
+	newBackOff  func() backoff.BackOff
+	hook        func(RetryEvent)
+	logger      *slog.Logger
+	clock       Clock
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		maxAttempts: DefaultMaxAttempts,
+		maxWait:     DefaultMaxWait,
+		clock:       systemClock{},
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.newBackOff == nil {
+		clk := backoffClock{c.clock}
+		c.newBackOff = func() backoff.BackOff {
+			return backoff.NewExponentialBackOff(
+				backoff.WithMaxElapsedTime(DefaultMaxElapsed),
+				backoff.WithClockProvider(clk),
+			)
+		}
+	}
+	return c
+}
+
+// WithMaxAttempts sets the number of attempts per request, the first
+// included; the default is DefaultMaxAttempts. n < 1 means 1: no retries.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) { c.maxAttempts = max(n, 1) }
+}
+
+// WithMaxWait sets the longest single wait; the default is DefaultMaxWait.
+// A server that asks for more (a Retry-After of an hour) gets no retry: the
+// Transport returns its response at once, so the caller decides, instead of
+// blocking a goroutine for as long as the server says. A computed backoff
+// longer than d is shortened to d, so d = 0 gives up every retry the
+// server asks to delay and makes the others immediate. A negative d is 0.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) { c.maxWait = max(d, 0) }
+}
+
+// WithBackOff sets the policy for waits the server gives no hint for
+// (transport errors, a 503 or 429 without Retry-After or rate-limit
+// headers). f is called once per request that needs a retry, because a
+// backoff.BackOff keeps per-sequence state and is not safe for concurrent
+// use: f must return a new instance each time. A BackOff that returns
+// backoff.Stop ends the retries, server hint or not, so
+// backoff.WithMaxRetries and MaxElapsedTime bound the whole sequence.
+//
+// The default is backoff.NewExponentialBackOff (500 ms, x1.5, ±50% jitter,
+// at most 60 s apart) with MaxElapsedTime set to DefaultMaxElapsed.
+func WithBackOff(f func() backoff.BackOff) Option {
+	return func(c *config) { c.newBackOff = f }
+}
+
+// WithRetryHook calls f for every wait and every give-up, synchronously, on
+// the goroutine of the request, before the wait starts. f must be safe for
+// concurrent use and quick; it is the place for metrics.
+func WithRetryHook(f func(RetryEvent)) Option {
+	return func(c *config) { c.hook = f }
+}
+
+// WithLogger logs every wait (Info for retries, Debug for holds on the
+// host's limit) and every give-up (Warn) to l. Without it the Transport logs
+// nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithClock replaces the system clock, for deterministic tests; see Clock.
+func WithClock(clk Clock) Option {
+	return func(c *config) {
+		if clk != nil {
+			c.clock = clk
+		}
+	}
+}

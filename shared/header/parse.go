@@ -1,0 +1,897 @@
+package header
+
+import (
+	"iter"
+	"math"
+	"time"
+)
+
+// Header names that Parse reads besides those declared in header.go,
+// lower-case like them.
+const (
+	// XUsed is GitHub's count of requests already made in the window.
+	XUsed = "x-ratelimit-used"
+
+	// The X-Rate-Limit-* family (Twitter/X and others). Same meaning as
+	// X-RateLimit-*.
+	XRLimit     = "x-rate-limit-limit"
+	XRRemaining = "x-rate-limit-remaining"
+	XRReset     = "x-rate-limit-reset"
+	XRUsed      = "x-rate-limit-used"
+
+	// One field per value, as drafts -00 to -06 of
+	// draft-ietf-httpapi-ratelimit-headers defined them and many servers
+	// still send.
+	OldLimit     = "ratelimit-limit"
+	OldRemaining = "ratelimit-remaining"
+	OldReset     = "ratelimit-reset"
+
+	// Date is the response's origination time, the server's "now".
+	Date = "date"
+)
+
+// Canonical forms, so that http.Header.Values finds them without allocating.
+const (
+	canonRetryAfter   = "Retry-After"
+	canonDate         = "Date"
+	canonRateLimit    = "Ratelimit"
+	canonPolicy       = "Ratelimit-Policy"
+	canonXLimit       = "X-Ratelimit-Limit"
+	canonXRemaining   = "X-Ratelimit-Remaining"
+	canonXReset       = "X-Ratelimit-Reset"
+	canonXUsed        = "X-Ratelimit-Used"
+	canonXRLimit      = "X-Rate-Limit-Limit"
+	canonXRRemaining  = "X-Rate-Limit-Remaining"
+	canonXRReset      = "X-Rate-Limit-Reset"
+	canonXRUsed       = "X-Rate-Limit-Used"
+	canonOldLimit     = "Ratelimit-Limit"
+	canonOldRemaining = "Ratelimit-Remaining"
+	canonOldReset     = "Ratelimit-Reset"
+)
+
+// Epoch thresholds. A reset value is a duration in seconds unless it is so
+// large that no server would mean it as one: at or above EpochSeconds
+// (2001-09-09, 31 years as a duration) it is a Unix time in seconds, as
+// GitHub sends, and at or above EpochMillis a Unix time in milliseconds.
+const (
+	EpochSeconds = 1_000_000_000
+	EpochMillis  = 1_000_000_000_000
+)
+
+// maxSeconds is the largest number of whole seconds a time.Duration holds.
+const maxSeconds = math.MaxInt64 / int64(time.Second)
+
+// Getter is where Parse reads header fields. http.Header implements it, and
+// the plugin can implement it over the proxy-wasm header map without this
+// package importing net/http (which the wasm plugin must not link).
+//
+// Parse asks for names in canonical form ("X-Ratelimit-Limit"), which
+// http.Header looks up without allocating; other implementations must match
+// names case-insensitively, as HTTP does.
+type Getter interface {
+	Values(name string) []string
+}
+
+// Fields is a set of Info fields that a response actually carried. It tells
+// "Remaining is 0" apart from "the server did not say".
+type Fields uint8
+
+const (
+	HasLimit Fields = 1 << iota
+	HasRemaining
+	HasReset
+	HasRetryAfter
+	HasWindow
+)
+
+// Info is what a response says about the client's rate limit, with every
+// duration measured from the moment the response was received.
+type Info struct {
+	// Limit is the quota: requests allowed per window.
+	Limit int
+	// Remaining is how many more requests the window admits.
+	Remaining int
+	// Reset is the time until the quota is restored.
+	Reset time.Duration
+	// RetryAfter is the Retry-After wait; the IETF draft gives it
+	// precedence over every other field.
+	RetryAfter time.Duration
+	// Window is the policy's window (the draft's w parameter).
+	Window time.Duration
+	// Policy names the policy the other fields describe (draft fields only).
+	Policy string
+	// Has says which of the fields above the response carried; a field that
+	// is not in Has is zero.
+	Has Fields
+}
+
+// Exhausted reports whether the response said that no request remains in
+// the current window.
+func (in Info) Exhausted() bool { return in.Has&HasRemaining != 0 && in.Remaining == 0 }
+
+// Wait is how long the server asks the client to hold its next request:
+// Retry-After when present (it takes precedence), else the reset when the
+// quota is exhausted, else 0.
+func (in Info) Wait() time.Duration {
+	if in.Has&HasRetryAfter != 0 {
+		return in.RetryAfter
+	}
+	if in.Exhausted() && in.Has&HasReset != 0 {
+		return in.Reset
+	}
+	return 0
+}
+
+// Parse reads every rate-limit header family a server may send and reports
+// false when none carries usable information. now is when the response was
+// received; values that are points in time (HTTP-dates, epoch resets) are
+// turned into durations against the response's Date field when it is valid,
+// so that a client whose clock is off by minutes still waits the right time,
+// and against now otherwise.
+//
+// Families, in order of precedence when several carry the same value:
+// Retry-After (delta-seconds or any HTTP-date form); the IETF draft's
+// RateLimit and RateLimit-Policy structured fields; X-RateLimit-*;
+// X-Rate-Limit-*; and the early drafts' RateLimit-Limit/-Remaining/-Reset.
+// When the draft fields list several policies, Info describes the most
+// constrained one (fewest remaining, then the latest reset). Malformed
+// values and list items are ignored one by one, never the whole response.
+// No duration is ever negative, and Parse never panics.
+func Parse(h Getter, now time.Time) (Info, bool) {
+	c := serverClock{h: h, now: now}
+	var in Info
+	if v, ok := first(h, canonRetryAfter); ok {
+		if d, ok := parseRetryAfter(v, &c); ok {
+			in.RetryAfter = d
+			in.Has |= HasRetryAfter
+		}
+	}
+	parseDraft(h, &c, &in)
+	// The other families only fill what is still missing: skip their
+	// lookups once the draft fields said everything (as Sluice's do).
+	const all = HasLimit | HasRemaining | HasReset
+	if in.Has&all != all {
+		parseLegacy(h, &c, &in, canonXLimit, canonXRemaining, canonXReset, canonXUsed)
+	}
+	if in.Has&all != all {
+		parseLegacy(h, &c, &in, canonXRLimit, canonXRRemaining, canonXRReset, canonXRUsed)
+	}
+	if in.Has&all != all {
+		parseLegacy(h, &c, &in, canonOldLimit, canonOldRemaining, canonOldReset, "")
+	}
+	return in, in.Has != 0 || in.Policy != ""
+}
+
+// serverClock resolves the server's "now" from the Date field on first use,
+// so responses without point-in-time values never pay for parsing a date.
+type serverClock struct {
+	h      Getter
+	now    time.Time
+	server time.Time
+	done   bool
+}
+
+func (c *serverClock) Now() time.Time {
+	if !c.done {
+		c.done = true
+		c.server = c.now
+		if v, ok := first(c.h, canonDate); ok {
+			if t, ok := ParseHTTPDate(v); ok {
+				c.server = t
+			}
+		}
+	}
+	return c.server
+}
+
+func first(h Getter, name string) (string, bool) {
+	vs := h.Values(name)
+	if len(vs) == 0 {
+		return "", false
+	}
+	return vs[0], true
+}
+
+// ParseHTTPDate parses the three HTTP-date forms of RFC 9110 section 5.6.7
+// (IMF-fixdate, RFC 850, asctime), exactly the layouts http.ParseTime
+// accepts. It exists so that this package need not import net/http.
+func ParseHTTPDate(s string) (time.Time, bool) {
+	s = trimOWS(s)
+	for _, layout := range [...]string{
+		"Mon, 02 Jan 2006 15:04:05 GMT", // http.TimeFormat
+		time.RFC850,
+		time.ANSIC,
+	} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// ParseRetryAfter parses a Retry-After value: delta-seconds (a decimal
+// fraction is tolerated and kept) or an HTTP-date, which becomes the time
+// from serverNow (the response's Date, or the receive time). A date in the
+// past means 0.
+func ParseRetryAfter(v string, serverNow time.Time) (time.Duration, bool) {
+	c := serverClock{server: serverNow, done: true}
+	return parseRetryAfter(v, &c)
+}
+
+func parseRetryAfter(v string, c *serverClock) (time.Duration, bool) {
+	v = trimOWS(v)
+	if v == "" {
+		return 0, false
+	}
+	if isDigit(v[0]) {
+		sec, nsec, ok := parseDecimal(v)
+		if !ok {
+			return 0, false
+		}
+		return seconds(sec, nsec), true
+	}
+	t, ok := ParseHTTPDate(v)
+	if !ok {
+		return 0, false
+	}
+	return until(t, c.Now()), true
+}
+
+// ParseReset parses a reset value: seconds until the quota is restored, or,
+// when the number is at least EpochSeconds, a Unix time (in milliseconds
+// from EpochMillis on) that becomes the time from serverNow. A decimal
+// fraction is tolerated. A reset in the past means 0.
+func ParseReset(v string, serverNow time.Time) (time.Duration, bool) {
+	c := serverClock{server: serverNow, done: true}
+	return parseReset(legacyValue(v), &c)
+}
+
+func parseReset(v string, c *serverClock) (time.Duration, bool) {
+	sec, nsec, ok := parseDecimal(v)
+	if !ok {
+		return 0, false
+	}
+	return resetFrom(sec, nsec, c), true
+}
+
+// resetFrom applies the epoch rule to a non-negative number of seconds.
+func resetFrom(sec, nsec int64, c *serverClock) time.Duration {
+	switch {
+	case sec >= EpochMillis:
+		ms := sec
+		return until(time.UnixMilli(ms), c.Now())
+	case sec >= EpochSeconds:
+		return until(time.Unix(sec, nsec), c.Now())
+	}
+	return seconds(sec, nsec)
+}
+
+// until is t - now, never negative (time.Time.Sub saturates, never wraps).
+func until(t, now time.Time) time.Duration {
+	if d := t.Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// seconds converts a non-negative sec.nsec to a Duration, saturating.
+func seconds(sec, nsec int64) time.Duration {
+	if sec >= maxSeconds {
+		return math.MaxInt64
+	}
+	return time.Duration(sec)*time.Second + time.Duration(nsec)
+}
+
+// parseDecimal parses DIGITS [ "." DIGITS ] into whole seconds (saturating)
+// and nanoseconds (extra fraction digits are dropped, so the value is
+// rounded up to the next nanosecond only if they are non-zero).
+func parseDecimal(s string) (sec, nsec int64, ok bool) {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		sec = satMulAdd(sec, int64(s[i]-'0'))
+		i++
+	}
+	if i == 0 {
+		return 0, 0, false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		start := i
+		scale := int64(100_000_000)
+		extra := false
+		for i < len(s) && isDigit(s[i]) {
+			if scale > 0 {
+				nsec += int64(s[i]-'0') * scale
+				scale /= 10
+			} else if s[i] != '0' {
+				extra = true
+			}
+			i++
+		}
+		if i == start {
+			return 0, 0, false
+		}
+		if extra {
+			nsec++ // never shorter than asked
+			if nsec == int64(time.Second) {
+				nsec = 0
+				sec = satAdd(sec, 1)
+			}
+		}
+	}
+	if i != len(s) {
+		return 0, 0, false
+	}
+	return sec, nsec, true
+}
+
+// satMulAdd returns v*10+d, saturating at math.MaxInt64.
+func satMulAdd(v, d int64) int64 {
+	if v > (math.MaxInt64-d)/10 {
+		return math.MaxInt64
+	}
+	return v*10 + d
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// parseCount parses a legacy count: digits, or, when negIsZero, an
+// optional minus sign too, so that a negative remaining count (a server
+// that overshot) reads as 0. A negative limit is malformed.
+func parseCount(v string, negIsZero bool) (int, bool) {
+	neg := false
+	if negIsZero && v != "" && v[0] == '-' {
+		neg = true
+		v = v[1:]
+	}
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if !isDigit(v[i]) {
+			return 0, false
+		}
+		n = satMulAdd(n, int64(v[i]-'0'))
+	}
+	if neg {
+		return 0, true
+	}
+	return clampInt(n), true
+}
+
+func clampInt(n int64) int {
+	if n > math.MaxInt {
+		return math.MaxInt
+	}
+	if n < 0 {
+		return 0
+	}
+	return int(n)
+}
+
+// legacyValue returns the first element of a legacy field, without any
+// parameters or surrounding whitespace: servers following the older drafts
+// send "100, 100;w=60" where the first number is the value.
+func legacyValue(v string) string {
+	for i := 0; i < len(v); i++ {
+		if v[i] == ',' || v[i] == ';' {
+			v = v[:i]
+			break
+		}
+	}
+	return trimOWS(v)
+}
+
+// parseLegacy fills the fields in that in does not have yet from one
+// family of single-value fields. used may be "" when the family has none.
+func parseLegacy(h Getter, c *serverClock, in *Info, limit, remaining, reset, used string) {
+	lim, limOK := 0, false
+	if v, ok := first(h, limit); ok {
+		lim, limOK = parseCount(legacyValue(v), false)
+	}
+	if limOK && in.Has&HasLimit == 0 {
+		in.Limit = lim
+		in.Has |= HasLimit
+	}
+	if in.Has&HasRemaining == 0 {
+		if v, ok := first(h, remaining); ok {
+			if n, ok := parseCount(legacyValue(v), true); ok {
+				in.Remaining = n
+				in.Has |= HasRemaining
+			}
+		}
+	}
+	if in.Has&HasRemaining == 0 && limOK && used != "" {
+		if v, ok := first(h, used); ok {
+			if n, ok := parseCount(legacyValue(v), false); ok {
+				in.Remaining = max(lim-n, 0)
+				in.Has |= HasRemaining
+			}
+		}
+	}
+	if in.Has&HasReset == 0 {
+		if v, ok := first(h, reset); ok {
+			if d, ok := parseReset(legacyValue(v), c); ok {
+				in.Reset = d
+				in.Has |= HasReset
+			}
+		}
+	}
+}
+
+// parseDraft reads the RateLimit and RateLimit-Policy structured fields,
+// and the draft -07 dictionary form of RateLimit (limit=, remaining=,
+// reset=).
+func parseDraft(h Getter, c *serverClock, in *Info) {
+	var best Item
+	found := false
+	var dict Item // draft -07: Quota, Remaining, Reset from the dictionary
+	dict.Quota, dict.Remaining, dict.Reset = -1, -1, -1
+	for _, v := range h.Values(canonRateLimit) {
+		for pos := 0; pos < len(v); {
+			it, next, ok := nextItem(v, pos)
+			pos = next
+			if !ok {
+				continue
+			}
+			if it.Value >= 0 {
+				switch it.Name {
+				case "limit":
+					dict.Quota = it.Value
+				case "remaining":
+					dict.Remaining = it.Value
+				case "reset":
+					dict.Reset = it.Value
+				}
+				continue
+			}
+			if it.Remaining < 0 {
+				continue // r is the one required parameter
+			}
+			if !found || it.Remaining < best.Remaining ||
+				(it.Remaining == best.Remaining && it.Reset > best.Reset) {
+				best, found = it, true
+			}
+		}
+	}
+	if !found && dict.Remaining >= 0 {
+		best, found = dict, true
+	}
+	if found {
+		in.Remaining = clampInt(best.Remaining)
+		in.Has |= HasRemaining
+		if best.Reset >= 0 {
+			in.Reset = resetFrom(best.Reset, 0, c)
+			in.Has |= HasReset
+		}
+		in.Policy = best.Name
+		if best.Quota >= 0 { // the dictionary form carries its limit
+			in.Limit = clampInt(best.Quota)
+			in.Has |= HasLimit
+			return
+		}
+	}
+
+	// The policy: the one named by the chosen RateLimit item, or, when no
+	// item was usable, the policy with the lowest rate.
+	var pol Item
+	havePol := false
+	for _, v := range h.Values(canonPolicy) {
+		for pos := 0; pos < len(v); {
+			it, next, ok := nextItem(v, pos)
+			pos = next
+			if !ok || it.Quota < 0 || it.Value >= 0 {
+				continue
+			}
+			if found {
+				if it.Name == best.Name && !havePol {
+					pol, havePol = it, true
+				}
+				continue
+			}
+			if !havePol || slower(it, pol) {
+				pol, havePol = it, true
+			}
+		}
+	}
+	if !havePol {
+		return
+	}
+	in.Limit = clampInt(pol.Quota)
+	in.Has |= HasLimit
+	if pol.Window > 0 {
+		in.Window = seconds(pol.Window, 0)
+		in.Has |= HasWindow
+	}
+	if !found {
+		in.Policy = pol.Name
+	}
+}
+
+// slower reports whether policy a admits fewer requests per second than b.
+// A policy without a window counts as the slowest (the draft's default
+// window is unbounded).
+func slower(a, b Item) bool {
+	if a.Window <= 0 || b.Window <= 0 {
+		return a.Window <= 0 && b.Window > 0
+	}
+	// a.Quota/a.Window < b.Quota/b.Window, in float: both are at most 15
+	// digits, too many for an exact int64 product.
+	return float64(a.Quota)*float64(b.Window) < float64(b.Quota)*float64(a.Window)
+}
+
+// Item is one member of a RateLimit or RateLimit-Policy structured field
+// list (RFC 9651), as draft-ietf-httpapi-ratelimit-headers defines them:
+// a String (or, tolerated, a Token) naming the policy, with integer
+// parameters. A parameter the member lacks is -1.
+type Item struct {
+	Name      string
+	Quota     int64 // q: requests per window (RateLimit-Policy)
+	Window    int64 // w: window in seconds (RateLimit-Policy)
+	Remaining int64 // r: remaining quota (RateLimit)
+	Reset     int64 // t: seconds until the quota is restored (RateLimit)
+
+	// Value is set by a dictionary member "name=<integer>" (draft -07's
+	// "limit=100, remaining=50, reset=5"); -1 for a list item.
+	Value int64
+}
+
+// Items yields the well-formed members of one structured field value in
+// order and skips the malformed ones: a member whose q, w, r or t is not a
+// non-negative Integer, a bare item that is not a String or Token, an inner
+// list, or a syntax error (up to the next top-level comma).
+func Items(field string) iter.Seq[Item] {
+	return func(yield func(Item) bool) {
+		for pos := 0; pos < len(field); {
+			it, next, ok := nextItem(field, pos)
+			pos = next
+			if ok && !yield(it) {
+				return
+			}
+		}
+	}
+}
+
+// nextItem parses the list member that starts at or after pos and returns
+// the position after its separating comma. ok is false for a malformed or
+// empty member, which the caller skips.
+func nextItem(s string, pos int) (it Item, next int, ok bool) {
+	it = Item{Quota: -1, Window: -1, Remaining: -1, Reset: -1, Value: -1}
+	p := parser{s: s, i: pos}
+	p.skipOWS()
+	if p.done() {
+		return it, len(s), false
+	}
+	if !p.member(&it) {
+		return it, skipMember(s, p.i), false
+	}
+	p.skipOWS()
+	if p.done() {
+		return it, len(s), true
+	}
+	if s[p.i] != ',' {
+		return it, skipMember(s, p.i), false
+	}
+	return it, p.i + 1, true
+}
+
+// skipMember returns the position after the next comma that is outside a
+// String, or len(s).
+func skipMember(s string, i int) int {
+	inStr := false
+	for ; i < len(s); i++ {
+		switch c := s[i]; {
+		case inStr && c == '\\':
+			i++
+		case c == '"':
+			inStr = !inStr
+		case !inStr && c == ',':
+			return i + 1
+		}
+	}
+	return len(s)
+}
+
+type parser struct {
+	s string
+	i int
+}
+
+func (p *parser) done() bool { return p.i >= len(p.s) }
+
+func (p *parser) skipOWS() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
+		p.i++
+	}
+}
+
+func (p *parser) skipSP() {
+	for p.i < len(p.s) && p.s[p.i] == ' ' {
+		p.i++
+	}
+}
+
+// member parses a String or Token, an optional "=" bare item (dictionary
+// member), and parameters.
+func (p *parser) member(it *Item) bool {
+	if p.done() {
+		return false
+	}
+	switch c := p.s[p.i]; {
+	case c == '"':
+		name, ok := p.str()
+		if !ok {
+			return false
+		}
+		it.Name = name
+	case isAlpha(c) || c == '*':
+		it.Name = p.token()
+		if !p.done() && p.s[p.i] == '=' {
+			p.i++
+			k, n, ok := p.bareItem()
+			if !ok {
+				return false
+			}
+			if k == kindInt && n >= 0 {
+				it.Value = n
+			}
+		}
+	default:
+		return false
+	}
+	for !p.done() && p.s[p.i] == ';' {
+		p.i++
+		p.skipSP()
+		key, ok := p.key()
+		if !ok {
+			return false
+		}
+		kind, n := kindBool, int64(1)
+		if !p.done() && p.s[p.i] == '=' {
+			p.i++
+			if kind, n, ok = p.bareItem(); !ok {
+				return false
+			}
+		}
+		var dst *int64
+		switch key {
+		case "q":
+			dst = &it.Quota
+		case "w":
+			dst = &it.Window
+		case "r":
+			dst = &it.Remaining
+		case "t":
+			dst = &it.Reset
+		default:
+			continue // qu, pk and extensions: valid, not needed
+		}
+		if kind != kindInt || n < 0 {
+			return false
+		}
+		*dst = n
+	}
+	return true
+}
+
+const (
+	kindInt = iota
+	kindOther
+	kindBool
+)
+
+// bareItem parses any RFC 9651 bare item; only Integers report their value.
+func (p *parser) bareItem() (kind int, n int64, ok bool) {
+	if p.done() {
+		return 0, 0, false
+	}
+	switch c := p.s[p.i]; {
+	case c == '-' || isDigit(c):
+		return p.number()
+	case c == '"':
+		_, ok := p.str()
+		return kindOther, 0, ok
+	case isAlpha(c) || c == '*':
+		p.token()
+		return kindOther, 0, true
+	case c == ':':
+		p.i++
+		for !p.done() && isBase64(p.s[p.i]) {
+			p.i++
+		}
+		if p.done() || p.s[p.i] != ':' {
+			return 0, 0, false
+		}
+		p.i++
+		return kindOther, 0, true
+	case c == '?':
+		if p.i+1 < len(p.s) && (p.s[p.i+1] == '0' || p.s[p.i+1] == '1') {
+			p.i += 2
+			return kindBool, 0, true
+		}
+		return 0, 0, false
+	case c == '@':
+		p.i++
+		k, _, ok := p.number()
+		return kindOther, 0, ok && k == kindInt
+	case c == '%':
+		return kindOther, 0, p.displayString()
+	}
+	return 0, 0, false
+}
+
+// number parses an Integer (at most 15 digits) or a Decimal (at most 12
+// integer and 3 fraction digits).
+func (p *parser) number() (kind int, n int64, ok bool) {
+	if p.done() {
+		return 0, 0, false
+	}
+	neg := false
+	if p.s[p.i] == '-' {
+		neg = true
+		p.i++
+	}
+	start := p.i
+	for !p.done() && isDigit(p.s[p.i]) {
+		n = n*10 + int64(p.s[p.i]-'0')
+		p.i++
+		if p.i-start > 15 {
+			return 0, 0, false
+		}
+	}
+	digits := p.i - start
+	if digits == 0 {
+		return 0, 0, false
+	}
+	if neg {
+		n = -n
+	}
+	if p.done() || p.s[p.i] != '.' {
+		return kindInt, n, true
+	}
+	if digits > 12 {
+		return 0, 0, false
+	}
+	p.i++
+	fstart := p.i
+	for !p.done() && isDigit(p.s[p.i]) {
+		p.i++
+	}
+	if f := p.i - fstart; f < 1 || f > 3 {
+		return 0, 0, false
+	}
+	return kindOther, 0, true
+}
+
+// str parses an sf-string and returns its content, unescaped. Only a
+// string with escapes allocates.
+func (p *parser) str() (string, bool) {
+	p.i++ // opening quote
+	start := p.i
+	escaped := false
+	for !p.done() {
+		c := p.s[p.i]
+		switch {
+		case c == '\\':
+			if p.i+1 >= len(p.s) || (p.s[p.i+1] != '"' && p.s[p.i+1] != '\\') {
+				return "", false
+			}
+			escaped = true
+			p.i += 2
+		case c == '"':
+			raw := p.s[start:p.i]
+			p.i++
+			if escaped {
+				return unescape(raw), true
+			}
+			return raw, true
+		case c < 0x20 || c > 0x7e:
+			return "", false
+		default:
+			p.i++
+		}
+	}
+	return "", false
+}
+
+func unescape(raw string) string {
+	b := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '\\' {
+			i++
+		}
+		b = append(b, raw[i])
+	}
+	return string(b)
+}
+
+// displayString parses %"..." with lower-case %xx escapes.
+func (p *parser) displayString() bool {
+	p.i++
+	if p.done() || p.s[p.i] != '"' {
+		return false
+	}
+	p.i++
+	for !p.done() {
+		c := p.s[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return true
+		case c == '%':
+			if p.i+2 >= len(p.s) || !isLowerHex(p.s[p.i+1]) || !isLowerHex(p.s[p.i+2]) {
+				return false
+			}
+			p.i += 3
+		case c < 0x20 || c > 0x7e:
+			return false
+		default:
+			p.i++
+		}
+	}
+	return false
+}
+
+func (p *parser) token() string {
+	start := p.i
+	p.i++
+	for !p.done() && isTokenChar(p.s[p.i]) {
+		p.i++
+	}
+	return p.s[start:p.i]
+}
+
+func (p *parser) key() (string, bool) {
+	if p.done() {
+		return "", false
+	}
+	if c := p.s[p.i]; !(c >= 'a' && c <= 'z') && c != '*' {
+		return "", false
+	}
+	start := p.i
+	p.i++
+	for !p.done() {
+		c := p.s[p.i]
+		if !(c >= 'a' && c <= 'z') && !isDigit(c) && c != '_' && c != '-' && c != '.' && c != '*' {
+			break
+		}
+		p.i++
+	}
+	return p.s[start:p.i], true
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func isDigit(c byte) bool    { return c >= '0' && c <= '9' }
+func isAlpha(c byte) bool    { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+func isLowerHex(c byte) bool { return isDigit(c) || (c >= 'a' && c <= 'f') }
+
+func isBase64(c byte) bool {
+	return isAlpha(c) || isDigit(c) || c == '+' || c == '/' || c == '='
+}
+
+// isTokenChar reports tchar / ":" / "/" (RFC 9651 sf-token).
+func isTokenChar(c byte) bool {
+	if isAlpha(c) || isDigit(c) {
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~', ':', '/':
+		return true
+	}
+	return false
+}
