@@ -39,8 +39,14 @@ type runStats struct {
 	elapsed            time.Duration
 }
 
-func sluiceConfig(limit int, extra string) string {
-	return fmt.Sprintf(`{"rules":[{"name":"bench","limit":%d,"window":"1s","burst":%d}],"client_ip":{"xff_trusted_hops":1},"headers":"legacy"%s}`, limit, limit, extra)
+// sluiceConfig is the rule the Envoy section gives Sluice. The client is
+// Envoy's source.address, which Envoy derives from X-Forwarded-For
+// (xff_num_trusted_hops: 1), as the native filter's remote_address
+// descriptor does; the plugin's own client_ip.xff_trusted_hops is left at 0
+// (Envoy has appended the connection's address to X-Forwarded-For by the
+// time the plugin reads it).
+func sluiceConfig(limit int) string {
+	return fmt.Sprintf(`{"rules":[{"name":"bench","limit":%d,"window":"1s","burst":%d}],"headers":"legacy"}`, limit, limit)
 }
 
 func envoySection(ctx context.Context, o options) (string, error) {
@@ -66,11 +72,11 @@ func envoySection(ctx context.Context, o options) (string, error) {
 		mk("none", "no filter", "-", func(*envoytest.Options) {}),
 		mk("native", "native local_ratelimit", "admit", func(op *envoytest.Options) { op.LocalRateLimit = native(admitLimit) }),
 		mk("sluice", "Sluice", "admit", func(op *envoytest.Options) {
-			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig(admitLimit, "")}
+			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig(admitLimit)}
 		}),
 		mk("native-reject", "native local_ratelimit", "reject", func(op *envoytest.Options) { op.LocalRateLimit = native(rejectLimit) }),
 		mk("sluice-reject", "Sluice", "reject", func(op *envoytest.Options) {
-			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig(rejectLimit, "")}
+			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig(rejectLimit)}
 		}),
 	}
 	for _, s := range scs {
@@ -142,8 +148,8 @@ func envoySection(ctx context.Context, o options) (string, error) {
 
 type summary struct {
 	rps, p50, p90, p99, cpuPerReq, envoyCores, selfCores, okShare, okRate float64
-	rpsMin, rpsMax                                                       float64
-	errors                                                               int64
+	rpsMin, rpsMax                                                        float64
+	errors                                                                int64
 }
 
 func summarize(runs []runStats) summary {
@@ -258,7 +264,7 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 		"bucket per client: native `local_ratelimit` with a `remote_address` descriptor (dynamic per-client buckets, "+
 		"`max_dynamic_descriptors: %d` so that no client is evicted), token bucket, `filter_enabled` and `filter_enforced` at 100%%, "+
 		"`enable_x_ratelimit_headers: DRAFT_VERSION_03`; Sluice: one `token_bucket` rule keyed by `client_ip`, `xff_trusted_hops: 1`, "+
-		"`headers: legacy` (the same three X-RateLimit headers). "+
+		"`headers: legacy` (the same three X-RateLimit headers), the client being Envoy's `source.address` as for the native filter. "+
 		"\"admit\": %d requests per second per client (never reached: measures the cost of deciding); \"reject\": %d per second per "+
 		"client with a burst of %d, so that about %d requests per second pass and the rest are answered 429 by the filter. "+
 		"Each Envoy was warmed up for %v, then %d interleaved rounds ran every scenario for %v each (the order rotated every "+

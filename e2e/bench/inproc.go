@@ -31,6 +31,9 @@ const (
 	// The same admit path without rate-limit response headers, to show what
 	// the headers cost.
 	inprocAdmitNoHeadersCfg = `{"rules":[{"name":"bench","limit":1000000000,"window":"1h"}],"headers":"none"}`
+	// A rule that does not match: the plugin's fixed cost per request (its
+	// HTTP context, reading :path) without a decision.
+	inprocNoMatchCfg = `{"rules":[{"name":"bench","match":{"path_prefix":"/nomatch"},"limit":1,"window":"1h"}]}`
 )
 
 // memstatsOverlay is added to the plugin package (go build -overlay, the
@@ -128,6 +131,7 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 	run("Sluice, admit path", wasm, inprocAdmitCfg, 200, false)
 	run("Sluice, reject path", wasm, inprocRejectCfg, 429, false)
 	run("Sluice, admit path, headers none", wasm, inprocAdmitNoHeadersCfg, 200, false)
+	run("Sluice, no rule matches", wasm, inprocNoMatchCfg, 200, false)
 	if noopErr == nil {
 		run("no-op Go filter (floor)", noop, "", 200, false)
 	}
