@@ -1,0 +1,913 @@
+package wasmhost
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Request is one HTTP request for VM.Request.
+type Request struct {
+	// Headers are the request headers as the HTTP connection manager hands
+	// them to the filter, pseudo-headers included (":method", ":path",
+	// ":authority", ":scheme"). Names are lowercased on entry.
+	Headers Headers
+	// Properties of the stream (source.address, xds.route_name, ...), on top
+	// of the Host's WithProperties. See Properties for the key format.
+	Properties Properties
+	// Body is the request body. Empty means a headers-only request:
+	// proxy_on_request_headers gets end_of_stream=true and no body callback
+	// runs. Otherwise the body arrives in one proxy_on_request_body call
+	// with end_of_stream=true once the headers continued.
+	Body []byte
+	// Response is what the upstream answers if the request reaches it;
+	// nil means 200 with no other header and no body.
+	Response *Response
+}
+
+// HTTPRequest returns a Request with the pseudo-headers :method, :path,
+// :authority and :scheme ("http") followed by extra headers.
+func HTTPRequest(method, authority, path string, headers ...[2]string) Request {
+	h := make(Headers, 0, 4+len(headers))
+	h = append(h, [2]string{":method", method}, [2]string{":path", path},
+		[2]string{":authority", authority}, [2]string{":scheme", "http"})
+	return Request{Headers: append(h, headers...)}
+}
+
+// Response is an upstream response.
+type Response struct {
+	// Status is the :status (default 200); ignored if Headers has ":status".
+	Status int
+	// Headers are the other response headers.
+	Headers Headers
+	// Body is the response body (delivered in one proxy_on_response_body
+	// call with end_of_stream=true; empty means headers only).
+	Body []byte
+}
+
+func (r *Response) headers() Headers {
+	if r.Headers.Has(":status") {
+		return r.Headers.Clone()
+	}
+	st := r.Status
+	if st == 0 {
+		st = 200
+	}
+	return append(Headers{{":status", strconv.Itoa(st)}}, r.Headers...)
+}
+
+// LocalResponse is a response the plugin generated with
+// proxy_send_local_response (or the host, for the fail-closed policy).
+type LocalResponse struct {
+	Status int
+	// Headers are the additional headers the plugin passed, in order,
+	// names lowercased.
+	Headers Headers
+	Body    []byte
+	// Details is the response code details, with whitespace replaced by
+	// '_' as Envoy does (StringUtil::replaceAllEmptySpace). The Go SDK
+	// always passes "".
+	Details string
+	// GrpcStatus is the gRPC status the plugin passed (-1: none).
+	GrpcStatus int32
+	// FromHost is true for the 503 "wasm_fail_stream" reply a fail-closed
+	// plugin whose VM crashed gets.
+	FromHost bool
+}
+
+// responseHeaders builds the headers Envoy's Utility::sendLocalReply gives
+// the local reply before the encoder filters see it: :status, the plugin's
+// headers, then content-length and content-type: text/plain when there is
+// a body (content-type only if the plugin did not set one). Headers the HTTP
+// connection manager adds after the filters (date, server) are not included.
+func (lr *LocalResponse) responseHeaders() Headers {
+	h := Headers{{":status", strconv.Itoa(lr.Status)}}
+	for _, kv := range lr.Headers {
+		h = append(h, [2]string{lower(kv[0]), kv[1]})
+	}
+	if len(lr.Body) > 0 {
+		h = append(h, [2]string{"content-length", strconv.Itoa(len(lr.Body))})
+		if !h.Has("content-type") {
+			h = append(h, [2]string{"content-type", "text/plain"})
+		}
+	}
+	return h
+}
+
+// StreamState is where an HTTP stream stands.
+type StreamState int
+
+const (
+	// StreamOpen: the context exists, no request headers yet.
+	StreamOpen StreamState = iota
+	// StreamPaused: the plugin holds the request (it returned Pause from
+	// proxy_on_request_headers or proxy_on_request_body and has not resumed
+	// it). Envoy keeps the request waiting; the plugin may resume it or
+	// answer it later, e.g. from proxy_on_tick.
+	StreamPaused
+	// StreamUpstream: the request went upstream; its response is awaited
+	// (Stream.SendResponse / Stream.Finish).
+	StreamUpstream
+	// StreamResponsePaused: the plugin holds the response.
+	StreamResponsePaused
+	// StreamResponded: the client got its response (upstream or local);
+	// on_log, on_done and on_delete run at the end of the operation.
+	StreamResponded
+	// StreamReset: the plugin reset the stream (proxy_close_stream).
+	StreamReset
+	// StreamClosed: on_log, on_done and on_delete ran; the context is gone.
+	StreamClosed
+)
+
+func (s StreamState) String() string {
+	switch s {
+	case StreamOpen:
+		return "open"
+	case StreamPaused:
+		return "paused"
+	case StreamUpstream:
+		return "upstream"
+	case StreamResponsePaused:
+		return "response-paused"
+	case StreamResponded:
+		return "responded"
+	case StreamReset:
+		return "reset"
+	case StreamClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("StreamState(%d)", int(s))
+}
+
+// Stream is one HTTP stream (one HTTP context of the plugin) on a VM. Drive
+// it step by step with SendRequestHeaders, SendRequestBody, SendResponse and
+// Close, or let VM.Request do it all. All methods lock the VM.
+type Stream struct {
+	vm       *VM
+	id       uint32
+	state    StreamState
+	props    map[string]string
+	setProps map[string]string
+
+	reqHeaders    *headerMap
+	reqLive       bool // Envoy's request_headers_ is set: readable and writable
+	reqBody       []byte
+	reqBodyLive   bool
+	pausedAtBody  bool
+	pendingBody   []byte
+	hasPending    bool
+	respHeaders   *headerMap
+	respLive      bool
+	respBody      []byte
+	respBodyLive  bool
+	respAtBody    bool
+	inLog         bool
+	localSent     bool
+	local         *LocalResponse
+	pendingResp   *Response
+	details       string
+	forwarded     bool
+	upstreamReq   Headers
+	upstreamBody  []byte
+	responded     bool
+	finalStatus   int
+	finalHeaders  Headers
+	finalBody     []byte
+	action        Action
+	rawAction     uint32
+	respAction    Action
+	reqOps        []HeaderOp
+	respOps       []HeaderOp
+	warnings      []string
+	err           error
+	endQueued     bool
+	ended         bool
+	resetByPlugin bool
+}
+
+// NewStream creates an HTTP context (proxy_on_context_create(id, root))
+// with the given stream properties.
+func (vm *VM) NewStream(props Properties) (*Stream, error) {
+	var s *Stream
+	err := vm.op(func() error {
+		var err error
+		s, err = vm.newStream(props)
+		return err
+	})
+	return s, err
+}
+
+func (vm *VM) newStream(props Properties) (*Stream, error) {
+	if vm.failed != nil {
+		// Envoy still creates the filter; the plugin is just not called.
+		s := &Stream{vm: vm, id: vm.allocContextID(), props: normalizeProperties(props)}
+		vm.streams[s.id] = s
+		return s, nil
+	}
+	s := &Stream{vm: vm, id: vm.allocContextID(), props: normalizeProperties(props)}
+	vm.streams[s.id] = s
+	if err := vm.invoke(s.id, "proxy_on_context_create", vm.fn.onContextCreate, nil, uint64(s.id), uint64(vm.rootID)); err != nil {
+		s.err = err
+		return s, err
+	}
+	return s, nil
+}
+
+// ID returns the stream's context id.
+func (s *Stream) ID() uint32 { return s.id }
+
+// State returns the stream's state.
+func (s *Stream) State() StreamState {
+	s.vm.mu.Lock()
+	defer s.vm.mu.Unlock()
+	return s.state
+}
+
+// LocalResponse returns the plugin's local response, or nil.
+func (s *Stream) LocalResponse() *LocalResponse {
+	s.vm.mu.Lock()
+	defer s.vm.mu.Unlock()
+	return s.local
+}
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// headerAction converts a proxy_on_*_headers result the way cpp-host does
+// (convertVmCallResultToFilterHeadersStatus): 0 Continue, 2
+// ContinueAndEndStream; anything else, or a local response sent during the
+// call, stops iteration.
+func headerAction(ret uint64, stopped bool) Action {
+	if stopped {
+		return Pause
+	}
+	switch uint32(ret) {
+	case 0, 2:
+		return Continue
+	}
+	return Pause
+}
+
+// dataAction converts a proxy_on_*_body result: 0 Continue, else stop.
+func dataAction(ret uint64, stopped bool) Action {
+	if stopped || uint32(ret) != 0 {
+		return Pause
+	}
+	return Continue
+}
+
+func (s *Stream) warn(format string, args ...any) {
+	msg := fmt.Sprintf("stream %d: ", s.id) + fmt.Sprintf(format, args...)
+	s.warnings = append(s.warnings, msg)
+	s.vm.warnings = append(s.vm.warnings, msg)
+	s.vm.logHost(LogWarn, msg)
+}
+
+// SendRequestHeaders delivers the request headers: proxy_on_request_headers
+// (id, number of headers, endOfStream). It returns the verdict Envoy applies.
+// A local response sent during the call is processed right after it, as in
+// Envoy: it goes through this plugin's proxy_on_response_headers (and
+// proxy_on_response_body), and the stream then ends. If the headers
+// continue and a body was queued (VM.Request), proxy_on_request_body runs.
+func (s *Stream) SendRequestHeaders(h Headers, endOfStream bool) (Action, error) {
+	var act Action
+	err := s.vm.op(func() error {
+		var err error
+		act, err = s.requestHeaders(h, endOfStream)
+		if err == nil && s.state == StreamUpstream && s.hasPending {
+			err = s.deliverPendingBody()
+		}
+		return err
+	})
+	return act, err
+}
+
+func (s *Stream) requestHeaders(h Headers, eos bool) (Action, error) {
+	if s.state != StreamOpen || s.reqHeaders != nil {
+		return Pause, fmt.Errorf("wasmhost: stream %d: request headers already sent (state %s)", s.id, s.state)
+	}
+	vm := s.vm
+	s.reqHeaders = newHeaderMap(h)
+	s.reqLive = true
+	s.state = StreamPaused
+	if vm.failed != nil {
+		return s.failRequest(), nil
+	}
+	act := Continue
+	if vm.fn.onRequestHeaders != nil {
+		err := vm.invoke(s.id, "proxy_on_request_headers", vm.fn.onRequestHeaders, func(ret uint64, stopped bool) {
+			s.rawAction = uint32(ret)
+			act = headerAction(ret, stopped)
+		}, uint64(s.id), uint64(len(s.reqHeaders.kv)), boolArg(eos))
+		if err != nil {
+			s.err = err
+			return s.failRequest(), err
+		}
+	}
+	s.action = act
+	if act == Continue && s.state == StreamPaused && !s.responded {
+		s.forward()
+	}
+	return act, nil
+}
+
+// failRequest applies the failure policy to a request on a crashed VM
+// (Envoy CHECK_FAIL_HTTP / Context::failStream).
+func (s *Stream) failRequest() Action {
+	if s.vm.h.cfg.failOpen {
+		s.action = Continue
+		s.forward()
+		return Continue
+	}
+	s.action = Pause
+	s.hostReply()
+	return Pause
+}
+
+// hostReply sends the fail-closed 503 without calling the plugin.
+func (s *Stream) hostReply() {
+	lr := &LocalResponse{Status: 503, Details: "wasm_fail_stream", GrpcStatus: 14, FromHost: true}
+	if s.local == nil {
+		s.local = lr
+	}
+	s.details = lr.Details
+	s.complete(lr.Status, lr.responseHeaders(), nil)
+}
+
+// forward sends the request upstream: Envoy clears request_headers_ when
+// decodeHeaders returns Continue, so the request map is no longer writable.
+func (s *Stream) forward() {
+	s.reqLive = false
+	s.forwarded = true
+	s.upstreamReq = s.reqHeaders.kv.Clone()
+	s.state = StreamUpstream
+}
+
+// SendRequestBody delivers (part of) the request body. If the request is
+// paused at its headers, Envoy buffers the data: it is delivered when the
+// plugin resumes the request. Otherwise proxy_on_request_body runs.
+func (s *Stream) SendRequestBody(body []byte, endOfStream bool) (Action, error) {
+	var act Action
+	err := s.vm.op(func() error {
+		var err error
+		act, err = s.requestBody(body, endOfStream)
+		return err
+	})
+	return act, err
+}
+
+func (s *Stream) requestBody(body []byte, eos bool) (Action, error) {
+	switch {
+	case s.state == StreamPaused && !s.pausedAtBody:
+		s.pendingBody = append(s.pendingBody, body...)
+		s.hasPending = true
+		return Pause, nil
+	case s.state != StreamUpstream:
+		return Pause, fmt.Errorf("wasmhost: stream %d: cannot send a request body in state %s", s.id, s.state)
+	}
+	vm := s.vm
+	s.reqBody = append([]byte(nil), body...)
+	if vm.failed != nil {
+		if vm.h.cfg.failOpen {
+			s.upstreamBody = append(s.upstreamBody, s.reqBody...)
+			return Continue, nil
+		}
+		s.hostReply()
+		return Pause, nil
+	}
+	s.reqBodyLive = true
+	s.state = StreamPaused
+	s.pausedAtBody = true
+	act := Continue
+	err := vm.invoke(s.id, "proxy_on_request_body", vm.fn.onRequestBody, func(ret uint64, stopped bool) {
+		act = dataAction(ret, stopped)
+	}, uint64(s.id), uint64(len(s.reqBody)), boolArg(eos))
+	if err != nil {
+		s.err = err
+		return s.failRequest(), err
+	}
+	if act == Continue && s.state == StreamPaused && s.pausedAtBody {
+		s.bodyForward()
+	}
+	return act, nil
+}
+
+func (s *Stream) bodyForward() {
+	s.reqBodyLive = false
+	s.pausedAtBody = false
+	s.upstreamBody = append(s.upstreamBody, s.reqBody...)
+	s.state = StreamUpstream
+}
+
+func (s *Stream) deliverPendingBody() error {
+	body := s.pendingBody
+	s.pendingBody, s.hasPending = nil, false
+	_, err := s.requestBody(body, true)
+	return err
+}
+
+// resumeRequest is the deferred effect of proxy_continue_stream(HTTP_REQUEST)
+// (Envoy decoder_callbacks_->continueDecoding()).
+func (s *Stream) resumeRequest() {
+	if s.ended || s.responded {
+		return
+	}
+	if s.state != StreamPaused {
+		s.warn("proxy_continue_stream(HTTP_REQUEST) on a stream that is not paused (state %s); Envoy ignores or asserts", s.state)
+		return
+	}
+	if s.pausedAtBody {
+		s.bodyForward()
+		return
+	}
+	s.forward()
+	if s.hasPending {
+		_ = s.deliverPendingBody()
+	}
+}
+
+// resumeResponse is the deferred effect of proxy_continue_stream(HTTP_RESPONSE).
+func (s *Stream) resumeResponse() {
+	if s.ended || s.responded {
+		return
+	}
+	if s.state != StreamResponsePaused {
+		s.warn("proxy_continue_stream(HTTP_RESPONSE) on a stream whose response is not paused (state %s)", s.state)
+		return
+	}
+	if s.respAtBody {
+		s.respAtBody = false
+		s.completeFromMaps()
+		return
+	}
+	s.respLive = false
+	s.responseBody()
+}
+
+// SendResponse delivers the upstream response to a stream whose request went
+// upstream: proxy_on_response_headers, then proxy_on_response_body if there
+// is a body. When the response continues, the client receives it and the
+// stream ends (on_log, on_done, on_delete).
+func (s *Stream) SendResponse(resp Response) (Action, error) {
+	var act Action
+	err := s.vm.op(func() error {
+		var err error
+		act, err = s.response(resp)
+		return err
+	})
+	return act, err
+}
+
+func (s *Stream) response(resp Response) (Action, error) {
+	if s.state != StreamUpstream {
+		return Pause, fmt.Errorf("wasmhost: stream %d: cannot deliver a response in state %s", s.id, s.state)
+	}
+	s.respHeaders = newHeaderMap(resp.headers())
+	s.respBody = append([]byte(nil), resp.Body...)
+	if s.vm.failed != nil {
+		if s.vm.h.cfg.failOpen {
+			s.completeFromMaps()
+			return Continue, nil
+		}
+		s.hostReply()
+		return Pause, nil
+	}
+	return s.runResponse()
+}
+
+// runResponse runs the encoder side of this filter on s.respHeaders and
+// s.respBody: proxy_on_response_headers, then proxy_on_response_body.
+func (s *Stream) runResponse() (Action, error) {
+	vm := s.vm
+	s.respLive = true
+	s.state = StreamResponsePaused
+	eos := len(s.respBody) == 0
+	act := Continue
+	if vm.fn.onResponseHeaders != nil {
+		err := vm.invoke(s.id, "proxy_on_response_headers", vm.fn.onResponseHeaders, func(ret uint64, stopped bool) {
+			act = headerAction(ret, stopped)
+		}, uint64(s.id), uint64(len(s.respHeaders.kv)), boolArg(eos))
+		if err != nil {
+			s.err = err
+			if vm.h.cfg.failOpen {
+				s.completeFromMaps()
+				return Continue, err
+			}
+			s.hostReply()
+			return Pause, err
+		}
+	}
+	s.respAction = act
+	if s.responded || s.ended {
+		return act, nil
+	}
+	if act == Pause {
+		if s.local != nil && !s.local.FromHost {
+			s.warn("the plugin paused its own local response in proxy_on_response_headers; Envoy holds it until proxy_continue_stream(HTTP_RESPONSE)")
+		}
+		return act, nil
+	}
+	s.respLive = false
+	return act, s.responseBody()
+}
+
+func (s *Stream) responseBody() error {
+	vm := s.vm
+	if len(s.respBody) == 0 || vm.fn.onResponseBody == nil {
+		s.completeFromMaps()
+		return nil
+	}
+	s.respBodyLive = true
+	s.respAtBody = true
+	s.state = StreamResponsePaused
+	act := Continue
+	err := vm.invoke(s.id, "proxy_on_response_body", vm.fn.onResponseBody, func(ret uint64, stopped bool) {
+		act = dataAction(ret, stopped)
+	}, uint64(s.id), uint64(len(s.respBody)), 1)
+	if err != nil {
+		s.err = err
+		if vm.h.cfg.failOpen {
+			s.completeFromMaps()
+			return err
+		}
+		s.hostReply()
+		return err
+	}
+	if s.responded || s.ended {
+		return nil
+	}
+	if act == Continue {
+		s.respAtBody = false
+		s.completeFromMaps()
+	}
+	return nil
+}
+
+func (s *Stream) completeFromMaps() {
+	st, _ := strconv.Atoi(s.respHeaders.kv.Value(":status"))
+	s.complete(st, s.respHeaders.kv, s.respBody)
+}
+
+// complete records what the client received and schedules the stream's end.
+func (s *Stream) complete(status int, headers Headers, body []byte) {
+	s.respLive = false
+	s.respBodyLive = false
+	s.reqLive = false
+	s.reqBodyLive = false
+	s.responded = true
+	s.finalStatus = status
+	s.finalHeaders = headers.Clone()
+	s.finalBody = append([]byte(nil), body...)
+	s.state = StreamResponded
+	if s.respHeaders == nil || !sameHeaders(s.respHeaders.kv, headers) {
+		s.respHeaders = newHeaderMap(headers)
+	}
+	s.queueEnd()
+}
+
+func sameHeaders(a, b Headers) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Stream) queueEnd() {
+	if s.endQueued || s.ended {
+		return
+	}
+	s.endQueued = true
+	s.vm.endQueue = append(s.vm.endQueue, s)
+}
+
+// localReply is the deferred effect of proxy_send_local_response on a
+// stream (Envoy decoder_callbacks_->sendLocalReply, run after the callback).
+func (s *Stream) localReply(lr *LocalResponse) {
+	if s.ended || s.responded {
+		return
+	}
+	s.details = lr.Details
+	if s.respLive || s.state == StreamResponsePaused {
+		// The upstream response is being processed by this filter: Envoy
+		// sends the local reply directly, bypassing the encoder filters.
+		s.complete(lr.Status, lr.responseHeaders(), lr.Body)
+		return
+	}
+	// Otherwise the local reply goes through the encoder filter chain,
+	// this plugin's proxy_on_response_headers included.
+	s.reqLive = false
+	s.reqBodyLive = false
+	s.pausedAtBody = false
+	s.respHeaders = newHeaderMap(lr.responseHeaders())
+	s.respBody = append([]byte(nil), lr.Body...)
+	_, _ = s.runResponse()
+}
+
+// resetStream is the deferred effect of proxy_close_stream on an HTTP stream.
+func (s *Stream) resetStream() {
+	if s.ended {
+		return
+	}
+	s.resetByPlugin = true
+	s.respLive, s.reqLive, s.reqBodyLive, s.respBodyLive = false, false, false, false
+	if !s.responded {
+		s.state = StreamReset
+		if s.details == "" {
+			s.details = "wasm_fail_stream"
+		}
+	}
+	s.queueEnd()
+}
+
+// end runs the end of the stream as Envoy does for an HTTP filter: the
+// access-log callback proxy_on_log (request and response headers readable),
+// then the filter's onDestroy: proxy_on_done and proxy_on_delete. (The spec
+// lists on_done before on_log; Envoy has called log() before onDestroy()
+// since 2020, and the Go SDK runs OnHttpStreamDone in proxy_on_log.)
+func (s *Stream) end() {
+	if s.ended {
+		return
+	}
+	vm := s.vm
+	s.ended = true
+	s.reqLive, s.respLive, s.reqBodyLive, s.respBodyLive = false, false, false, false
+	if vm.failed == nil {
+		s.inLog = true
+		_ = vm.invoke(s.id, "proxy_on_log", vm.fn.onLog, nil, uint64(s.id))
+		s.inLog = false
+	}
+	if vm.failed == nil {
+		_ = vm.invoke(s.id, "proxy_on_done", vm.fn.onDone, nil, uint64(s.id))
+	}
+	if vm.failed == nil {
+		_ = vm.invoke(s.id, "proxy_on_delete", vm.fn.onDelete, nil, uint64(s.id))
+	}
+	delete(vm.streams, s.id)
+	s.state = StreamClosed
+}
+
+// Close ends the stream now, as when the client goes away: a paused stream
+// is reset and the plugin sees proxy_on_log, proxy_on_done and
+// proxy_on_delete. Closing a closed stream does nothing.
+func (s *Stream) Close() error {
+	return s.vm.op(func() error {
+		if s.ended {
+			return nil
+		}
+		if !s.responded && s.state != StreamReset {
+			s.state = StreamReset
+		}
+		s.reqLive, s.respLive = false, false
+		s.queueEnd()
+		return nil
+	})
+}
+
+// ErrStillPaused is returned by Finish for a stream the plugin still holds.
+var ErrStillPaused = errors.New("wasmhost: the stream is still paused by the plugin")
+
+// Finish drives the stream as far as it can go: a request that went upstream
+// gets its upstream response (Request.Response for streams started by
+// VM.Request, else 200), and a responded stream ends. It returns the
+// stream's Result; Result.Err is ErrStillPaused if the plugin still holds
+// the request or the response.
+func (s *Stream) Finish() *Result {
+	var err error
+	opErr := s.vm.op(func() error {
+		switch s.state {
+		case StreamUpstream:
+			resp := s.pendingResp
+			if resp == nil {
+				resp = &Response{}
+			}
+			_, err = s.response(*resp)
+		case StreamPaused, StreamResponsePaused:
+			err = ErrStillPaused
+		}
+		return nil
+	})
+	if err == nil {
+		err = opErr
+	}
+	r := s.Result()
+	if err != nil && r.Err == nil {
+		r.Err = err
+	}
+	return r
+}
+
+// Result is the outcome of a request, as far as it went.
+type Result struct {
+	// Stream is the stream, for stepping further (paused requests).
+	Stream    *Stream
+	ContextID uint32
+	State     StreamState
+	// Paused is true when the plugin holds the request (State ==
+	// StreamPaused): resume or answer it from Tick, or Close it.
+	Paused bool
+	// Action is the verdict Envoy applied after proxy_on_request_headers.
+	Action Action
+	// RawAction is the value proxy_on_request_headers returned.
+	RawAction uint32
+	// LocalResponse is the plugin's local response, if it sent one.
+	LocalResponse *LocalResponse
+	// Forwarded is true if the request went upstream.
+	Forwarded bool
+	// UpstreamRequest are the request headers the upstream received (after
+	// the plugin's changes); UpstreamBody the body.
+	UpstreamRequest Headers
+	UpstreamBody    []byte
+	// Status, Headers and Body are what the client received (0/nil while
+	// no response was sent): the upstream response or the local response,
+	// after this plugin's changes in proxy_on_response_headers/body.
+	Status  int
+	Headers Headers
+	Body    []byte
+	// ResponseAction is the verdict after proxy_on_response_headers.
+	ResponseAction Action
+	// Details is the response code details of a local response or reset.
+	Details string
+	// RequestHeaderOps and ResponseHeaderOps list the plugin's changes to
+	// the request and response header maps, in order.
+	RequestHeaderOps  []HeaderOp
+	ResponseHeaderOps []HeaderOp
+	// Warnings lists what the host noticed Envoy would mishandle.
+	Warnings []string
+	// Err is the first error: a *TrapError if the plugin crashed on this
+	// stream, or a host error.
+	Err error
+}
+
+// TB is the subset of testing.TB that Result.Must uses.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Must fails the test if r.Err is set, and returns r.
+func (r *Result) Must(t TB) *Result {
+	t.Helper()
+	if r.Err != nil {
+		t.Fatalf("wasmhost: request failed: %v", r.Err)
+	}
+	return r
+}
+
+// Result returns a snapshot of the stream's outcome so far.
+func (s *Stream) Result() *Result {
+	s.vm.mu.Lock()
+	defer s.vm.mu.Unlock()
+	return s.result()
+}
+
+func (s *Stream) result() *Result {
+	r := &Result{
+		Stream:            s,
+		ContextID:         s.id,
+		State:             s.state,
+		Paused:            s.state == StreamPaused,
+		Action:            s.action,
+		RawAction:         s.rawAction,
+		Forwarded:         s.forwarded,
+		UpstreamRequest:   s.upstreamReq.Clone(),
+		UpstreamBody:      append([]byte(nil), s.upstreamBody...),
+		ResponseAction:    s.respAction,
+		Details:           s.details,
+		RequestHeaderOps:  append([]HeaderOp(nil), s.reqOps...),
+		ResponseHeaderOps: append([]HeaderOp(nil), s.respOps...),
+		Warnings:          append([]string(nil), s.warnings...),
+		Err:               s.err,
+	}
+	if s.local != nil {
+		lr := *s.local
+		r.LocalResponse = &lr
+	}
+	if s.responded {
+		r.Status = s.finalStatus
+		r.Headers = s.finalHeaders.Clone()
+		r.Body = append([]byte(nil), s.finalBody...)
+	}
+	return r
+}
+
+// Request runs one HTTP request through the plugin as Envoy would on this
+// VM's worker: a new HTTP context, proxy_on_request_headers (then
+// proxy_on_request_body if there is a body), and, if the request
+// continues, the upstream response through proxy_on_response_headers (and
+// proxy_on_response_body), then proxy_on_log, proxy_on_done and
+// proxy_on_delete. A local response from the plugin is returned to the
+// client after going through the plugin's own proxy_on_response_headers,
+// as in Envoy.
+//
+// If the plugin pauses the request, Request returns with Result.Paused set
+// and the stream open: drive time (VM.Tick, Host.AdvanceClock) and then call
+// Result.Stream.Finish, or Result.Stream.Close to model a client that left.
+func (vm *VM) Request(req Request) *Result {
+	var s *Stream
+	err := vm.op(func() error {
+		var err error
+		s, err = vm.newStream(req.Properties)
+		if err != nil {
+			return err
+		}
+		s.pendingResp = req.Response
+		if len(req.Body) > 0 {
+			s.pendingBody = append([]byte(nil), req.Body...)
+			s.hasPending = true
+		}
+		if _, err = s.requestHeaders(req.Headers, len(req.Body) == 0); err != nil {
+			return err
+		}
+		if s.state == StreamUpstream && s.hasPending {
+			if err = s.deliverPendingBody(); err != nil {
+				return err
+			}
+		}
+		if s.state == StreamUpstream {
+			resp := req.Response
+			if resp == nil {
+				resp = &Response{}
+			}
+			_, err = s.response(*resp)
+		}
+		return err
+	})
+	if s == nil {
+		return &Result{Err: err}
+	}
+	r := s.Result()
+	if r.Err == nil {
+		r.Err = err
+	}
+	return r
+}
+
+// Header access rules (Envoy Context::getMap / getConstMap):
+// the request map is readable and writable while the request headers are
+// being processed or held (paused), readable in proxy_on_log; likewise the
+// response map for the response. Other times the map "does not exist" and
+// calls return BadArgument (get_header_map_pairs returns an empty map).
+func (s *Stream) mapFor(t MapType, mutable bool) *headerMap {
+	switch t {
+	case MapRequestHeaders:
+		if s.reqLive || (!mutable && s.inLog) {
+			return s.reqHeaders
+		}
+	case MapResponseHeaders:
+		if s.respLive || (!mutable && s.inLog && s.respHeaders != nil) {
+			return s.respHeaders
+		}
+	}
+	return nil
+}
+
+func (s *Stream) recordOp(op HeaderOp) {
+	switch op.Map {
+	case MapRequestHeaders:
+		s.reqOps = append(s.reqOps, op)
+	case MapResponseHeaders:
+		s.respOps = append(s.respOps, op)
+	}
+}
+
+// property resolves a stream property (wire path).
+func (s *Stream) property(path string) (string, bool) {
+	if strings.IndexByte(path, 0) < 0 {
+		if v, ok := s.setProps[path]; ok {
+			return v, true
+		}
+	}
+	if v, ok := s.props[path]; ok {
+		return v, true
+	}
+	return "", false
+}
+
+func (s *Stream) derivedProperty(path string) (string, bool) {
+	if strings.HasPrefix(path, "request\x00") && s.reqHeaders != nil {
+		return derivedRequestProperty(s.reqHeaders.kv, path)
+	}
+	switch path {
+	case "response\x00code":
+		if s.respHeaders != nil {
+			if st, err := strconv.Atoi(s.respHeaders.kv.Value(":status")); err == nil {
+				return PropertyInt64(int64(st)), true
+			}
+		}
+	case "response\x00code_details":
+		if s.details != "" {
+			return s.details, true
+		}
+	}
+	return "", false
+}
