@@ -40,8 +40,11 @@ type pluginContext struct {
 	metrics   *metrics
 	tickMS    uint32
 	lastFlush int64 // when the counters were last published
-	census    engine.Census
-	owner     uint64 // this worker's identity for the census lease
+	// rejection log sampling (see logRejection)
+	lastRejectLog   int64
+	rejectsSinceLog int
+	census          engine.Census
+	owner           uint64 // this worker's identity for the census lease
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -99,6 +102,21 @@ func (p *pluginContext) OnTick() {
 	}
 }
 
+// logRejection logs a rejection at debug level, at most once a second per
+// worker (with the count since the last line): a log call per rejected
+// request would cost a host call and an allocation each, under exactly the
+// floods a rate limiter exists for.
+func (p *pluginContext) logRejection(v *engine.Verdict) {
+	p.rejectsSinceLog++
+	now := time.Now().UnixNano()
+	if v.Report == nil || now-p.lastRejectLog < int64(time.Second) {
+		return
+	}
+	proxywasm.LogDebugf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
+		v.Report.Name, v.Client, v.RetryAfter, p.rejectsSinceLog)
+	p.lastRejectLog, p.rejectsSinceLog = now, 0
+}
+
 // countStates advances the census of tracked client states by a fifth of
 // the table per second, on the one worker that holds the census lease.
 func (p *pluginContext) countStates(now int64) {
@@ -138,15 +156,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.verdict = p.engine.Decide(h, time.Now().UnixNano())
 	h.decided = true
 	v := &h.verdict
-	if v.Err != nil {
+	if v.Err != nil && v.ErrRule != nil {
 		proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
 	}
 	switch v.Outcome {
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
-		if v.Report != nil {
-			proxywasm.LogDebugf("sluice: rule %s rejected a request (retry after %v)", v.Report.Name, v.RetryAfter)
-		}
+		p.logRejection(v)
 		if err := proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1); err != nil {
 			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
 			return types.ActionContinue

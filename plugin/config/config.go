@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net/netip"
 	"sort"
 	"strings"
@@ -116,6 +117,8 @@ const (
 	DefaultMaxKeys    = 100000
 	DefaultStatus     = 429
 	DefaultIPv6Prefix = 64
+	// maxCount is the largest limit or burst (states count in 32 bits).
+	maxCount = 1<<32 - 1
 	// MaxRules bounds the rules of one configuration: every matching rule
 	// costs shared-data round trips on the request path.
 	MaxRules = 64
@@ -196,6 +199,9 @@ func Parse(doc []byte) (*Config, error) {
 			return nil, errf("exempt_cidrs", "must be a list of CIDR strings")
 		}
 		for i, s := range list {
+			if strings.ContainsRune(s, '%') {
+				return nil, errf(fmt.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
+			}
 			p, err := netip.ParsePrefix(strings.TrimSpace(s))
 			if err != nil {
 				a, aerr := netip.ParseAddr(strings.TrimSpace(s))
@@ -349,6 +355,9 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	if lim <= 0 {
 		return r, errf(field+".limit", "must be > 0, got %d", lim)
 	}
+	if lim > maxCount {
+		return r, errf(field+".limit", "must be <= %d, got %d", maxCount, lim)
+	}
 	// window
 	wraw, ok := m["window"]
 	if !ok {
@@ -369,6 +378,9 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		}
 		if burst <= 0 {
 			return r, errf(field+".burst", "must be > 0, got %d", burst)
+		}
+		if burst > maxCount {
+			return r, errf(field+".burst", "must be <= %d, got %d", maxCount, burst)
 		}
 		if alg == limit.FixedWindow || alg == limit.SlidingWindow {
 			return r, errf(field+".burst", "applies to token_bucket and leaky_bucket only (a %s admits limit per window)", alg)
@@ -454,11 +466,11 @@ func parseKeyPart(field, s string) (KeyPart, error) {
 		return KeyPart{Kind: KeyMethod}, nil
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
-		name = strings.ToLower(strings.TrimSpace(name))
-		if name == "" || !validHeaderName(name) {
+		name = strings.TrimSpace(name)
+		if name == "" || name == ":" || !validHeaderName(name) {
 			return KeyPart{}, errf(field, "%q: header name is empty or not a valid HTTP header name", s)
 		}
-		return KeyPart{Kind: KeyHeader, Header: name}, nil
+		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, nil
 	}
 	return KeyPart{}, errf(field, "%q is not one of client_ip, path, method, header:<name>", s)
 }
@@ -554,8 +566,10 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 	if err := d.Decode(v); err != nil {
 		return err
 	}
-	if d.More() {
-		return fmt.Errorf("trailing data")
+	// More reports false in front of a stray '}' or ']', so ask for the
+	// next token: only the end of input is acceptable.
+	if _, err := d.Token(); err != io.EOF {
+		return fmt.Errorf("trailing data after the JSON value")
 	}
 	return nil
 }

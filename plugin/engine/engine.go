@@ -46,11 +46,12 @@ type Verdict struct {
 	ShadowRetryAfter time.Duration
 	// Exempt: the client is in exempt_cidrs.
 	Exempt bool
-	// Err is set when shared data failed and on_error decided; ErrRule and
-	// Client say for which rule and client, for the log.
+	// Err is set when shared data failed and on_error decided; ErrRule says
+	// for which rule.
 	Err     error
 	ErrRule *config.Rule
-	Client  netip.Addr
+	// Client is the client address the rules keyed on (zero if none did).
+	Client netip.Addr
 }
 
 // RuleStats counts the decisions of one rule.
@@ -180,7 +181,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		fp := e.fingerprint(r, &ri)
 		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
 		if err != nil {
-			v.ErrRule, v.Client = r, ri.clientAddr(e.cfg)
+			v.ErrRule = r
 			if e.cfg.OnErrorDeny && !r.Shadow {
 				e.Stats.OnErrorDenied++
 				v.Err = err
@@ -231,10 +232,12 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if v.Delay > 0 {
 			v.Outcome = Delay
 		}
+		v.Client = ri.client
 		return v
 	}
 	v.Outcome = Reject
 	v.Delay = 0
+	v.Client = ri.client
 	for _, i := range e.charged {
 		r := &e.cfg.Rules[i]
 		e.table.Update(Refund, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)

@@ -1,0 +1,182 @@
+// Command sluice checks Sluice plugin configurations without Envoy.
+//
+//	sluice validate FILE...                 check plugin configuration documents (JSON); - reads stdin
+//	sluice validate -envoy envoy.yaml       check the Sluice configuration inside an Envoy configuration
+//	sluice schema                           print the JSON Schema of the plugin configuration
+//
+// validate runs the plugin's own parser (plugin/config), so a document it
+// accepts is one the plugin starts with, and its errors are the log line the
+// plugin would print, naming the field: "rules[1].window: ...". It prints one
+// line per configuration and exits 1 if any is invalid, 2 on a usage error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sluicehq/sluice/plugin/config"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  sluice validate [-envoy FILE]... [-name NAME] [FILE...]
+        check Sluice plugin configurations (JSON documents; - reads standard input)
+        without Envoy. -envoy FILE checks the configuration of every wasm HTTP
+        filter in an Envoy configuration (YAML or JSON); -name keeps only the
+        filters whose plugin name (config.name) is NAME.
+        Prints "FILE: ok (N rules)" or "FILE: field: problem" for each one and
+        exits 1 if any is invalid.
+  sluice schema
+        print the JSON Schema (draft 2020-12) of the plugin configuration.
+`
+
+// run is main without the process: tests call it in-process.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "validate":
+		return validate(args[1:], stdin, stdout, stderr)
+	case "schema":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "sluice schema takes no arguments\n%s", usage)
+			return 2
+		}
+		if _, err := stdout.Write(config.Schema); err != nil {
+			fmt.Fprintf(stderr, "sluice: %v\n", err)
+			return 1
+		}
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sluice validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	var envoyFiles listFlag
+	fs.Var(&envoyFiles, "envoy", "an Envoy configuration (YAML or JSON) whose wasm filter configurations to check (repeatable)")
+	name := fs.String("name", "", "with -envoy, check only the wasm filters whose config.name is `NAME`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	files := fs.Args()
+	if len(files) == 0 && len(envoyFiles) == 0 {
+		fmt.Fprintf(stderr, "sluice validate: no file to check\n%s", usage)
+		return 2
+	}
+	if *name != "" && len(envoyFiles) == 0 {
+		fmt.Fprintf(stderr, "sluice validate: -name applies to -envoy files\n")
+		return 2
+	}
+
+	failed := false
+	report := func(label string, doc []byte) {
+		c, err := config.Parse(doc)
+		if err != nil {
+			failed = true
+			fmt.Fprintf(stdout, "%s: %v\n", label, err)
+			return
+		}
+		fmt.Fprintf(stdout, "%s: ok (%s)\n", label, plural(len(c.Rules), "rule"))
+	}
+	read := func(file string) ([]byte, string, error) {
+		if file == "-" {
+			b, err := io.ReadAll(stdin)
+			return b, "<stdin>", err
+		}
+		b, err := os.ReadFile(file)
+		return b, file, err
+	}
+
+	for _, file := range files {
+		doc, label, err := read(file)
+		if err != nil {
+			failed = true
+			fmt.Fprintf(stdout, "%s: cannot read: %v\n", label, unwrapPath(err))
+			continue
+		}
+		report(label, doc)
+	}
+	for _, file := range envoyFiles {
+		src, label, err := read(file)
+		if err != nil {
+			failed = true
+			fmt.Fprintf(stdout, "%s: cannot read: %v\n", label, unwrapPath(err))
+			continue
+		}
+		found, err := extractEnvoy(src)
+		if err != nil {
+			// Report it, and check the configurations that could be read.
+			failed = true
+			fmt.Fprintf(stdout, "%s: %v\n", label, err)
+		}
+		checked := 0
+		for _, f := range found {
+			if *name != "" && f.name != *name {
+				continue
+			}
+			checked++
+			where := fmt.Sprintf("%s:%d", label, f.line)
+			if f.name != "" {
+				where += " (" + f.name + ")"
+			}
+			if f.err != nil {
+				failed = true
+				fmt.Fprintf(stdout, "%s: %v\n", where, f.err)
+				continue
+			}
+			report(where, f.doc)
+		}
+		if checked == 0 && err == nil {
+			failed = true
+			what := "no envoy.filters.http.wasm filter configuration found"
+			if *name != "" {
+				what = fmt.Sprintf("no wasm filter named %q found (%s in the file)", *name, plural(len(found), "wasm filter"))
+			}
+			fmt.Fprintf(stdout, "%s: %s\n", label, what)
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// unwrapPath drops the path from an *os.PathError: the label already says it.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
