@@ -1,0 +1,174 @@
+package wasmtest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/wasmhost"
+)
+
+// Every configuration field, through the compiled plugin.
+
+func admitted(rs []*wasmhost.Result) int {
+	n := 0
+	for _, r := range rs {
+		if r.Status == 200 {
+			n++
+		}
+	}
+	return n
+}
+
+func repeat(n int, f func(i int) *wasmhost.Result) []*wasmhost.Result {
+	var rs []*wasmhost.Result
+	for i := 0; i < n; i++ {
+		rs = append(rs, f(i))
+	}
+	return rs
+}
+
+func TestKeys(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[
+		{"name":"per-key","match":{"path_prefix":"/api"},"key":["header:X-Api-Key"],"limit":2,"window":"1m"},
+		{"name":"per-path","match":{"path_prefix":"/p"},"key":["path"],"limit":1,"window":"1m"},
+		{"name":"per-ip-method","match":{"path_prefix":"/m"},"key":["client_ip","method"],"limit":1,"window":"1m"}]}`)
+	key := func(k string) [2]string { return [2]string{"x-api-key", k} }
+	// Same API key from many addresses: one budget.
+	if n := admitted(repeat(5, func(i int) *wasmhost.Result { return get(vms[i%2], "/api", fmt.Sprintf("10.0.0.%d:1", i), key("k1")) })); n != 2 {
+		t.Errorf("api key k1 from 5 addresses: %d admitted, want 2", n)
+	}
+	if n := admitted(repeat(3, func(i int) *wasmhost.Result { return get(vms[i%2], "/api", "10.0.0.1:1", key("k2")) })); n != 2 {
+		t.Errorf("api key k2: %d admitted, want 2", n)
+	}
+	// Without the header: keyed by client IP.
+	if n := admitted(repeat(4, func(i int) *wasmhost.Result { return get(vms[i%2], "/api", fmt.Sprintf("10.9.0.%d:1", i/2)) })); n != 4 {
+		t.Errorf("header-less clients: %d admitted, want 4 (2 addresses x 2)", n)
+	}
+	// path: every client shares one budget per path (query ignored).
+	if n := admitted(repeat(3, func(i int) *wasmhost.Result { return get(vms[i%2], "/p/a?x="+fmt.Sprint(i), fmt.Sprintf("10.1.0.%d:1", i)) })); n != 1 {
+		t.Errorf("path key: %d admitted, want 1", n)
+	}
+	if r := get(vms[0], "/p/b", "10.1.0.1:1"); r.Status != 200 {
+		t.Errorf("another path: %d", r.Status)
+	}
+	// client_ip + method.
+	if r := send(vms[0], "GET", "/m", "10.2.0.1:1"); r.Status != 200 {
+		t.Fatal(r.Status)
+	}
+	if r := send(vms[1], "POST", "/m", "10.2.0.1:1"); r.Status != 200 {
+		t.Errorf("other method shares the budget: %d", r.Status)
+	}
+	if r := send(vms[1], "GET", "/m", "10.2.0.1:1"); r.Status != 429 {
+		t.Errorf("same ip+method: %d", r.Status)
+	}
+}
+
+func TestClientIPFields(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[{"name":"r","limit":1,"window":"1m"}],
+		"client_ip":{"xff_trusted_hops":1,"ipv6_prefix":48},"exempt_cidrs":["192.168.0.0/16","2001:db8:ffff::/48"]}`)
+	xff := func(v string) [2]string { return [2]string{"x-forwarded-for", v} }
+	peer := "127.0.0.1:9"
+	if r := get(vms[0], "/", peer, xff("203.0.113.1")); r.Status != 200 {
+		t.Fatal(r.Status)
+	}
+	// Spoofed leading entries do not change the key (the rightmost is trusted).
+	if r := get(vms[1], "/", peer, xff("9.9.9.9, 203.0.113.1")); r.Status != 429 {
+		t.Errorf("spoofed XFF got a new budget: %d", r.Status)
+	}
+	// Garbage or missing XFF falls back to source.address.
+	if r := get(vms[0], "/", "10.7.7.7:1", xff("not-an-ip")); r.Status != 200 {
+		t.Fatal(r.Status)
+	}
+	if r := get(vms[1], "/", "10.7.7.7:1"); r.Status != 429 {
+		t.Errorf("missing XFF not keyed by source.address: %d", r.Status)
+	}
+	// ipv6_prefix 48: two /64s inside one /48 share.
+	if r := get(vms[0], "/", peer, xff("2001:db8:1:1::1")); r.Status != 200 {
+		t.Fatal(r.Status)
+	}
+	if r := get(vms[1], "/", peer, xff("2001:db8:1:2::1")); r.Status != 429 {
+		t.Errorf("same /48: %d", r.Status)
+	}
+	// Exempt v4 and v6, unlimited, no headers.
+	for _, c := range []string{"192.168.1.2", "2001:db8:ffff:1::5"} {
+		rs := repeat(5, func(i int) *wasmhost.Result { return get(vms[i%2], "/", peer, xff(c)) })
+		if admitted(rs) != 5 || rs[0].Headers.Has("x-ratelimit-limit") {
+			t.Errorf("exempt %s: %d admitted", c, admitted(rs))
+		}
+	}
+}
+
+func TestHeaderModesStatusAndShadow(t *testing.T) {
+	for _, c := range []struct {
+		mode          string
+		legacy, draft bool
+	}{{"legacy", true, false}, {"draft", false, true}, {"both", true, true}, {"none", false, false}} {
+		t.Run(c.mode, func(t *testing.T) {
+			h := newHost(t)
+			vm := workers(t, h, 1, fmt.Sprintf(`{"rules":[{"name":"r","limit":1,"window":"10s"}],"headers":%q,"status":503}`, c.mode))[0]
+			ok := get(vm, "/", "10.0.0.1:1")
+			rej := get(vm, "/", "10.0.0.1:1")
+			if rej.Status != 503 || rej.Headers.Value("retry-after") != "10" {
+				t.Errorf("rejection: %d retry-after %q", rej.Status, rej.Headers.Value("retry-after"))
+			}
+			for _, r := range []*wasmhost.Result{ok, rej} {
+				if r.Headers.Has("x-ratelimit-limit") != c.legacy || r.Headers.Has("ratelimit-policy") != c.draft {
+					t.Errorf("%s: headers %v", c.mode, r.Headers)
+				}
+			}
+		})
+	}
+	t.Run("shadow", func(t *testing.T) {
+		h := newHost(t)
+		vm := workers(t, h, 1, `{"rules":[{"name":"trial","limit":2,"window":"1m","shadow":true}]}`)[0]
+		rs := repeat(4, func(int) *wasmhost.Result { return get(vm, "/", "10.0.0.1:1") })
+		if admitted(rs) != 4 {
+			t.Fatalf("shadow rejected: %d admitted", admitted(rs))
+		}
+		if rs[1].Headers.Has("x-ratelimit-shadow") || rs[2].Headers.Value("x-ratelimit-shadow") != `"trial";retry-after=30` {
+			t.Errorf("shadow marks: %q %q", rs[1].Headers.Value("x-ratelimit-shadow"), rs[2].Headers.Value("x-ratelimit-shadow"))
+		}
+		h.AdvanceClock(1100 * time.Millisecond) // publish counters
+		if got := h.Metrics().Counter("sluice.rule.trial.shadow_rejected"); got != 2 {
+			t.Errorf("shadow_rejected = %d, want 2", got)
+		}
+	})
+}
+
+// TestMaxKeysAndOnError: with max_keys 8 the table is one bucket of 8 slots
+// plus an overflow slot. A ninth client of rule a shares the overflow slot;
+// a client of rule b then finds no slot at all, and on_error decides.
+func TestMaxKeysAndOnError(t *testing.T) {
+	for _, mode := range []string{"allow", "deny"} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHost(t)
+			vm := workers(t, h, 1, fmt.Sprintf(`{"rules":[
+				{"name":"a","match":{"path_prefix":"/a"},"limit":5,"window":"1h"},
+				{"name":"b","match":{"path_prefix":"/b"},"limit":5,"window":"1h"}],"max_keys":8,"on_error":%q}`, mode))[0]
+			for i := 0; i < 9; i++ {
+				if r := get(vm, "/a", fmt.Sprintf("10.0.0.%d:1", i)); r.Status != 200 {
+					t.Fatalf("client %d of a: %d", i, r.Status)
+				}
+			}
+			r := get(vm, "/b", "10.1.0.1:1")
+			want := map[string]int{"allow": 200, "deny": 429}[mode]
+			if r.Status != want {
+				t.Errorf("table full, on_error %s: status %d, want %d", mode, r.Status, want)
+			}
+			h.AdvanceClock(1100 * time.Millisecond)
+			if got := h.Metrics().Counter("sluice.table.full"); got != 1 {
+				t.Errorf("sluice.table.full = %d, want 1", got)
+			}
+			if got := h.Metrics().Counter("sluice.on_error." + map[string]string{"allow": "allowed", "deny": "denied"}[mode]); got != 1 {
+				t.Errorf("on_error counter = %d, want 1", got)
+			}
+			if !strings.Contains(vm.LogText(), "rule b, client 10.1.0.1: state table full") {
+				t.Errorf("no warning naming rule and client:\n%s", vm.LogText())
+			}
+		})
+	}
+}
