@@ -106,9 +106,8 @@ func (p *pluginContext) OnTick() {
 // worker (with the count since the last line): a log call per rejected
 // request would cost a host call and an allocation each, under exactly the
 // floods a rate limiter exists for.
-func (p *pluginContext) logRejection(v *engine.Verdict) {
+func (p *pluginContext) logRejection(v *engine.Verdict, now int64) {
 	p.rejectsSinceLog++
-	now := time.Now().UnixNano()
 	if v.Report == nil || now-p.lastRejectLog < int64(time.Second) {
 		return
 	}
@@ -153,7 +152,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		}
 	}()
 	p := h.plugin
-	h.verdict = p.engine.Decide(h, time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
 	if v.Err != nil && v.ErrRule != nil {
@@ -162,14 +162,14 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	switch v.Outcome {
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
-		p.logRejection(v)
+		p.logRejection(v, now)
 		if err := proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1); err != nil {
 			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
 			return types.ActionContinue
 		}
 		return types.ActionPause
 	case engine.Delay:
-		if !p.held.push(h.id, time.Now().UnixNano()+int64(v.Delay)) {
+		if !p.held.push(h.id, now+int64(v.Delay)) {
 			// Too many held requests on this worker: reject instead.
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay

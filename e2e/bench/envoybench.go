@@ -81,7 +81,7 @@ func envoySection(ctx context.Context, o options) (string, error) {
 	}
 	for _, s := range scs {
 		progress("envoy: starting %s", s.key)
-		e, err := envoytest.Start(ctx, s.opts)
+		e, err := startEnvoy(ctx, s.opts)
 		if err != nil {
 			return "", fmt.Errorf("starting Envoy (%s): %w", s.key, err)
 		}
@@ -266,12 +266,14 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 		"`enable_x_ratelimit_headers: DRAFT_VERSION_03`; Sluice: one `token_bucket` rule keyed by `client_ip`, `xff_trusted_hops: 1`, "+
 		"`headers: legacy` (the same three X-RateLimit headers), the client being Envoy's `source.address` as for the native filter. "+
 		"\"admit\": %d requests per second per client (never reached: measures the cost of deciding); \"reject\": %d per second per "+
-		"client with a burst of %d, so that about %d requests per second pass and the rest are answered 429 by the filter. "+
+		"client with a burst of %d, so that about %.0f requests per second pass (the rate, plus each client's burst refilled while "+
+		"the other scenarios ran) and the rest are answered 429 by the filter. "+
 		"Each Envoy was warmed up for %v, then %d interleaved rounds ran every scenario for %v each (the order rotated every "+
 		"round), %v in all; the tables give the medians over the rounds. Latency is per request, from writing it to reading the "+
 		"whole response, on loopback.\n",
 		"no filter; native admit; Sluice admit; native reject; Sluice reject", o.concurrency, o.conns, numCPU(),
-		o.clients, max(1024, o.clients), admitLimit, rejectLimit, rejectLimit, rejectLimit*o.clients,
+		o.clients, max(1024, o.clients), admitLimit, rejectLimit, rejectLimit,
+		float64(o.clients)*(rejectLimit+rejectLimit*o.duration.Seconds())/o.duration.Seconds(),
 		o.warmup, o.rounds, o.duration, measured.Round(time.Second))
 	return b.String()
 }

@@ -48,7 +48,9 @@ func TestKeys(t *testing.T) {
 		t.Errorf("header-less clients: %d admitted, want 4 (2 addresses x 2)", n)
 	}
 	// path: every client shares one budget per path (query ignored).
-	if n := admitted(repeat(3, func(i int) *wasmhost.Result { return get(vms[i%2], "/p/a?x="+fmt.Sprint(i), fmt.Sprintf("10.1.0.%d:1", i)) })); n != 1 {
+	if n := admitted(repeat(3, func(i int) *wasmhost.Result {
+		return get(vms[i%2], "/p/a?x="+fmt.Sprint(i), fmt.Sprintf("10.1.0.%d:1", i))
+	})); n != 1 {
 		t.Errorf("path key: %d admitted, want 1", n)
 	}
 	if r := get(vms[0], "/p/b", "10.1.0.1:1"); r.Status != 200 {
