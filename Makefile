@@ -64,8 +64,17 @@ demo: build envoy
 bench: build envoy
 	$(GO) run ./e2e/bench
 
-fuzz:
-	$(GO) test ./shared/header -run '^$$' -fuzz FuzzParse -fuzztime 60s
+# Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
+# parsing, the Envoy-config extractor of `sluice validate`, and hostile
+# requests through the compiled plugin under wazero.
+FUZZTIME ?= 60s
+fuzz: build
+	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)
 
 validate:
 	@test -n "$(CONFIG)" || { echo "usage: make validate CONFIG=path/to/config.json"; exit 2; }
