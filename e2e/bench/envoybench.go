@@ -218,6 +218,16 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 	fmt.Fprintf(&b, "| Sluice / no filter, most rejected | %s | %s | %s | %s |\n\n",
 		ratio(slr.rps, no.rps), ratio(slr.p50, no.p50), ratio(slr.p99, no.p99), ratio(slr.cpuPerReq, no.cpuPerReq))
 
+	verdict := func(r float64) string {
+		if r >= 0.9 {
+			return "met"
+		}
+		return "**not met**"
+	}
+	if na.rps > 0 && nar.rps > 0 {
+		fmt.Fprintf(&b, "Issue 6's target, Sluice at least 0.9x the native filter's throughput: %s when all requests are admitted (%.2fx), "+
+			"%s when most are rejected (%.2fx).\n\n", verdict(sl.rps/na.rps), sl.rps/na.rps, verdict(slr.rps/nar.rps), slr.rps/nar.rps)
+	}
 	paired := func(a, c string) string {
 		var rs []float64
 		for i := range scs[0].runs {
@@ -263,8 +273,9 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 		"Requests rotate through %d client addresses in X-Forwarded-For (`xff_num_trusted_hops: 1`), so both limiters keep one "+
 		"bucket per client: native `local_ratelimit` with a `remote_address` descriptor (dynamic per-client buckets, "+
 		"`max_dynamic_descriptors: %d` so that no client is evicted), token bucket, `filter_enabled` and `filter_enforced` at 100%%, "+
-		"`enable_x_ratelimit_headers: DRAFT_VERSION_03`; Sluice: one `token_bucket` rule keyed by `client_ip`, `xff_trusted_hops: 1`, "+
-		"`headers: legacy` (the same three X-RateLimit headers), the client being Envoy's `source.address` as for the native filter. "+
+		"`enable_x_ratelimit_headers: DRAFT_VERSION_03`; Sluice: one `token_bucket` rule keyed by `client_ip`, "+
+		"`headers: legacy` (the same three X-RateLimit headers; Sluice adds Retry-After to a 429), the client being Envoy's `source.address`, "+
+		"which Envoy derives from X-Forwarded-For as it does for the native filter (the plugin's own `xff_trusted_hops` stays 0). "+
 		"\"admit\": %d requests per second per client (never reached: measures the cost of deciding); \"reject\": %d per second per "+
 		"client with a burst of %d, so that about %.0f requests per second pass (the rate, plus each client's burst refilled while "+
 		"the other scenarios ran) and the rest are answered 429 by the filter. "+

@@ -39,7 +39,8 @@ func gobenchSection(ctx context.Context, root, benchtime string) (string, error)
 		"the engine's own. Target: zero.\n\n", benchtime, strings.Join(gobenchPackages, " "), goarch())
 	b.WriteString("| package | benchmark | ns/op | B/op | allocs/op |\n|---|---|---:|---:|---:|\n")
 	pkg := ""
-	sc := bufio.NewScanner(&out)
+	var engineAllocs []string
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
 	for sc.Scan() {
 		line := sc.Text()
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
@@ -60,6 +61,14 @@ func gobenchSection(ctx context.Context, root, benchtime string) (string, error)
 			name = name[:i] // drop -GOMAXPROCS
 		}
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", pkg, name, vals["ns/op"], vals["B/op"], vals["allocs/op"])
+		if (strings.Contains(name, "/nocopy/") || strings.HasPrefix(name, "BenchmarkAllowN")) && vals["allocs/op"] != "0" {
+			engineAllocs = append(engineAllocs, fmt.Sprintf("`%s` %s", name, vals["allocs/op"]))
+		}
+	}
+	if len(engineAllocs) == 0 {
+		b.WriteString("\nAlgorithms and engine decisions (`AllowN`, `Decide/nocopy`): **zero allocations**, target met.\n")
+	} else {
+		fmt.Fprintf(&b, "\nAllocations per decision, target zero **not met**: %s.\n", strings.Join(engineAllocs, ", "))
 	}
 	return b.String(), nil
 }

@@ -72,18 +72,49 @@ func (p *benchPluginContext) OnTick() {
 
 var memstatsRE = regexp.MustCompile(`sluicebench memstats total_alloc=(\d+) mallocs=(\d+) num_gc=(\d+) heap_inuse=(\d+)`)
 
-type inprocResult struct {
-	name        string
-	nsPerReq    float64
-	nsSpread    [2]float64 // min, max over batches
+// inprocCase is one plugin and configuration in its own host and VM.
+type inprocCase struct {
+	name   string
+	module []byte
+	cfg    string
+	want   int  // expected status after warm-up (0: any)
+	allocs bool // instrumented copy: measure allocations, not time
+
+	h  *wasmhost.Host
+	vm *wasmhost.VM
+
+	batches     []float64 // ns per request of each timed batch
+	total       int       // timed requests
 	calls       map[string]float64
+	status      map[int]int
 	memBefore   uint32
 	memAfter    uint32
-	status      map[int]int
 	bytesPerReq float64 // -1: not measured
 	mallocsReq  float64
 	gcs         uint64
-	note        string
+	err         error
+}
+
+func (c *inprocCase) median() float64 {
+	if len(c.batches) == 0 {
+		return 0
+	}
+	return median(c.batches)
+}
+
+// do runs k requests, keeping the first unexpected outcome.
+func (c *inprocCase) do(req wasmhost.Request, k int) {
+	for i := 0; i < k; i++ {
+		res := c.vm.Request(req)
+		c.status[res.Status]++
+		if c.err == nil {
+			if res.Err != nil {
+				c.err = res.Err
+			} else if c.want != 0 && res.Status != c.want {
+				c.err = fmt.Errorf("status %d, want %d", res.Status, c.want)
+			}
+		}
+	}
 }
 
 // inprocSection measures the plugin in the wazero host.
@@ -115,80 +146,154 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 		},
 		Properties: wasmhost.Properties{"source.address": "10.1.2.3:51234", "xds.route_name": "default"},
 	}
-	var results []*inprocResult
-	run := func(name string, module []byte, cfg string, wantStatus int, allocs bool) {
-		progress("in-process: %s (%d requests)", name, n)
-		r, err := measureInproc(ctx, module, cfg, req, n, wantStatus, allocs)
-		if r == nil {
-			r = &inprocResult{}
-		}
-		r.name = name
-		if err != nil {
-			r.note = err.Error()
-		}
-		results = append(results, r)
+	cases := []*inprocCase{
+		{name: "Sluice, admit path", module: wasm, cfg: inprocAdmitCfg, want: 200},
+		{name: "Sluice, reject path", module: wasm, cfg: inprocRejectCfg, want: 429},
+		{name: "Sluice, admit path, headers none", module: wasm, cfg: inprocAdmitNoHeadersCfg, want: 200},
+		{name: "Sluice, no rule matches", module: wasm, cfg: inprocNoMatchCfg, want: 200},
 	}
-	run("Sluice, admit path", wasm, inprocAdmitCfg, 200, false)
-	run("Sluice, reject path", wasm, inprocRejectCfg, 429, false)
-	run("Sluice, admit path, headers none", wasm, inprocAdmitNoHeadersCfg, 200, false)
-	run("Sluice, no rule matches", wasm, inprocNoMatchCfg, 200, false)
 	if noopErr == nil {
-		run("no-op Go filter (floor)", noop, "", 200, false)
+		cases = append(cases, &inprocCase{name: "no-op Go filter (floor)", module: noop, want: 200})
 	}
 	if instrErr == nil {
-		run("Sluice, admit path (instrumented copy)", instr, inprocAdmitCfg, 200, true)
-		run("Sluice, reject path (instrumented copy)", instr, inprocRejectCfg, 429, true)
-		run("Sluice, no rule matches (instrumented copy)", instr, inprocNoMatchCfg, 200, true)
+		cases = append(cases,
+			&inprocCase{name: "Sluice, admit path", module: instr, cfg: inprocAdmitCfg, want: 200, allocs: true},
+			&inprocCase{name: "Sluice, reject path", module: instr, cfg: inprocRejectCfg, want: 429, allocs: true},
+			&inprocCase{name: "Sluice, no rule matches", module: instr, cfg: inprocNoMatchCfg, want: 200, allocs: true})
+	}
+	defer func() {
+		for _, c := range cases {
+			if c.h != nil {
+				c.h.Close(context.Background())
+			}
+		}
+	}()
+	var timed []*inprocCase
+	for _, c := range cases {
+		c.status, c.bytesPerReq = map[int]int{}, -1
+		c.h, c.err = wasmhost.New(ctx, c.module, wasmhost.WithRealClock(), wasmhost.WithVMID("sluice"), wasmhost.WithLogLevel(wasmhost.LogWarn))
+		if c.err == nil {
+			c.vm, c.err = c.h.NewVM(nil, []byte(c.cfg))
+		}
+		if c.err != nil {
+			continue
+		}
+		// Warm-up; for the reject path it also spends the client's budget.
+		c.do(req, 2000)
+		c.status, c.err = map[int]int{}, nil
+		c.vm.ResetHostCalls()
+		c.memBefore = c.vm.MemorySize()
+		if !c.allocs {
+			timed = append(timed, c)
+		}
 	}
 
+	// Time: interleaved rounds, every case once per round in a rotating
+	// order, so that the load of a shared machine hits all cases alike.
+	const rounds = 20
+	batch := max(1, n/rounds)
+	progress("in-process: %d rounds of %d requests for %d cases", rounds, batch, len(timed))
+	for r := 0; r < rounds && ctx.Err() == nil; r++ {
+		for k := range timed {
+			c := timed[(k+r)%len(timed)]
+			t0 := time.Now()
+			c.do(req, batch)
+			c.batches = append(c.batches, float64(time.Since(t0).Nanoseconds())/float64(batch))
+			c.total += batch
+		}
+	}
+	for _, c := range timed {
+		c.calls = map[string]float64{}
+		for k, v := range c.vm.HostCalls() {
+			c.calls[k] = float64(v) / float64(max(1, c.total))
+		}
+		c.memAfter = c.vm.MemorySize()
+	}
+	// Allocations: the instrumented copies, ticks around n requests.
+	for _, c := range cases {
+		if !c.allocs || c.vm == nil || c.err != nil {
+			continue
+		}
+		progress("in-process: allocations, %s (%d requests)", c.name, n)
+		var idle0, idle1, before, after []uint64
+		var err error
+		if idle0, err = tickStats(c.vm); err == nil {
+			if idle1, err = tickStats(c.vm); err == nil {
+				if before, err = tickStats(c.vm); err == nil {
+					c.do(req, n)
+					after, err = tickStats(c.vm)
+				}
+			}
+		}
+		if err != nil {
+			c.err = err
+			continue
+		}
+		c.bytesPerReq = (float64(after[0]-before[0]) - float64(idle1[0]-idle0[0])) / float64(n)
+		c.mallocsReq = (float64(after[1]-before[1]) - float64(idle1[1]-idle0[1])) / float64(n)
+		c.gcs = after[2] - before[2]
+	}
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	return inprocReport(wasm, n, rounds, batch, cases, noopErr, instrErr), nil
+}
+
+func inprocReport(wasm []byte, n, rounds, batch int, cases []*inprocCase, noopErr, instrErr error) string {
 	var b strings.Builder
 	b.WriteString("## 2. Plugin cost per request in-process (wazero host)\n\n")
 	fmt.Fprintf(&b, "`build/sluice.wasm` (%d bytes) in `internal/wasmhost`, a proxy-wasm host on wazero %s that follows Envoy 1.40's ABI: "+
-		"one VM (one worker), one rule keyed by client IP, %d requests per case after 2,000 warm-up requests, each a full stream "+
-		"(`proxy_on_context_create`, request headers, upstream 200 or the plugin's local 429, response headers, `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`). "+
-		"Time is wall time per request, the median of 5 batches (min-max in brackets); it includes the host's own stream emulation, "+
-		"which the no-op Go filter measures. wazero is not V8: absolute times differ from Envoy's, the host-call counts do not.\n\n",
-		len(wasm), depVersion("github.com/tetratelabs/wazero"), n)
+		"one VM (one worker) per case, one rule keyed by client IP, 2,000 warm-up requests, then %d interleaved rounds of %d requests "+
+		"per case (the order rotated every round); each request is a full stream (`proxy_on_context_create`, request headers, "+
+		"upstream 200 or the plugin's local 429, response headers, `proxy_on_log`, `proxy_on_done`, `proxy_on_delete`). "+
+		"Time is wall time per request: the median of the rounds, the fastest and slowest round in brackets. It includes the host's own stream "+
+		"emulation, which the no-op Go filter measures. wazero is not V8: absolute times differ from Envoy's; host calls and "+
+		"allocations do not.\n\n", len(wasm), depVersion("github.com/tetratelabs/wazero"), rounds, batch)
 	b.WriteString("| case | ns/request | linear memory before → after | status |\n|---|---:|---|---|\n")
-	for _, r := range results {
-		if r.note != "" && r.nsPerReq == 0 {
-			fmt.Fprintf(&b, "| %s | failed: %s | | |\n", r.name, oneLine(r.note))
+	byName := map[string]*inprocCase{}
+	for _, c := range cases {
+		if c.allocs {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %.0f [%.0f-%.0f] | %s → %s | %s |\n", r.name, r.nsPerReq, r.nsSpread[0], r.nsSpread[1],
-			mib(uint64(r.memBefore)), mib(uint64(r.memAfter)), statusString(r.status))
-	}
-	byName := map[string]*inprocResult{}
-	for _, r := range results {
-		if r.nsPerReq > 0 {
-			byName[r.name] = r
+		if len(c.batches) == 0 {
+			fmt.Fprintf(&b, "| %s | failed: %s | | |\n", c.name, oneLine(fmt.Sprint(c.err)))
+			continue
 		}
+		byName[c.name] = c
+		fmt.Fprintf(&b, "| %s | %.0f [%.0f-%.0f] | %s → %s | %s |\n", c.name, c.median(), slices.Min(c.batches), slices.Max(c.batches),
+			mib(uint64(c.memBefore)), mib(uint64(c.memAfter)), statusString(c.status))
 	}
 	admit, reject, floor := byName["Sluice, admit path"], byName["Sluice, reject path"], byName["no-op Go filter (floor)"]
 	noHdr, noMatch := byName["Sluice, admit path, headers none"], byName["Sluice, no rule matches"]
 	if admit != nil && reject != nil && noHdr != nil && noMatch != nil && floor != nil {
-		fmt.Fprintf(&b, "\n**Where the time goes** (differences between the cases above; batch medians, so ±1 µs): "+
-			"of the admit path's %.1f µs, %.1f µs is the floor every Go filter pays in this host; "+
-			"%.1f µs is Sluice's fixed cost per stream with no rule matching (its HTTP context, reading `:path`, the response callback); "+
-			"%.1f µs is the decision (client address property, shared-data get and set, the engine); "+
-			"%.1f µs is writing the rate-limit headers to the response (`headers: both`, 5 `proxy_replace_header_map_value` calls). "+
-			"The reject path costs %+.1f µs against the admit path (the local response, and a debug log line that is formatted and "+
-			"handed to the host even when debug logging is off).\n",
-			admit.nsPerReq/1e3, floor.nsPerReq/1e3, (noMatch.nsPerReq-floor.nsPerReq)/1e3, (noHdr.nsPerReq-noMatch.nsPerReq)/1e3,
-			(admit.nsPerReq-noHdr.nsPerReq)/1e3, (reject.nsPerReq-admit.nsPerReq)/1e3)
+		// The fastest batch is the least disturbed by the rest of a shared
+		// machine, so the breakdown uses the minima.
+		us := func(c *inprocCase) float64 { return slices.Min(c.batches) / 1e3 }
+		fmt.Fprintf(&b, "\n**Where the time goes** (differences between the fastest batches of the cases above, the ones least disturbed by the rest of the machine): "+
+			"of the admit path's %.1f µs, %.1f µs is the floor any Go filter pays in this host; "+
+			"%.1f µs is Sluice's fixed cost per stream when no rule matches (its HTTP context, reading `:path`, the response callback); "+
+			"%.1f µs is the decision (the client address property, the shared-data get and set, the engine); "+
+			"%.1f µs is writing the rate-limit headers into the response (`headers: both`: %s `proxy_replace_header_map_value` calls). "+
+			"The reject path differs from the admit path by %+.1f µs (a local response instead of the headers",
+			us(admit), us(floor), us(noMatch)-us(floor), us(noHdr)-us(noMatch), us(admit)-us(noHdr),
+			trimFloat(admit.calls["env.proxy_replace_header_map_value"]), us(reject)-us(admit))
+		if l := reject.calls["env.proxy_log"]; l >= 0.5 {
+			fmt.Fprintf(&b, ", and %s `proxy_log` call per rejection although the host's log level is warn: the line is formatted and handed over before the host drops it", trimFloat(l))
+		}
+		b.WriteString(").\n")
 	}
 
 	// Host calls per request.
 	b.WriteString("\n### Host calls per request\n\n")
-	var cols []*inprocResult
-	for _, r := range []*inprocResult{admit, reject, floor} {
-		if r != nil && r.calls != nil {
-			cols = append(cols, r)
+	var cols []*inprocCase
+	for _, c := range []*inprocCase{admit, reject, noMatch, floor} {
+		if c != nil && c.calls != nil {
+			cols = append(cols, c)
 		}
 	}
 	names := map[string]bool{}
-	for _, r := range cols {
-		for k := range r.calls {
+	for _, c := range cols {
+		for k := range c.calls {
 			names[k] = true
 		}
 	}
@@ -203,8 +308,8 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 		return sorted[i] < sorted[j]
 	})
 	b.WriteString("| host function |")
-	for _, r := range cols {
-		b.WriteString(" " + r.name + " |")
+	for _, c := range cols {
+		b.WriteString(" " + c.name + " |")
 	}
 	b.WriteString("\n|---|")
 	for range cols {
@@ -214,8 +319,8 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 	totals := make([]float64, len(cols))
 	for _, k := range sorted {
 		b.WriteString("| `" + k + "` |")
-		for i, r := range cols {
-			v := r.calls[k]
+		for i, c := range cols {
+			v := c.calls[k]
 			totals[i] += v
 			fmt.Fprintf(&b, " %s |", trimFloat(v))
 		}
@@ -225,42 +330,43 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 	for _, t := range totals {
 		fmt.Fprintf(&b, " **%s** |", trimFloat(t))
 	}
-	b.WriteString("\n\nCalls that return data (headers, properties, shared data) make the host re-enter the guest's allocator " +
-		"(`proxy_on_memory_allocate`, not counted above as it is a guest export).\n")
+	b.WriteString("\n\nA call that returns data (a header, a property, a shared-data value) also makes the host call back into the guest's " +
+		"allocator (`proxy_on_memory_allocate`, a guest export, not counted above) for the buffer the data is copied into.\n")
 
 	// Guest allocations.
 	b.WriteString("\n### Bytes allocated in the guest per request\n\n")
-	switch {
-	case instrErr != nil:
+	if instrErr != nil {
 		fmt.Fprintf(&b, "Not measured: building the instrumented copy failed: %s\n", oneLine(instrErr.Error()))
-	default:
-		b.WriteString("Measured exactly with the guest Go runtime's own counters (`runtime.MemStats.TotalAlloc` and `Mallocs`): " +
-			"an instrumented copy of the plugin, built with `go build -overlay` from the same sources plus one file that, on " +
-			"`proxy_on_tick`, logs those counters; ticks before and after the requests, minus one empty tick-to-tick interval. " +
-			"This counts every allocation on the request path: the SDK's buffers for each host call that returns data, and Sluice's own.\n\n")
-		b.WriteString("| case | bytes/request | allocations/request | GC cycles during the run |\n|---|---:|---:|---:|\n")
-		for _, r := range results {
-			if !strings.Contains(r.name, "instrumented") {
+	} else {
+		b.WriteString("Measured exactly with the guest Go runtime's own counters (`runtime.MemStats.TotalAlloc` and `Mallocs`), in an " +
+			"instrumented copy of the plugin built with `go build -overlay` from the same sources plus one file that logs those counters " +
+			"on `proxy_on_tick` (the request path is unchanged): ticks before and after the requests, minus one empty tick-to-tick " +
+			"interval. This counts every allocation on the request path: the SDK's buffers for the host calls that return data, " +
+			"its per-stream context, and Sluice's own.\n\n")
+		fmt.Fprintf(&b, "| case (%d requests) | bytes/request | allocations/request | GC cycles during the run |\n|---|---:|---:|---:|\n", n)
+		for _, c := range cases {
+			if !c.allocs {
 				continue
 			}
-			if r.bytesPerReq < 0 {
-				fmt.Fprintf(&b, "| %s | n/a | n/a | %s |\n", r.name, oneLine(r.note))
+			if c.bytesPerReq < 0 {
+				fmt.Fprintf(&b, "| %s | n/a | n/a | %s |\n", c.name, oneLine(fmt.Sprint(c.err)))
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %.1f | %.2f | %d |\n", strings.TrimSuffix(r.name, " (instrumented copy)"), r.bytesPerReq, r.mallocsReq, r.gcs)
+			fmt.Fprintf(&b, "| %s | %.1f | %.2f | %d |\n", c.name, c.bytesPerReq, c.mallocsReq, c.gcs)
 		}
-		b.WriteString("\nThe native benchmark `BenchmarkDecide/nocopy` (section 3) isolates the engine: its allocations are the " +
-			"engine's own; the rest here are the proxy-wasm SDK's copies of header values, properties and shared-data values.\n")
+		b.WriteString("\nThe native `BenchmarkDecide/nocopy` (section 3) isolates the engine, whose own allocations are the target of zero; " +
+			"the rest here belongs to the proxy-wasm Go SDK (a context object per stream, a fresh buffer for every header value, " +
+			"property and shared-data value the host returns) and to the plugin's glue.\n")
 	}
 	if noopErr != nil {
 		fmt.Fprintf(&b, "\nThe no-op baseline could not be built: %s\n", oneLine(noopErr.Error()))
 	}
-	for _, r := range results {
-		if r.note != "" && r.nsPerReq != 0 {
-			fmt.Fprintf(&b, "\nNote (%s): %s\n", r.name, oneLine(r.note))
+	for _, c := range cases {
+		if c.err != nil && (len(c.batches) > 0 || c.bytesPerReq >= 0) {
+			fmt.Fprintf(&b, "\nNote (%s): %s\n", c.name, oneLine(c.err.Error()))
 		}
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // buildInstrumented builds ./plugin with the memstats overlay into dir.
@@ -286,86 +392,6 @@ func buildInstrumented(ctx context.Context, root, dir string) ([]byte, error) {
 		return nil, fmt.Errorf("go build -overlay ./plugin: %v: %s", err, buf.String())
 	}
 	return os.ReadFile(out)
-}
-
-func measureInproc(ctx context.Context, module []byte, cfg string, req wasmhost.Request, n, wantStatus int, allocs bool) (*inprocResult, error) {
-	h, err := wasmhost.New(ctx, module, wasmhost.WithRealClock(), wasmhost.WithVMID("sluice"), wasmhost.WithLogLevel(wasmhost.LogWarn))
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close(context.Background())
-	vm, err := h.NewVM(nil, []byte(cfg))
-	if err != nil {
-		return nil, err
-	}
-	r := &inprocResult{status: map[int]int{}, bytesPerReq: -1}
-	var firstErr error
-	do := func(k int) {
-		for i := 0; i < k; i++ {
-			res := vm.Request(req)
-			r.status[res.Status]++
-			if firstErr == nil {
-				if res.Err != nil {
-					firstErr = res.Err
-				} else if wantStatus != 0 && res.Status != wantStatus {
-					firstErr = fmt.Errorf("status %d, want %d", res.Status, wantStatus)
-				}
-			}
-		}
-	}
-	do(2000)
-	r.status, firstErr = map[int]int{}, nil
-	vm.ResetHostCalls()
-	r.memBefore = vm.MemorySize()
-
-	var before, after, idle0, idle1 []uint64
-	if allocs {
-		if idle0, err = tickStats(vm); err == nil {
-			if idle1, err = tickStats(vm); err == nil {
-				before, err = tickStats(vm)
-			}
-		}
-		if err != nil {
-			r.note = err.Error()
-			allocs = false
-		}
-		vm.ResetHostCalls()
-	}
-	const batches = 5
-	per := max(1, n/batches)
-	var ns []float64
-	for bi := 0; bi < batches; bi++ {
-		t0 := time.Now()
-		do(per)
-		ns = append(ns, float64(time.Since(t0).Nanoseconds())/float64(per))
-	}
-	total := per * batches
-	calls := vm.HostCalls()
-	if allocs {
-		if after, err = tickStats(vm); err != nil {
-			r.note = err.Error()
-		} else {
-			tickBytes := float64(idle1[0] - idle0[0])
-			tickMallocs := float64(idle1[1] - idle0[1])
-			r.bytesPerReq = (float64(after[0]-before[0]) - tickBytes) / float64(total)
-			r.mallocsReq = (float64(after[1]-before[1]) - tickMallocs) / float64(total)
-			r.gcs = after[2] - before[2]
-		}
-	}
-	r.memAfter = vm.MemorySize()
-	slices.Sort(ns)
-	r.nsPerReq, r.nsSpread = ns[len(ns)/2], [2]float64{ns[0], ns[len(ns)-1]}
-	r.calls = map[string]float64{}
-	for k, v := range calls {
-		r.calls[k] = float64(v) / float64(total)
-	}
-	if firstErr != nil {
-		return r, firstErr
-	}
-	if r.note != "" {
-		return r, fmt.Errorf("%s", r.note)
-	}
-	return r, nil
 }
 
 // tickStats fires proxy_on_tick on the instrumented plugin and returns the

@@ -154,3 +154,20 @@ func sluiceStats(e *envoytest.Envoy) map[string]uint64 {
 	}
 	return out
 }
+
+// raiseNoFile lifts the soft limit on open files to the hard limit (Envoy,
+// started afterwards, inherits it) and returns the resulting soft limit.
+func raiseNoFile() uint64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	if rl.Cur < rl.Max {
+		want := rl
+		want.Cur = rl.Max
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) == nil {
+			rl = want
+		}
+	}
+	return rl.Cur
+}

@@ -109,6 +109,7 @@ func main() {
 		run["exact"] = true
 	}
 
+	raiseNoFile() // thousands of loopback connections; Envoy inherits the limit
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root, err := envoytest.RepoRoot()
@@ -197,8 +198,8 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Generated %s by `go run ./e2e/bench` (`make bench`; the flood and exactness measurements: "+
-		"`go run ./e2e/bench -run flood,exact -flood 1000000`).\n\n", now.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3; "+
+		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",
 		m.CPU, m.Cores, m.MemTotal, m.Kernel, m.Go, m.Envoy, m.Commit)
