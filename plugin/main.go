@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"time"
+	"unsafe"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
@@ -210,10 +211,12 @@ var sourceAddressPath = []string{"source", "address"}
 // SourceAddress implements engine.Request.
 func (h *httpContext) SourceAddress() string {
 	b, err := proxywasm.GetProperty(sourceAddressPath)
-	if err != nil {
+	if err != nil || len(b) == 0 {
 		return ""
 	}
-	return string(b)
+	// The host copied the value into a buffer of its own for this call; the
+	// engine only parses it, so a string view saves a copy.
+	return unsafe.String(&b[0], len(b))
 }
 
 // contextIDSalt distinguishes workers started in the same nanosecond.
