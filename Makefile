@@ -62,7 +62,7 @@ demo: build envoy
 	$(GO) run ./examples/launchday
 
 # Envoy no filter vs native local_ratelimit vs Sluice, the plugin's cost
-# in-process, Go benchmarks: writes build/bench.md (about 2 minutes).
+# in-process, Go benchmarks: writes build/bench.md (about 3 minutes).
 bench: build envoy
 	$(GO) run ./e2e/bench
 

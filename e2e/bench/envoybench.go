@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,12 +14,15 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-// The Envoy section: the same closed-loop load through three Envoys that
-// differ only in their HTTP filter (none, native local_ratelimit, Sluice),
-// in two scenarios (limits high enough that every request is admitted, so
-// the cost of deciding is measured; limits low enough that most requests are
-// rejected). All Envoys run at once and are measured in interleaved rounds,
-// so slow drifts of a shared machine hit every scenario alike.
+// The Envoy section: the same closed-loop load through Envoys that differ
+// only in their HTTP filter (none, native local_ratelimit, Sluice), in two
+// scenarios (limits high enough that every request is admitted, so the cost
+// of deciding is measured; limits low enough that most requests are
+// rejected). Two more Envoys split Sluice's admit cost: one runs the no-op Go
+// proxy-wasm filter (e2e/bench/testdata/noop), the price of any Go filter in
+// Envoy's V8, and one runs Sluice without response headers. All Envoys run at
+// once and are measured in interleaved rounds, so slow drifts of a shared
+// machine hit every scenario alike.
 
 const (
 	admitLimit  = 1000000000 // per client per second: never reached
@@ -45,8 +51,25 @@ type runStats struct {
 // descriptor does; the plugin's own client_ip.xff_trusted_hops is left at 0
 // (Envoy has appended the connection's address to X-Forwarded-For by the
 // time the plugin reads it).
-func sluiceConfig(limit int) string {
-	return fmt.Sprintf(`{"rules":[{"name":"bench","limit":%d,"window":"1s","burst":%d}],"headers":"legacy"}`, limit, limit)
+func sluiceConfig(limit int) string { return sluiceConfigHeaders(limit, "legacy") }
+
+// sluiceConfigHeaders is sluiceConfig with another headers mode.
+func sluiceConfigHeaders(limit int, headers string) string {
+	return fmt.Sprintf(`{"rules":[{"name":"bench","limit":%d,"window":"1s","burst":%d}],"headers":%q}`, limit, limit, headers)
+}
+
+// buildNoopWasm builds the no-op Go filter with the toolchain and flags
+// that make build uses for build/sluice.wasm, so that the two modules differ
+// only in their code.
+func buildNoopWasm(ctx context.Context, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-buildmode=c-shared", "-o", out, "./e2e/bench/testdata/noop")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared ./e2e/bench/testdata/noop: %v: %s", err, buf.String())
+	}
+	return nil
 }
 
 func envoySection(ctx context.Context, o options) (string, error) {
@@ -56,6 +79,17 @@ func envoySection(ctx context.Context, o options) (string, error) {
 	}
 	defer up.Close()
 	wasm, _ := filepath.Abs("build/sluice.wasm")
+	tmp, err := os.MkdirTemp("", "sluice-bench-envoy-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	noop := filepath.Join(tmp, "noop.wasm")
+	progress("envoy: building the no-op Go filter")
+	noopErr := buildNoopWasm(ctx, noop)
+	if noopErr != nil {
+		progress("envoy: %v", noopErr)
+	}
 	base := func() envoytest.Options {
 		return envoytest.Options{Concurrency: o.concurrency, XFFNumTrustedHops: 1, Upstream: up.Addr(), LogLevel: "warn"}
 	}
@@ -74,10 +108,21 @@ func envoySection(ctx context.Context, o options) (string, error) {
 		mk("sluice", "Sluice", "admit", func(op *envoytest.Options) {
 			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig(admitLimit)}
 		}),
+		mk("sluice-nohdr", "Sluice, headers none", "admit", func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfigHeaders(admitLimit, "none")}
+		}),
 		mk("native-reject", "native local_ratelimit", "reject", func(op *envoytest.Options) { op.LocalRateLimit = native(rejectLimit) }),
 		mk("sluice-reject", "Sluice", "reject", func(op *envoytest.Options) {
 			op.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig(rejectLimit)}
 		}),
+	}
+	if noopErr == nil {
+		// Inserted before Sluice's admit row, the no-op is loaded exactly as
+		// Sluice is (same vm_config, V8), without a configuration.
+		noopSc := mk("noop", "no-op Go wasm filter", "admit", func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: noop, Name: "noop"}
+		})
+		scs = slices.Insert(scs, 2, noopSc)
 	}
 	for _, s := range scs {
 		progress("envoy: starting %s", s.key)
@@ -143,7 +188,7 @@ func envoySection(ctx context.Context, o options) (string, error) {
 			progress("envoy: %s logged errors:\n%s", s.key, lastLines(out, 10))
 		}
 	}
-	return envoyReport(o, scs, measured), nil
+	return envoyReport(o, scs, measured, noopErr), nil
 }
 
 type summary struct {
@@ -192,7 +237,7 @@ func median(v []float64) float64 {
 
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
 
-func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string {
+func envoyReport(o options, scs []*envoyScenario, measured time.Duration, noopErr error) string {
 	sum := map[string]summary{}
 	for _, s := range scs {
 		sum[s.key] = summarize(s.runs)
@@ -207,16 +252,32 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 	}
 	sl, na, no := sum["sluice"], sum["native"], sum["none"]
 	slr, nar := sum["sluice-reject"], sum["native-reject"]
-	b.WriteString("**Headline** (medians; throughput ratio > 1 and latency ratio < 1 favour Sluice):\n\n")
+	noop, haveNoop := sum["noop"]
+	nohdr, haveNohdr := sum["sluice-nohdr"]
+	b.WriteString("**Headline** (medians; throughput ratio > 1 and latency ratio < 1 favour the first filter named):\n\n")
 	b.WriteString("| | throughput | p50 latency | p99 latency | Envoy CPU per request |\n|---|---:|---:|---:|---:|\n")
-	fmt.Fprintf(&b, "| Sluice / native local_ratelimit, all admitted | **%s** | %s | %s | %s |\n",
-		ratio(sl.rps, na.rps), ratio(sl.p50, na.p50), ratio(sl.p99, na.p99), ratio(sl.cpuPerReq, na.cpuPerReq))
-	fmt.Fprintf(&b, "| Sluice / no filter, all admitted | **%s** | %s | %s | %s |\n",
-		ratio(sl.rps, no.rps), ratio(sl.p50, no.p50), ratio(sl.p99, no.p99), ratio(sl.cpuPerReq, no.cpuPerReq))
-	fmt.Fprintf(&b, "| Sluice / native local_ratelimit, most rejected | **%s** | %s | %s | %s |\n",
-		ratio(slr.rps, nar.rps), ratio(slr.p50, nar.p50), ratio(slr.p99, nar.p99), ratio(slr.cpuPerReq, nar.cpuPerReq))
-	fmt.Fprintf(&b, "| Sluice / no filter, most rejected | %s | %s | %s | %s |\n\n",
-		ratio(slr.rps, no.rps), ratio(slr.p50, no.p50), ratio(slr.p99, no.p99), ratio(slr.cpuPerReq, no.cpuPerReq))
+	row := func(name string, a, c summary, bold bool) {
+		f := "| %s | %s | %s | %s | %s |\n"
+		if bold {
+			f = "| %s | **%s** | %s | %s | %s |\n"
+		}
+		fmt.Fprintf(&b, f, name, ratio(a.rps, c.rps), ratio(a.p50, c.p50), ratio(a.p99, c.p99), ratio(a.cpuPerReq, c.cpuPerReq))
+	}
+	row("Sluice / native local_ratelimit, all admitted", sl, na, true)
+	row("Sluice / no filter, all admitted", sl, no, true)
+	row("Sluice / native local_ratelimit, most rejected", slr, nar, true)
+	row("Sluice / no filter, most rejected", slr, no, false)
+	if haveNoop {
+		row("no-op Go wasm filter / no filter", noop, no, true)
+		row("Sluice / no-op Go wasm filter, all admitted", sl, noop, true)
+	}
+	if haveNohdr {
+		if haveNoop {
+			row("Sluice with headers none / no-op Go wasm filter, all admitted", nohdr, noop, false)
+		}
+		row("Sluice / Sluice with headers none, all admitted", sl, nohdr, false)
+	}
+	b.WriteString("\n")
 
 	verdict := func(r float64) string {
 		if r >= 0.9 {
@@ -250,8 +311,36 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 		lo, hi := slices.Min(rs), slices.Max(rs)
 		return fmt.Sprintf("%.2f-%.2f", lo, hi)
 	}
-	fmt.Fprintf(&b, "Round by round, Sluice/native throughput ranged %s (admit) and %s (reject); Sluice/no filter %s.\n\n",
+	fmt.Fprintf(&b, "Round by round, Sluice/native throughput ranged %s (admit) and %s (reject); Sluice/no filter %s",
 		paired("sluice", "native"), paired("sluice-reject", "native-reject"), paired("sluice", "none"))
+	if haveNoop {
+		fmt.Fprintf(&b, "; no-op Go filter/no filter %s; Sluice/no-op Go filter %s", paired("noop", "none"), paired("sluice", "noop"))
+	}
+	if haveNohdr {
+		fmt.Fprintf(&b, "; Sluice/Sluice with headers none %s", paired("sluice", "sluice-nohdr"))
+	}
+	b.WriteString(".\n\n")
+
+	if haveNoop && haveNohdr {
+		// Envoy CPU per request is the least noisy figure: split Sluice's
+		// extra cost over no filter along the admit Envoys.
+		extra := sl.cpuPerReq - no.cpuPerReq
+		share := func(v float64) string {
+			if extra <= 0 {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.0f%%", 100*v/extra)
+		}
+		floor, decide, hdrs := noop.cpuPerReq-no.cpuPerReq, nohdr.cpuPerReq-noop.cpuPerReq, sl.cpuPerReq-nohdr.cpuPerReq
+		fmt.Fprintf(&b, "**Where Sluice's cost in Envoy goes** (all admitted; differences between the medians of Envoy CPU per request "+
+			"in the table below): Sluice takes %.1f µs per request against %.1f µs without a filter, %+.1f µs. "+
+			"Of these, **%+.1f µs (%s) is the price of any Go proxy-wasm filter in Envoy's V8** (the no-op Go filter: the wasm "+
+			"filter's per-stream work in Envoy, the calls into the module and the Go wasip1 runtime's cost per callback); "+
+			"%+.1f µs (%s) is Sluice's own deciding (its host calls for the path, the client address and the shared-data state, "+
+			"and the engine; Sluice with `headers: none` minus the no-op); %+.1f µs (%s) is writing the three X-RateLimit response headers (Sluice minus "+
+			"Sluice with `headers: none`). The native filter costs %+.1f µs over no filter.\n\n",
+			sl.cpuPerReq, no.cpuPerReq, extra, floor, share(floor), decide, share(decide), hdrs, share(hdrs), na.cpuPerReq-no.cpuPerReq)
+	}
 
 	b.WriteString("| filter | scenario | req/s (median) | req/s min-max | p50 | p90 | p99 | Envoy CPU µs/req | Envoy cores busy | generator+upstream cores | admitted | admitted/s | errors |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -261,7 +350,23 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 			s.filter, s.scenario, m.rps, m.rpsMin, m.rpsMax, ms(m.p50), ms(m.p90), ms(m.p99), m.cpuPerReq, m.envoyCores, m.selfCores,
 			100*m.okShare, m.okRate, m.errors)
 	}
-	fmt.Fprintf(&b, "\n**Method.** Five Envoys (%s) run side by side, `--concurrency %d` each, identical but for the HTTP filter, "+
+	var names []string
+	for _, s := range scs {
+		n := s.filter
+		if s.scenario != "-" {
+			n += " (" + s.scenario + ")"
+		}
+		names = append(names, n)
+	}
+	noopText := "The no-op Go wasm filter (`e2e/bench/testdata/noop`, every proxy-wasm callback the Go SDK's default) is built with " +
+		"the same Go toolchain and flags as `build/sluice.wasm` (`GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags=\"-s -w\" " +
+		"-buildmode=c-shared`) and loaded exactly as Sluice is (`envoy.filters.http.wasm`, V8, no configuration): it measures " +
+		"what any Go filter costs in Envoy before it does anything. \"Sluice, headers none\" is the admit scenario's Sluice with " +
+		"`headers: none` (no rate-limit response headers). "
+	if noopErr != nil {
+		noopText = "The no-op Go wasm filter could not be built, so its Envoy was left out: " + oneLine(noopErr.Error()) + ". "
+	}
+	fmt.Fprintf(&b, "\n**Method.** %s Envoys (%s) run side by side, `--concurrency %d` each, identical but for the HTTP filter, "+
 		"behind one upstream. The load generator is a closed loop of **%d keep-alive HTTP/1.1 connections**, each sending the next "+
 		"request as soon as the previous response is read (maximum throughput at fixed concurrency); it writes prebuilt requests and "+
 		"parses responses by hand instead of using net/http, and the upstream answers every request with a fixed 3-byte body, because "+
@@ -276,17 +381,28 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration) string
 		"`enable_x_ratelimit_headers: DRAFT_VERSION_03`; Sluice: one `token_bucket` rule keyed by `client_ip`, "+
 		"`headers: legacy` (the same three X-RateLimit headers; Sluice adds Retry-After to a 429), the client being Envoy's `source.address`, "+
 		"which Envoy derives from X-Forwarded-For as it does for the native filter (the plugin's own `xff_trusted_hops` stays 0). "+
+		"%s"+
 		"\"admit\": %d requests per second per client (never reached: measures the cost of deciding); \"reject\": %d per second per "+
 		"client with a burst of %d, so that about %.0f requests per second pass (the rate, plus each client's burst refilled while "+
 		"the other scenarios ran) and the rest are answered 429 by the filter. "+
 		"Each Envoy was warmed up for %v, then %d interleaved rounds ran every scenario for %v each (the order rotated every "+
-		"round), %v in all; the tables give the medians over the rounds. Latency is per request, from writing it to reading the "+
+		"round; 2.5s by default, down from 3s so that `make bench` stays within about 3 minutes with seven Envoys; `-duration` "+
+		"sets it), %v in all; the tables give the medians over the rounds. Latency is per request, from writing it to reading the "+
 		"whole response, on loopback.\n",
-		"no filter; native admit; Sluice admit; native reject; Sluice reject", o.concurrency, o.conns, numCPU(),
-		o.clients, max(1024, o.clients), admitLimit, rejectLimit, rejectLimit,
+		spellCount(len(scs)), strings.Join(names, "; "), o.concurrency, o.conns, numCPU(),
+		o.clients, max(1024, o.clients), noopText, admitLimit, rejectLimit, rejectLimit,
 		float64(o.clients)*(rejectLimit+rejectLimit*o.duration.Seconds())/o.duration.Seconds(),
 		o.warmup, o.rounds, o.duration, measured.Round(time.Second))
 	return b.String()
+}
+
+// spellCount spells small counts for prose ("Seven Envoys").
+func spellCount(n int) string {
+	words := []string{"Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine", "Ten"}
+	if n >= 0 && n < len(words) {
+		return words[n]
+	}
+	return fmt.Sprint(n)
 }
 
 func lastLines(s string, n int) string {

@@ -7,7 +7,9 @@
 // Sections (-run, comma-separated):
 //
 //	envoy    Envoy throughput and latency at a fixed concurrency: no filter,
-//	         Envoy's native local_ratelimit, Sluice; admit and reject scenarios
+//	         Envoy's native local_ratelimit, Sluice; admit and reject scenarios;
+//	         plus, admitting, the no-op Go wasm filter and Sluice without
+//	         response headers, to split Sluice's cost in Envoy
 //	inproc   the plugin's per-request cost in the wazero host (internal/wasmhost)
 //	gobench  go test -bench of shared/... and plugin/engine
 //	flood    N distinct client addresses through Envoy with max_keys 100000:
@@ -73,7 +75,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
 	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
 	flag.IntVar(&o.clients, "clients", 256, "envoy: distinct client addresses (X-Forwarded-For) the requests rotate through")
-	flag.DurationVar(&o.duration, "duration", 3*time.Second, "envoy: length of one measured run")
+	flag.DurationVar(&o.duration, "duration", 2500*time.Millisecond, "envoy: length of one measured run")
 	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "envoy: warm-up per Envoy before the rounds")
 	flag.IntVar(&o.rounds, "rounds", 5, "envoy: interleaved rounds (each runs every scenario once)")
 	flag.IntVar(&o.concurrency, "concurrency", 2, "envoy and flood: Envoy --concurrency")
