@@ -114,7 +114,10 @@ type KeyPart struct {
 
 // Defaults.
 const (
-	DefaultMaxKeys    = 100000
+	DefaultMaxKeys = 100000
+	// MinMaxKeys is the smallest max_keys: one bucket of the state table
+	// (8 client slots and an overflow slot).
+	MinMaxKeys        = 9
 	DefaultStatus     = 429
 	DefaultIPv6Prefix = 64
 	// maxCount is the largest limit or burst (states count in 32 bits).
@@ -239,8 +242,8 @@ func Parse(doc []byte) (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n < 1 || n > 100_000_000 {
-			return nil, errf("max_keys", "%d is out of range 1..100000000", n)
+		if n < MinMaxKeys || n > 100_000_000 {
+			return nil, errf("max_keys", "%d is out of range %d..100000000 (the state table's smallest unit holds %d states)", n, MinMaxKeys, MinMaxKeys)
 		}
 		c.MaxKeys = int(n)
 	}

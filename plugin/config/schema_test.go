@@ -167,6 +167,7 @@ var invalidCorpus = map[string]invalidCase{
 	"status-fraction.json": {field: "status"},
 
 	"max-keys-zero.json":      {field: "max_keys"},
+	"max-keys-eight.json":     {field: "max_keys"},
 	"max-keys-too-large.json": {field: "max_keys"},
 	"max-keys-huge.json":      {field: "max_keys"},
 

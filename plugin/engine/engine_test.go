@@ -276,6 +276,9 @@ func TestBoundedTableKeepsActiveClients(t *testing.T) {
 		addr := fmt.Sprintf("%d.%d.%d.%d:1", 11+i>>24&0x7f, i>>16&0xff, i>>8&0xff, i&0xff)
 		e.Decide(req("/", "GET", addr), t0+int64(i))
 	}
+	if c := e.Table().Capacity(); c > 800 {
+		t.Errorf("table holds %d states, more than max_keys 800", c)
+	}
 	if n := store.keys(); n > e.Table().Buckets()+1 {
 		t.Errorf("store has %d keys, bound is %d buckets + seed", n, e.Table().Buckets())
 	}

@@ -79,14 +79,18 @@ type TableStats struct {
 	StoreErrors  uint64 // get/set errors other than a CAS mismatch
 }
 
-// NewTable returns a table of at least maxKeys regular slots (rounded up to
-// whole buckets) in store. The key prefix includes the table's shape, so a
+// NewTable returns a table of at most maxKeys client states in all, regular
+// and overflow slots together (max_keys is a hard bound), and at least one
+// bucket in store. The key prefix includes the table's shape, so a
 // table of another size never misreads this one.
 func NewTable(store Store, maxKeys int) *Table {
 	if maxKeys < 1 {
 		maxKeys = 1
 	}
-	n := uint64((maxKeys + SlotsPerBucket - 1) / SlotsPerBucket)
+	n := uint64(maxKeys / bucketSlots)
+	if n < 1 {
+		n = 1
+	}
 	p := "sluice.v1." + strconv.FormatUint(n, 10) + "."
 	return &Table{store: store, buckets: n, prefix: p, key: make([]byte, 0, len(p)+20)}
 }
@@ -94,8 +98,9 @@ func NewTable(store Store, maxKeys int) *Table {
 // Buckets returns the number of shared-data keys the table may use.
 func (t *Table) Buckets() int { return int(t.buckets) }
 
-// Capacity returns the number of regular client slots.
-func (t *Table) Capacity() int { return int(t.buckets) * SlotsPerBucket }
+// Capacity returns the number of client states the table can hold, overflow
+// slots included.
+func (t *Table) Capacity() int { return int(t.buckets) * bucketSlots }
 
 // BucketKey returns the shared-data key of bucket i.
 func (t *Table) BucketKey(i int) string { return t.prefix + strconv.Itoa(i) }

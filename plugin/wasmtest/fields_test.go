@@ -141,7 +141,7 @@ func TestHeaderModesStatusAndShadow(t *testing.T) {
 	})
 }
 
-// TestMaxKeysAndOnError: with max_keys 8 the table is one bucket of 8 slots
+// TestMaxKeysAndOnError: with max_keys 9 the table is one bucket of 8 slots
 // plus an overflow slot. A ninth client of rule a shares the overflow slot;
 // a client of rule b then finds no slot at all, and on_error decides.
 func TestMaxKeysAndOnError(t *testing.T) {
@@ -150,7 +150,7 @@ func TestMaxKeysAndOnError(t *testing.T) {
 			h := newHost(t)
 			vm := workers(t, h, 1, fmt.Sprintf(`{"rules":[
 				{"name":"a","match":{"path_prefix":"/a"},"limit":5,"window":"1h"},
-				{"name":"b","match":{"path_prefix":"/b"},"limit":5,"window":"1h"}],"max_keys":8,"on_error":%q}`, mode))[0]
+				{"name":"b","match":{"path_prefix":"/b"},"limit":5,"window":"1h"}],"max_keys":9,"on_error":%q}`, mode))[0]
 			for i := 0; i < 9; i++ {
 				if r := get(vm, "/a", fmt.Sprintf("10.0.0.%d:1", i)); r.Status != 200 {
 					t.Fatalf("client %d of a: %d", i, r.Status)
