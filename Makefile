@@ -52,8 +52,11 @@ unit: build
 	$(GO) test -race $(GOTEST_FLAGS) ./sdk/...
 
 # End-to-end tests against the real Envoy binary.
+# -v so that the output shows every e2e test ran (none skipped) and the
+# figures they log.
 e2e: build envoy
-	$(GO) test -count=1 -timeout 20m $(GOTEST_FLAGS) ./e2e/...
+	@echo "e2e against: $$($(ENVOY_BIN) --version | grep -o 'version: .*')"
+	$(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
 
 test: deps fmt vet unit e2e
 	@echo "make test: all tests passed"
