@@ -73,6 +73,7 @@ type Engine struct {
 	table       *Table
 	seed        uint64
 	needMethod  bool
+	needPath    bool
 	overflowFPs []uint64
 	matched     []int
 	charged     []int
@@ -98,9 +99,15 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		if len(r.Match.Methods) > 0 {
 			e.needMethod = true
 		}
+		if r.Match.PathPrefix != "" || r.Match.PathExact != "" {
+			e.needPath = true
+		}
 		for _, k := range r.Key {
-			if k.Kind == config.KeyMethod {
+			switch k.Kind {
+			case config.KeyMethod:
 				e.needMethod = true
+			case config.KeyPath:
+				e.needPath = true
 			}
 		}
 		e.overflowFPs = append(e.overflowFPs, hash64(seed, r.ID^0x6f766572666c6f77, nil))
@@ -149,8 +156,12 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) netip.Addr {
 // made are refunded, so a rejected request costs no rule anything, and the
 // remaining rules are only read to report the longest Retry-After.
 func (e *Engine) Decide(req Request, now int64) Verdict {
+	// Every header read is a host call that copies into the guest: read
+	// only what some rule uses.
 	ri := requestInfo{req: req}
-	ri.path, _ = req.Header(":path")
+	if e.needPath {
+		ri.path, _ = req.Header(":path")
+	}
 	if e.needMethod {
 		ri.method, _ = req.Header(":method")
 	}
