@@ -16,6 +16,9 @@
 //	         memory, states per MB, fairness, contention (-flood N)
 //	exact    5,000 simultaneous requests from one client at Envoy concurrency 2
 //	         and 4, and a 30-second overload at twice the rate
+//	probe    (only when named) single proxy-wasm operations in Envoy's V8:
+//	         the probe filter (e2e/bench/testdata/probe) doing one operation
+//	         per request, against the no-op Go filter
 //
 // Each section's latest result is kept in build/bench/<section>.md, and
 // build/bench.md is assembled from all of them, so running one section
@@ -31,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -46,7 +50,12 @@ var sectionTitles = map[string]string{
 	"gobench": "3. Go benchmarks",
 	"flood":   "4a. Flood of distinct clients: memory, fairness, contention",
 	"exact":   "4b. Exactness under contention and overload",
+	"probe":   "5. Probe: single proxy-wasm operations in Envoy's V8",
 }
+
+// extraSections run only when named in -run and appear in the report only
+// once measured.
+var extraSections = []string{"probe"}
 
 type options struct {
 	run         string
@@ -66,11 +75,12 @@ type options struct {
 	exact       bool
 	exactConns  int
 	overload    time.Duration
+	probeRepeat int
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(sectionOrder, ",")+
+	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(append(slices.Clone(sectionOrder), extraSections...), ",")+
 		" (default envoy,inproc,gobench; plus flood with -flood N, exact with -exact)")
 	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
 	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
@@ -88,6 +98,7 @@ func main() {
 	flag.BoolVar(&o.exact, "exact", false, "add the exact section (exactness and overload)")
 	flag.IntVar(&o.exactConns, "exact-conns", 5000, "exact: simultaneous requests (one connection each) of the burst")
 	flag.DurationVar(&o.overload, "overload", 30*time.Second, "exact: length of the overload at twice the rate")
+	flag.IntVar(&o.probeRepeat, "probe-repeat", 1, "probe: repeat each single operation this many times per request (> 1 leaves out the combinations and Sluice)")
 	flag.Parse()
 
 	run := map[string]bool{}
@@ -123,7 +134,7 @@ func main() {
 	}
 	mach := describeMachine(ctx, root)
 	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
-	needEnvoy := run["envoy"] || run["flood"] || run["exact"]
+	needEnvoy := run["envoy"] || run["flood"] || run["exact"] || run["probe"]
 	if needEnvoy {
 		if _, err := envoytest.FindEnvoy(); err != nil {
 			fatalf("%v", err)
@@ -139,7 +150,7 @@ func main() {
 	}
 	started := time.Now()
 	failed := false
-	for _, name := range sectionOrder {
+	for _, name := range append(slices.Clone(sectionOrder), extraSections...) {
 		if !run[name] || ctx.Err() != nil {
 			continue
 		}
@@ -159,6 +170,8 @@ func main() {
 			body, err = floodSection(ctx, o)
 		case "exact":
 			body, err = exactSection(ctx, o)
+		case "probe":
+			body, err = probeSection(ctx, o)
 		}
 		if err != nil {
 			failed = true
@@ -207,8 +220,11 @@ func assemble(dir string, m machine, now time.Time) string {
 		m.CPU, m.Cores, m.MemTotal, m.Kernel, m.Go, m.Envoy, m.Commit)
 	b.WriteString("Every section states when and how it was last measured; a section not run this time is kept from its last run. " +
 		"The machine may be shared: each section records the load average around it, and a high one means noisier, lower figures.\n\n")
-	for _, name := range sectionOrder {
+	for _, name := range append(slices.Clone(sectionOrder), extraSections...) {
 		frag, err := os.ReadFile(filepath.Join(dir, name+".md"))
+		if err != nil && slices.Contains(extraSections, name) {
+			continue
+		}
 		if err != nil {
 			fmt.Fprintf(&b, "## %s\n\nNot measured yet.\n\n", sectionTitles[name])
 			continue
