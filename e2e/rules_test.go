@@ -159,12 +159,13 @@ func TestRuleEngine(t *testing.T) {
 }
 
 // clientConfig exercises client identification: the plugin's own
-// xff_trusted_hops (Envoy appends the connecting peer, so the client behind
-// one trusted proxy is the 2nd entry from the right), IPv6 /64 grouping,
-// exempt ranges, legacy headers and a custom status.
+// xff_trusted_hops with Envoy's use_remote_address: true (Envoy appends the
+// connecting peer to X-Forwarded-For; the plugin skips that entry, so 1
+// means the address the one trusted proxy in front appended), IPv6 /64
+// grouping, exempt ranges, legacy headers and a custom status.
 const clientConfig = `{
   "rules": [{"name": "per-client", "limit": 2, "window": "1h"}],
-  "client_ip": {"xff_trusted_hops": 2, "ipv6_prefix": 64},
+  "client_ip": {"xff_trusted_hops": 1, "ipv6_prefix": 64},
   "exempt_cidrs": ["198.51.100.0/24"],
   "headers": "legacy",
   "status": 503

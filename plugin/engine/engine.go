@@ -135,16 +135,17 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) netip.Addr {
 		return ri.client
 	}
 	ri.haveAddr = true
+	src, srcOK := ParseHostPort(ri.req.SourceAddress())
 	if n := cfg.ClientIP.XFFTrustedHops; n > 0 {
 		if xff, ok := ri.req.Header("x-forwarded-for"); ok {
-			if a, ok := XFFFromRight(xff, n); ok {
+			if a, ok := TrustedXFF(xff, n, src, srcOK); ok {
 				ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
 				return ri.client
 			}
 		}
 	}
-	if a, ok := ParseHostPort(ri.req.SourceAddress()); ok {
-		ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+	if srcOK {
+		ri.client = GroupAddr(src, cfg.ClientIP.IPv6Prefix)
 	}
 	// An unparsable address leaves the zero Addr: such clients share one
 	// identity rather than escaping the limit.

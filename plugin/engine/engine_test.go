@@ -196,10 +196,11 @@ func TestKeysAndHeaderFallback(t *testing.T) {
 }
 
 func TestClientIPResolution(t *testing.T) {
-	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":2,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
 	e := New(cfg, newMemStore(), 1)
-	// The 2nd from the right is the client; a client that prepends entries
-	// cannot change it.
+	// One trusted proxy appended 203.0.113.7; Envoy (use_remote_address)
+	// appended the peer 127.0.0.1, which is skipped. A client that prepends
+	// entries cannot change the result.
 	if e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "203.0.113.7, 127.0.0.1"), t0).Outcome != Allow {
 		t.Fatal("first")
 	}
@@ -235,6 +236,30 @@ func TestParsers(t *testing.T) {
 	for _, in := range []string{"", "garbage", "[::1", "1.2.3.4:5:6x", "unix:/tmp/sock"} {
 		if a, ok := ParseHostPort(in); ok {
 			t.Errorf("ParseHostPort(%q) = %v, want failure", in, a)
+		}
+	}
+	peer := netip.MustParseAddr("127.0.0.1")
+	for _, c := range []struct {
+		xff      string
+		hops     int
+		havePeer bool
+		want     string
+	}{
+		{"203.0.113.7, 127.0.0.1", 1, true, "203.0.113.7"},          // Envoy appended the peer: skipped
+		{"203.0.113.7", 1, false, "203.0.113.7"},                    // no append (use_remote_address false)
+		{"6.6.6.6, 203.0.113.7, 127.0.0.1", 1, true, "203.0.113.7"}, // spoofed leading entry
+		{"6.6.6.6, 203.0.113.7, 10.0.0.2, 127.0.0.1", 2, true, "203.0.113.7"},
+		{"203.0.113.7, 127.0.0.1", 1, false, "127.0.0.1"},  // peer unknown: literal
+		{"127.0.0.1", 1, true, ""},                         // only Envoy's entry: fall back
+		{"203.0.113.7, 192.0.2.2", 1, true, "203.0.113.7"}, // loopback peer: Envoy appended its own local address
+	} {
+		a, ok := TrustedXFF(c.xff, c.hops, peer, c.havePeer)
+		got := ""
+		if ok {
+			got = a.String()
+		}
+		if got != c.want {
+			t.Errorf("TrustedXFF(%q, %d) = %q, want %q", c.xff, c.hops, got, c.want)
 		}
 	}
 	cases := []struct {

@@ -72,8 +72,10 @@ func TestClientIPFields(t *testing.T) {
 	h := newHost(t)
 	vms := workers(t, h, 2, `{"rules":[{"name":"r","limit":1,"window":"1m"}],
 		"client_ip":{"xff_trusted_hops":1,"ipv6_prefix":48},"exempt_cidrs":["192.168.0.0/16","2001:db8:ffff::/48"]}`)
-	xff := func(v string) [2]string { return [2]string{"x-forwarded-for", v} }
-	peer := "127.0.0.1:9"
+	// The load balancer 10.0.0.254 connects to Envoy, which (with
+	// use_remote_address: true) appends it to what the balancer sent.
+	peer := "10.0.0.254:9"
+	xff := func(v string) [2]string { return [2]string{"x-forwarded-for", v + ", 10.0.0.254"} }
 	if r := get(vms[0], "/", peer, xff("203.0.113.1")); r.Status != 200 {
 		t.Fatal(r.Status)
 	}
@@ -82,7 +84,7 @@ func TestClientIPFields(t *testing.T) {
 		t.Errorf("spoofed XFF got a new budget: %d", r.Status)
 	}
 	// Garbage or missing XFF falls back to source.address.
-	if r := get(vms[0], "/", "10.7.7.7:1", xff("not-an-ip")); r.Status != 200 {
+	if r := get(vms[0], "/", "10.7.7.7:1", [2]string{"x-forwarded-for", "not-an-ip"}); r.Status != 200 {
 		t.Fatal(r.Status)
 	}
 	if r := get(vms[1], "/", "10.7.7.7:1"); r.Status != 429 {
