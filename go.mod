@@ -10,6 +10,7 @@ require (
 	github.com/tsenart/vegeta/v12 v12.13.0
 	golang.org/x/time v0.16.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/protobuf v1.34.2
 	gopkg.in/yaml.v3 v3.0.1
 )
 

@@ -218,3 +218,22 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestStructConfiguration: the configuration may be a google.protobuf.Struct;
+// Envoy then passes its JSON serialization, numbers as doubles.
+func TestStructConfiguration(t *testing.T) {
+	e := envoytest.StartT(t, envoytest.Options{Wasm: &envoytest.Wasm{
+		File:           sluiceWasm(t),
+		Config:         `{"rules": [{"name": "s", "limit": 3, "window": "1h", "burst": 3}], "status": 429, "max_keys": 1000, "client_ip": {"ipv6_prefix": 64}}`,
+		ConfigAsStruct: true,
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5, Concurrency: 1, KeepResponses: true})
+	if res.Count(200) != 3 || res.Count(429) != 2 {
+		t.Fatalf("Struct configuration: %v, want 3 admitted", res.Status)
+	}
+	if got := res.Responses[0].Header.Get("X-RateLimit-Limit"); got != "3" {
+		t.Errorf("X-RateLimit-Limit %q, want 3", got)
+	}
+}

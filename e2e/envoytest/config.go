@@ -101,6 +101,10 @@ type Wasm struct {
 	// as a google.protobuf.StringValue; it arrives in the plugin verbatim.
 	// Empty: no configuration field.
 	Config string
+	// ConfigAsStruct passes Config (which must then be a JSON object) as a
+	// google.protobuf.Struct instead: Envoy hands the plugin its JSON
+	// serialization, in which every number is a double.
+	ConfigAsStruct bool
 	// VMID is vm_config.vm_id, the shared-data namespace. Default "sluice".
 	VMID string
 	// Name is the plugin name (it appears in Envoy's wasm log lines and
@@ -337,7 +341,11 @@ filter_chains:
                   {{q $k}}: {{q $v}}
 {{- end}}
 {{- end}}
-{{- if .Config}}
+{{- if and .Config .ConfigAsStruct}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.Struct
+              value: {{.Config}}
+{{- else if .Config}}
             configuration:
               "@type": type.googleapis.com/google.protobuf.StringValue
               value: {{q .Config}}

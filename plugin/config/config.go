@@ -147,9 +147,18 @@ func errf(field, format string, args ...any) error {
 // Parse parses and validates a configuration document. An empty document
 // is an error: a rate limiter without rules is a misconfiguration.
 func Parse(doc []byte) (*Config, error) {
+	raw := doc
 	doc = bytes.TrimSpace(doc)
 	if len(doc) == 0 {
 		return nil, errf("", "configuration is empty: at least one rule is required (\"rules\")")
+	}
+	if doc[0] != '{' && doc[0] != '[' && !json.Valid(doc) {
+		// Not JSON: a google.protobuf.Struct configuration arrives in its
+		// wire encoding (which may well begin with a byte that TrimSpace
+		// takes for white space, hence raw).
+		if j, err := structToJSON(raw); err == nil {
+			doc = j
+		}
 	}
 	top, err := object("", doc)
 	if err != nil {

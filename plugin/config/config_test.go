@@ -145,6 +145,8 @@ func TestMatch(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"rules":[{"name":"r","limit":1,"window":"1s"}]}`))
 	f.Add([]byte(`{"rules":[{"name":"a","match":{"path_prefix":"/"},"key":["header:x"],"algorithm":"leaky_bucket","limit":5,"window":"10ms","burst":2,"max_delay":"1s"}],"exempt_cidrs":["::/0"]}`))
+	// A google.protobuf.Struct in its wire encoding ({"rules":[{"name":"r"}]}).
+	f.Add([]byte("\x0a\x1c\x0a\x05rules\x12\x13\x32\x11\x0a\x0f\x2a\x0d\x0a\x0b\x0a\x04name\x12\x03\x1a\x01r"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		c, err := Parse(doc)
 		if err != nil {
