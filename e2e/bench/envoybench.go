@@ -58,18 +58,23 @@ func sluiceConfigHeaders(limit int, headers string) string {
 	return fmt.Sprintf(`{"rules":[{"name":"bench","limit":%d,"window":"1s","burst":%d}],"headers":%q}`, limit, limit, headers)
 }
 
-// buildNoopWasm builds the no-op Go filter with the toolchain and flags
-// that make build uses for build/sluice.wasm, so that the two modules differ
-// only in their code.
-func buildNoopWasm(ctx context.Context, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-buildmode=c-shared", "-o", out, "./e2e/bench/testdata/noop")
+// buildGoWasm builds a Go proxy-wasm filter (pkg, relative to the repo
+// root) with the toolchain and flags that make build uses for
+// build/sluice.wasm, so that compared modules differ only in their code.
+func buildGoWasm(ctx context.Context, pkg, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-buildmode=c-shared", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared ./e2e/bench/testdata/noop: %v: %s", err, buf.String())
+		return fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared %s: %v: %s", pkg, err, buf.String())
 	}
 	return nil
+}
+
+// buildNoopWasm builds the no-op Go filter.
+func buildNoopWasm(ctx context.Context, out string) error {
+	return buildGoWasm(ctx, "./e2e/bench/testdata/noop", out)
 }
 
 func envoySection(ctx context.Context, o options) (string, error) {

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,14 +35,7 @@ var probeVariants = []struct{ key, config, what string }{
 }
 
 func buildProbeWasm(ctx context.Context, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-buildmode=c-shared", "-o", out, "./e2e/bench/testdata/probe")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared ./e2e/bench/testdata/probe: %v: %s", err, buf.String())
-	}
-	return nil
+	return buildGoWasm(ctx, "./e2e/bench/testdata/probe", out)
 }
 
 func probeSection(ctx context.Context, o options) (string, error) {
