@@ -67,6 +67,13 @@ type Stats struct {
 	OnErrorDenied  uint64
 }
 
+// charge is a rule that admitted the request being decided, with the
+// client's fingerprint under it (for a refund if a later rule rejects).
+type charge struct {
+	rule int
+	fp   uint64
+}
+
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
 	cfg         *config.Config
@@ -76,7 +83,7 @@ type Engine struct {
 	needPath    bool
 	overflowFPs []uint64
 	matched     []int
-	charged     []int
+	charged     []charge
 	keyBuf      []byte
 	Stats       Stats
 }
@@ -90,7 +97,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		table:   NewTable(store, cfg.MaxKeys),
 		seed:    seed,
 		matched: make([]int, 0, len(cfg.Rules)),
-		charged: make([]int, 0, len(cfg.Rules)),
+		charged: make([]charge, 0, len(cfg.Rules)),
 		keyBuf:  make([]byte, 0, 256),
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
 	}
@@ -193,16 +200,14 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		fp := e.fingerprint(r, &ri)
 		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
 		if err != nil {
-			v.ErrRule = r
+			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
 				e.Stats.OnErrorDenied++
-				v.Err = err
 				rejected = i
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
 				break
 			}
 			e.Stats.OnErrorAllowed++
-			v.Err = err
 			continue
 		}
 		st := &e.Stats.Rules[i]
@@ -213,7 +218,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 					v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 				}
 			} else {
-				e.charged = append(e.charged, i)
+				e.charged = append(e.charged, charge{i, fp})
 			}
 			continue
 		}
@@ -223,7 +228,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 			break
 		}
-		e.charged = append(e.charged, i)
+		e.charged = append(e.charged, charge{i, fp})
 		if d.Delay > v.Delay {
 			v.Delay = d.Delay
 		}
@@ -232,12 +237,12 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		}
 	}
 	if rejected < 0 {
-		for _, i := range e.charged {
-			if !e.cfg.Rules[i].Shadow {
+		for _, c := range e.charged {
+			if !e.cfg.Rules[c.rule].Shadow {
 				if v.Delay > 0 {
-					e.Stats.Rules[i].Delayed++
+					e.Stats.Rules[c.rule].Delayed++
 				} else {
-					e.Stats.Rules[i].Allowed++
+					e.Stats.Rules[c.rule].Allowed++
 				}
 			}
 		}
@@ -250,9 +255,10 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client
-	for _, i := range e.charged {
-		r := &e.cfg.Rules[i]
-		e.table.Update(Refund, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
+	// Refund with the fingerprints already computed: recomputing them would
+	// read keyed headers from the host again.
+	for _, c := range e.charged {
+		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, 1, 0)
 	}
 	// Report the longest wait among the rules not yet evaluated, so that the
 	// client's retry is not rejected by the next rule in line.

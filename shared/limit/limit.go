@@ -345,7 +345,7 @@ func (l Limit) fixedWindow(s State, now, n, maxDelay int64) (State, Decision) {
 		} else if over := delay - maxDelay; over > retry && maxDelay > 0 {
 			retry = over
 		}
-		return State{A: s.A, B: s.B}, Decision{RetryAfter: time.Duration(retry), Reset: l.Reset(s, now)}
+		return s, Decision{RetryAfter: time.Duration(retry), Reset: l.Reset(s, now)}
 	}
 	s.B += n
 	d := Decision{Allowed: true, Reset: l.Reset(s, now)}
