@@ -46,6 +46,7 @@ type pluginContext struct {
 	rejectsSinceLog int
 	census          engine.Census
 	owner           uint64 // this worker's identity for the census lease
+	lastCallErrLog  int64
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -69,6 +70,10 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000
+	if cfg.HasGlobal() {
+		p.engine.SetGlobal(newRLSCaller(cfg.Global.Cluster), p.onDecided)
+		p.tickMS = globalTickMS
+	}
 	if engine.Throttles(cfg) {
 		p.tickMS = throttleTickMS
 	}
@@ -88,6 +93,9 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := time.Now().UnixNano()
+	if p.engine.Waiting() > 0 {
+		p.engine.Sweep(now)
+	}
 	p.held.release(now, func(id uint32) {
 		if err := proxywasm.SetEffectiveContext(id); err != nil {
 			return // the stream is gone
@@ -141,6 +149,9 @@ type httpContext struct {
 	plugin  *pluginContext
 	verdict engine.Verdict
 	decided bool
+	// pending: the request waits for the rate-limit service.
+	pending *engine.Pending
+	gone    bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -158,9 +169,17 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.decided = true
 	v := &h.verdict
 	if v.Err != nil && v.ErrRule != nil {
-		proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+		if v.ErrRule.Global {
+			p.logCallError(v, now)
+		} else {
+			proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+		}
 	}
 	switch v.Outcome {
+	case engine.Call:
+		h.pending = v.Pending
+		h.pending.Ctx = h
+		return types.ActionPause
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
 		p.logRejection(v, now)
@@ -183,7 +202,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if !h.decided || h.verdict.Outcome == engine.Reject {
+	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
 		return types.ActionContinue
 	}
 	p := h.plugin
@@ -195,6 +214,11 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 }
 
 func (h *httpContext) OnHttpStreamDone() {
+	h.gone = true
+	if h.pending != nil {
+		h.pending.Cancel()
+		h.pending = nil
+	}
 	if h.decided && h.verdict.Outcome == engine.Delay {
 		h.plugin.held.remove(h.id)
 	}

@@ -26,6 +26,10 @@ const (
 	Allow  Outcome = iota // forward now
 	Delay                 // hold for Verdict.Delay, then forward
 	Reject                // answer with the configured status
+	// Call: the request waits for a call to the rate-limit service of a
+	// global rule (pause it); the engine decides it later through the
+	// Decided function given to SetGlobal. Verdict.Pending identifies it.
+	Call
 )
 
 // Verdict is the engine's decision about one request, with the numbers the
@@ -52,6 +56,8 @@ type Verdict struct {
 	ErrRule *config.Rule
 	// Client is the client address the rules keyed on (zero if none did).
 	Client netip.Addr
+	// Pending is the waiting request (Outcome Call).
+	Pending *Pending
 }
 
 // RuleStats counts the decisions of one rule.
@@ -86,6 +92,24 @@ type Engine struct {
 	charged     []charge
 	keyBuf      []byte
 	Stats       Stats
+	// Global rules (global.go).
+	Global  GlobalStats
+	caller  Caller
+	decided Decided
+	calls   map[callKey]*inflight
+	circuit circuit
+	callBuf []byte
+	scratch Pending
+	globals []globalRef
+	// Now is the clock of answers to calls (nanoseconds since the epoch).
+	Now func() int64
+}
+
+func (e *Engine) now() int64 {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now().UnixNano()
 }
 
 // New returns an engine for cfg over store. seed keys the fingerprint hash;
@@ -100,6 +124,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		charged: make([]charge, 0, len(cfg.Rules)),
 		keyBuf:  make([]byte, 0, 256),
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+		calls:   map[callKey]*inflight{},
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -194,10 +219,17 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		}
 	}
 	e.charged = e.charged[:0]
+	e.globals = e.globals[:0]
 	rejected := -1
 	for _, i := range e.matched {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, &ri)
+		if r.Global {
+			// Global rules are decided after every local rule admitted the
+			// request: a call is made only for requests that can pass.
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, key: descriptorKey(e.keyBuf)})
+			continue
+		}
 		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
 		if err != nil {
 			v.Err, v.ErrRule = err, r
@@ -235,6 +267,18 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
 		}
+	}
+	if rejected < 0 && len(e.globals) > 0 {
+		v.Client = ri.client
+		p := &e.scratch
+		*p = Pending{verdict: v, charged: e.charged, globals: e.globals, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
+		waiting := e.decideGlobal(p, now)
+		v = p.verdict
+		e.charged = p.charged[:0]
+		if waiting {
+			v.Pending = p.persisted
+		}
+		return v
 	}
 	if rejected < 0 {
 		for _, c := range e.charged {
