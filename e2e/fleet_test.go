@@ -131,7 +131,7 @@ const fleetConfig = `{
     {"name": "global", "scope": "global", "match": {"path_prefix": "/global"}, "limit": 100, "window": "1m", "key": ["header:x-client"]},
     {"name": "local", "algorithm": "fixed_window", "match": {"path_prefix": "/local"}, "limit": 100, "window": "1m", "key": ["header:x-client"]}
   ],
-  "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "100ms"}
+  "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "2s"}
 }`
 
 // TestFleetGlobalLimit: one client, 300 requests round-robin over three
@@ -156,6 +156,10 @@ func TestFleetGlobalLimit(t *testing.T) {
 			t.Fatalf("%s: the run crossed a minute window (took %v)", c.name, elapsed)
 		}
 		calls := f.sum(t, "cluster.ratelimit.upstream_rq_total") - callsBefore
+		time.Sleep(1200 * time.Millisecond) // the plugin publishes its counters every second
+		if n := f.sum(t, "wasmcustom.sluice.on_error.allowed"); n > 0 {
+			t.Errorf("%s: %d requests decided by on_error (call failures: %d)", c.name, n, f.sum(t, "wasmcustom.sluice.global.call_failures"))
+		}
 		t.Logf("global 100/1m, %s: admitted %d of 300 in %v; %d calls to the service (%.3f per request)",
 			c.name, admitted, elapsed.Round(time.Millisecond), calls, float64(calls)/300)
 		if admitted < 90 || admitted > 100 {

@@ -155,7 +155,7 @@ func StartRLS(ctx context.Context, bin, dir, redis string, configs map[string]st
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[0]),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
-		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"USE_STATSD=false", "LOG_LEVEL=error",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis,
 		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 	)

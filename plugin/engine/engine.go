@@ -30,7 +30,15 @@ const (
 	// global rule (pause it); the engine decides it later through the
 	// Decided function given to SetGlobal. Verdict.Pending identifies it.
 	Call
+	Queue                 // wait in a concurrency rule's queue: Poll decides later
 )
+
+// StreamRequest is a Request that knows its stream: a request that waits in
+// a concurrency queue is identified by it in Poll's events.
+type StreamRequest interface {
+	Request
+	StreamID() uint32
+}
 
 // Verdict is the engine's decision about one request, with the numbers the
 // response headers report.
@@ -58,11 +66,17 @@ type Verdict struct {
 	Client netip.Addr
 	// Pending is the waiting request (Outcome Call).
 	Pending *Pending
+	// Slots are the concurrency slots the request holds: Release them when
+	// its stream ends.
+	Slots []SlotRef
 }
 
 // RuleStats counts the decisions of one rule.
 type RuleStats struct {
 	Allowed, Rejected, Delayed, ShadowRejected uint64
+	// WaitNS is the total time requests waited in a concurrency rule's
+	// queue (they count as Delayed once admitted).
+	WaitNS uint64
 }
 
 // Stats counts what the engine decided since it started.
@@ -71,6 +85,9 @@ type Stats struct {
 	Exempt         uint64
 	OnErrorAllowed uint64
 	OnErrorDenied  uint64
+	// ReleaseErrors counts concurrency slots that could not be given back
+	// (shared data failed); their lease drops them within 2 epochs.
+	ReleaseErrors uint64
 }
 
 // charge is a rule that admitted the request being decided, with the
@@ -101,6 +118,14 @@ type Engine struct {
 	callBuf []byte
 	scratch Pending
 	globals []globalRef
+	// concurrency rules (concurrency.go)
+	pending  []pendingConc
+	op       concOp
+	holdings map[holdKey]*holding
+	waiters  []*Waiter
+	blocked  []holdKey
+	hold     []int64 // observed mean slot hold time per rule (ns)
+	renewed  uint16  // the epoch of the last renewal
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 }
@@ -125,6 +150,9 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		keyBuf:  make([]byte, 0, 256),
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
 		calls:   map[callKey]*inflight{},
+
+		holdings: map[holdKey]*holding{},
+		hold:     make([]int64, len(cfg.Rules)),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -220,6 +248,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	}
 	e.charged = e.charged[:0]
 	e.globals = e.globals[:0]
+	e.pending = e.pending[:0]
 	rejected := -1
 	for _, i := range e.matched {
 		r := &e.cfg.Rules[i]
@@ -228,6 +257,12 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			// Global rules are decided after every local rule admitted the
 			// request: a call is made only for requests that can pass.
 			e.globals = append(e.globals, globalRef{rule: i, fp: fp, key: descriptorKey(e.keyBuf)})
+			continue
+		}
+		if IsConcurrency(r) {
+			// Slots are taken after every rate rule has admitted the
+			// request: a request rejected by a rate never holds one.
+			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
 			continue
 		}
 		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
@@ -266,6 +301,17 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		}
 		if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
+		}
+	}
+	if rejected < 0 && len(e.pending) > 0 {
+		var id uint32
+		if sr, ok := req.(StreamRequest); ok {
+			id = sr.StreamID()
+		}
+		v.Client = ri.client
+		rejected = e.acquire(id, &v, e.pending, e.charged, now)
+		if v.Outcome == Queue {
+			return v
 		}
 	}
 	if rejected < 0 && len(e.globals) > 0 {
@@ -313,7 +359,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			continue
 		}
 		r := &e.cfg.Rules[i]
-		if !after || r.Shadow {
+		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
 		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)

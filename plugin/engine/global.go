@@ -298,7 +298,7 @@ func (e *Engine) Sweep(now int64) {
 }
 
 // Waiting returns the number of calls in flight on this worker.
-func (e *Engine) Waiting() int { return len(e.calls) }
+func (e *Engine) CallsInFlight() int { return len(e.calls) }
 
 // answer handles the reply to in's call.
 func (e *Engine) answer(in *inflight, resp rls.Response, err error) {
@@ -361,8 +361,16 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error) {
 		s, granted = lease.Grant(s, a, w, now)
 		st = s
 	}
+	order := in.waiters
+	if granted > 0 && uint32(waiting) > granted && len(order) > 1 && !order[0].cancelled {
+		// Some requests will wait for one more call, which is sent from
+		// here: the Go SDK delivers its answer only while the stream that
+		// was active when it was sent lives, which is the request that sent
+		// this call (order[0]). Keep that one waiting and serve the others.
+		order = append(append(make([]*Pending, 0, len(order)), order[1:]...), order[0])
+	}
 	var rest []*Pending
-	for _, p := range in.waiters {
+	for _, p := range order {
 		if p.cancelled {
 			continue
 		}
@@ -473,7 +481,7 @@ func (e *Engine) rejectGlobal(p *Pending, i int, now, end int64) {
 	wait := time.Duration(end - now)
 	v.Outcome, v.Delay = Reject, 0
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
-	e.refund(p, now)
+	e.refundGlobal(p, now)
 }
 
 // onError applies on_error to p for rule r after err; true if p is now
@@ -485,15 +493,19 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 		e.Stats.OnErrorDenied++
 		v.Outcome, v.Delay = Reject, 0
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
-		e.refund(p, e.now())
+		e.refundGlobal(p, e.now())
 		return true
 	}
 	e.Stats.OnErrorAllowed++
 	return false
 }
 
-// refund gives back every charge p holds (local rules and global leases).
-func (e *Engine) refund(p *Pending, now int64) {
+// refund gives back every charge p holds (local rules and global leases)
+// and the concurrency slots it took.
+func (e *Engine) refundGlobal(p *Pending, now int64) {
+	if len(p.verdict.Slots) > 0 {
+		e.releaseAll(&p.verdict, now)
+	}
 	for _, c := range p.charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
