@@ -446,3 +446,26 @@ func TestHoldEventNamesPolicy(t *testing.T) {
 		}
 	})
 }
+
+// FuzzRouteOf: any path is a route, and an identifier segment may be any
+// identifier: replacing a number with another keeps the route.
+func FuzzRouteOf(f *testing.F) {
+	for _, p := range []string{"/", "", "/orders/123/items", "//a//", "/users/3f2a9c1e-8b7d", "/%2F/x", "/\x00/\xff"} {
+		f.Add("GET", p, uint64(7))
+	}
+	f.Fuzz(func(t *testing.T, method, path string, n uint64) {
+		k := routeOf(1, method, path)
+		if k != routeOf(1, method, path) {
+			t.Fatal("not deterministic")
+		}
+		segs := strings.Split(path, "/")
+		for i, s := range segs {
+			if identifier(s) {
+				segs[i] = fmt.Sprint(n)
+			}
+		}
+		if routeOf(1, method, strings.Join(segs, "/")) != k {
+			t.Errorf("%q: replacing its identifiers with %d changes the route", path, n)
+		}
+	})
+}
