@@ -46,6 +46,11 @@ type pluginContext struct {
 	rejectsSinceLog int
 	census          engine.Census
 	owner           uint64 // this worker's identity for the census lease
+	// concurrency rules: the streams waiting in a queue, by context id,
+	// and Poll's scratch.
+	conc    bool
+	waiting map[uint32]*httpContext
+	events  []engine.ConcEvent
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -72,6 +77,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	if engine.Throttles(cfg) {
 		p.tickMS = throttleTickMS
 	}
+	if p.conc = engine.HasConcurrency(cfg); p.conc {
+		// Held slots are leases renewed on the tick once per epoch
+		// (limit.Epoch, 1s): tick well within it.
+		p.tickMS = min(p.tickMS, concTickMS)
+		p.waiting = map[uint32]*httpContext{}
+	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickMS); err != nil {
 		proxywasm.LogCriticalf("sluice: cannot set the tick period: %v", err)
 		return types.OnPluginStartStatusFailed
@@ -96,10 +107,55 @@ func (p *pluginContext) OnTick() {
 			proxywasm.LogDebugf("sluice: resume of held request %d failed: %v", id, err)
 		}
 	})
+	if p.conc {
+		p.pollQueues(now)
+	}
 	if now-p.lastFlush >= int64(time.Second) {
 		p.lastFlush = now
 		p.metrics.flush(p.engine, p.held.len())
 		p.countStates(now)
+	}
+}
+
+// concTickMS is the longest tick period with concurrency rules: their
+// slots are renewed on the tick once per second.
+const concTickMS = 100
+
+// pollQueues lets the engine advance the concurrency queues and carries
+// out its decisions on the waiting streams.
+func (p *pluginContext) pollQueues(now int64) {
+	p.events = p.engine.Poll(now, p.events[:0])
+	for i := range p.events {
+		ev := &p.events[i]
+		h := p.waiting[ev.ID]
+		if h == nil {
+			// Not ours any more (it ended): give back what it was granted.
+			p.engine.Release(ev.Verdict.Slots, now)
+			continue
+		}
+		delete(p.waiting, ev.ID)
+		h.verdict = ev.Verdict
+		if err := proxywasm.SetEffectiveContext(ev.ID); err != nil {
+			p.engine.Release(h.verdict.Slots, now)
+			h.verdict.Slots = nil
+			continue
+		}
+		v := &h.verdict
+		switch v.Outcome {
+		case engine.Reject:
+			p.headers.Build(v, p.engine.Config().Headers, true)
+			p.logRejection(v, now)
+			_ = proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1)
+		case engine.Delay:
+			// A rate rule also delays it: hold it for what is left.
+			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
+				continue
+			}
+			v.Outcome = engine.Allow
+			_ = proxywasm.ResumeHttpRequest()
+		default:
+			_ = proxywasm.ResumeHttpRequest()
+		}
 	}
 }
 
@@ -161,6 +217,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
 	}
 	switch v.Outcome {
+	case engine.Queue:
+		p.waiting[h.id] = h
+		return types.ActionPause
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
 		p.logRejection(v, now)
@@ -172,6 +231,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	case engine.Delay:
 		if !p.held.push(h.id, now+int64(v.Delay)) {
 			// Too many held requests on this worker: reject instead.
+			p.engine.Release(v.Slots, now)
+			v.Slots = nil
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay
 			p.headers.Build(v, p.engine.Config().Headers, true)
@@ -194,11 +255,30 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	return types.ActionContinue
 }
 
+// OnHttpStreamDone runs for every stream the plugin saw, whatever ended it
+// (response done, reset, client gone, a local reply of another filter):
+// the one place concurrency slots are given back.
 func (h *httpContext) OnHttpStreamDone() {
-	if h.decided && h.verdict.Outcome == engine.Delay {
-		h.plugin.held.remove(h.id)
+	if !h.decided {
+		return
+	}
+	p := h.plugin
+	switch h.verdict.Outcome {
+	case engine.Delay:
+		p.held.remove(h.id)
+	case engine.Queue:
+		delete(p.waiting, h.id)
+		p.engine.Abandon(h.id, time.Now().UnixNano())
+		return
+	}
+	if len(h.verdict.Slots) > 0 {
+		p.engine.Release(h.verdict.Slots, time.Now().UnixNano())
+		h.verdict.Slots = nil
 	}
 }
+
+// StreamID implements engine.StreamRequest.
+func (h *httpContext) StreamID() uint32 { return h.id }
 
 // Header implements engine.Request.
 func (h *httpContext) Header(name string) (string, bool) {

@@ -703,7 +703,7 @@ func writeFileAtomic(path string, data []byte) error {
 // the log's error lines; Envoy keeps the old listener).
 //
 // Only listener-level options take effect: Routes (over existing clusters),
-// XFFNumTrustedHops, Wasm, LocalRateLimit. Connections opened before the
+// XFFNumTrustedHops, UseRemoteAddress, Wasm, LocalRateLimit. Connections opened before the
 // update keep the old filter chain until they drain (Options.DrainTime), so
 // use new connections to observe the change; the shared Client's idle
 // connections are closed on success.

@@ -43,7 +43,8 @@ type Config struct {
 // ClientIP says how the client address is found.
 type ClientIP struct {
 	// XFFTrustedHops > 0 takes the N-th address from the right of
-	// X-Forwarded-For instead of the connection's source address.
+	// X-Forwarded-For as it reaches the filter (every entry counted)
+	// instead of the connection's source address.
 	XFFTrustedHops int
 	// IPv6Prefix groups IPv6 clients by this many leading bits.
 	IPv6Prefix int
@@ -351,7 +352,7 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		}
 		a, ok := limit.ParseAlgorithm(s)
 		if !ok {
-			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket", s)
+			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
 		}
 		alg = a
 	}
@@ -369,6 +370,9 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	}
 	if lim > maxCount {
 		return r, errf(field+".limit", "must be <= %d, got %d", maxCount, lim)
+	}
+	if alg == limit.Concurrency {
+		return parseConcurrency(field, m, r, lim)
 	}
 	// window
 	wraw, ok := m["window"]
@@ -422,6 +426,44 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	r.Limit, err = limit.New(alg, lim, window, burst)
 	if err != nil {
 		return r, errf(field+".window", "%v", err)
+	}
+	r.ID = ruleID(&r)
+	return r, nil
+}
+
+// parseConcurrency finishes a concurrency rule: limit is the number of
+// requests in flight at once, so there is no window (and no burst); a
+// window would suggest a rate that the rule does not enforce, so it is
+// refused rather than ignored.
+func parseConcurrency(field string, m map[string]json.RawMessage, r Rule, lim int64) (Rule, error) {
+	var err error
+	if lim > limit.MaxConcurrency {
+		return r, errf(field+".limit", "must be <= %d requests in flight for concurrency, got %d", limit.MaxConcurrency, lim)
+	}
+	if _, ok := m["window"]; ok {
+		return r, errf(field+".window", "not allowed with concurrency: the rule limits requests in flight at once (limit), not requests per window; remove window")
+	}
+	if _, ok := m["burst"]; ok {
+		return r, errf(field+".burst", "not allowed with concurrency: limit is the number of requests in flight at once")
+	}
+	if raw, ok := m["max_delay"]; ok {
+		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
+			return r, err
+		}
+		if r.MaxDelay < 0 {
+			return r, errf(field+".max_delay", "must be >= 0, got %s", r.MaxDelay)
+		}
+		if r.MaxDelay > 60*time.Second {
+			return r, errf(field+".max_delay", "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", r.MaxDelay)
+		}
+	}
+	if raw, ok := m["shadow"]; ok {
+		if err := strictUnmarshal(raw, &r.Shadow); err != nil {
+			return r, errf(field+".shadow", "must be true or false")
+		}
+	}
+	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
+		return r, errf(field+".limit", "%v", err)
 	}
 	r.ID = ruleID(&r)
 	return r, nil

@@ -130,12 +130,17 @@ var invalidCorpus = map[string]invalidCase{
 
 	"max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
 		"durations written in mixed units (\"59s999ms\" is fine, \"1m1s\" is not)"},
-	"max-delay-negative.json":       {field: "rules[0].max_delay"},
-	"max-delay-number.json":         {field: "rules[0].max_delay"},
-	"max-delay-words.json":          {field: "rules[0].max_delay"},
-	"max-delay-sliding-window.json": {field: "rules[0].max_delay"},
-	"shadow-string.json":            {field: "rules[0].shadow"},
-	"shadow-number.json":            {field: "rules[0].shadow"},
+	"max-delay-negative.json":          {field: "rules[0].max_delay"},
+	"max-delay-number.json":            {field: "rules[0].max_delay"},
+	"max-delay-words.json":             {field: "rules[0].max_delay"},
+	"max-delay-sliding-window.json":    {field: "rules[0].max_delay"},
+	"shadow-string.json":               {field: "rules[0].shadow"},
+	"concurrency-window.json":          {field: "rules[0].window"},
+	"concurrency-burst.json":           {field: "rules[0].burst"},
+	"concurrency-limit-too-large.json": {field: "rules[0].limit"},
+	"concurrency-max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
+		"durations written in mixed units"},
+	"shadow-number.json": {field: "rules[0].shadow"},
 
 	"client-ip-not-object.json":           {field: "client_ip"},
 	"client-ip-unknown-field.json":        {field: "client_ip.hops"},

@@ -192,6 +192,88 @@ func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64
 	return limit.Decision{}, 0, ErrContention
 }
 
+// Modifier computes the new state of a slot for Table.Modify. It may be
+// called several times for one Modify (once per CAS attempt), each time
+// with the state as it is then, and whether it is the rule's overflow slot;
+// it reports write false to leave the slot
+// as it is.
+type Modifier interface {
+	Modify(st limit.State, now int64, overflow bool) (next limit.State, expiry int64, write bool)
+}
+
+// Modify updates the state of client fp with m under the same CAS loop as
+// Update (the concurrency rules' transitions, which need more than
+// charge/refund). onlyOverflow addresses the rule's overflow slot of fp's
+// bucket directly: a client that was given the overflow slot must give its
+// slots back there even if a regular slot has freed since. A state whose
+// expiry has passed reads as the zero state.
+func (t *Table) Modify(fp, overflowFP uint64, onlyOverflow bool, now int64, m Modifier) (int, error) {
+	if fp == 0 {
+		fp = 1
+	}
+	key := t.bucketKey(fp)
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		val, cas, found, err := t.store.Get(key)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return 0, err
+		}
+		switch {
+		case !found:
+			val, cas = t.fresh[:], createCAS
+			clear(val)
+		case len(val) != BucketSize:
+			t.Stats.Corrupt++
+			val = t.fresh[:]
+			clear(val)
+		}
+		i, kind := SlotsPerBucket, SlotOverflow
+		if onlyOverflow {
+			s := val[i*slotSize:]
+			if f := getUint64(s[0:8]); f != overflowFP && f != 0 && int64(getUint64(s[8:16])) > now {
+				return kind, nil // taken over by another rule: nothing of ours is left
+			}
+		} else if i, kind = findSlot(val, fp, overflowFP, now); i < 0 {
+			t.Stats.Full++
+			return 0, ErrFull
+		}
+		s := val[i*slotSize : (i+1)*slotSize]
+		slotFP := fp
+		if kind == SlotOverflow {
+			slotFP = overflowFP
+		}
+		var st limit.State
+		if getUint64(s[0:8]) == slotFP && int64(getUint64(s[8:16])) > now {
+			st = limit.DecodeState(s[16:])
+		}
+		next, expiry, write := m.Modify(st, now, kind == SlotOverflow)
+		if !write || next == st {
+			if kind == SlotOverflow {
+				t.Stats.Overflow++
+			}
+			return kind, nil
+		}
+		putUint64(s[0:8], slotFP)
+		putUint64(s[8:16], uint64(expiry))
+		next.Encode(s[16:])
+		mismatch, err := t.store.Set(key, val, cas)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return kind, err
+		}
+		if mismatch {
+			t.Stats.CASRetries++
+			continue
+		}
+		if kind == SlotOverflow {
+			t.Stats.Overflow++
+		}
+		return kind, nil
+	}
+	t.Stats.CASExhausted++
+	return 0, ErrContention
+}
+
 // findSlot returns the slot for fp: its own, else the first free regular
 // slot, else the overflow slot if it is free or already overflowFP's.
 func findSlot(val []byte, fp, overflowFP uint64, now int64) (int, int) {
