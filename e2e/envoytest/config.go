@@ -47,11 +47,16 @@ type Options struct {
 	// Routes in match order. Empty: one route {Name: "default", Prefix: "/"}.
 	Routes []Route
 
-	// XFFNumTrustedHops is the HTTP connection manager's xff_num_trusted_hops
-	// (use_remote_address is always true). With 1, the client address Envoy
-	// uses (source.address) is the last X-Forwarded-For entry the client sent,
+	// XFFNumTrustedHops is the HTTP connection manager's xff_num_trusted_hops.
+	// With 1 (and use_remote_address: true), the client address Envoy uses
+	// (source.address) is the last X-Forwarded-For entry the client sent,
 	// which is how one test client poses as many client IPs (see ClientIP).
 	XFFNumTrustedHops int
+	// UseRemoteAddress is the HTTP connection manager's use_remote_address.
+	// Nil means true (the harness default); false is Envoy's own default, in
+	// which Envoy appends nothing to X-Forwarded-For and takes source.address
+	// from it.
+	UseRemoteAddress *bool
 
 	// At most one of Wasm and LocalRateLimit may be set; neither means no HTTP
 	// filter but the router.
@@ -341,7 +346,7 @@ type renderData struct {
 	Indent     string
 }
 
-var funcs = template.FuncMap{"q": yq, "seconds": seconds}
+var funcs = template.FuncMap{"q": yq, "seconds": seconds, "deref": func(b *bool) bool { return *b }}
 
 // listenerTmpl renders one Listener (without the leading "- " item marker
 // handled by the caller via indentation).
@@ -354,7 +359,7 @@ filter_chains:
     typed_config:
       "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
       stat_prefix: ingress_http
-      use_remote_address: true
+      use_remote_address: {{if .O.UseRemoteAddress}}{{deref .O.UseRemoteAddress}}{{else}}true{{end}}
       xff_num_trusted_hops: {{.O.XFFNumTrustedHops}}
       route_config:
         name: local_route

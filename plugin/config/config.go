@@ -75,7 +75,8 @@ func (c *Config) HasGlobal() bool {
 // ClientIP says how the client address is found.
 type ClientIP struct {
 	// XFFTrustedHops > 0 takes the N-th address from the right of
-	// X-Forwarded-For instead of the connection's source address.
+	// X-Forwarded-For as it reaches the filter (every entry counted)
+	// instead of the connection's source address.
 	XFFTrustedHops int
 	// IPv6Prefix groups IPv6 clients by this many leading bits.
 	IPv6Prefix int

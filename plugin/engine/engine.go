@@ -30,7 +30,7 @@ const (
 	// global rule (pause it); the engine decides it later through the
 	// Decided function given to SetGlobal. Verdict.Pending identifies it.
 	Call
-	Queue                 // wait in a concurrency rule's queue: Poll decides later
+	Queue // wait in a concurrency rule's queue: Poll decides later
 )
 
 // StreamRequest is a Request that knows its stream: a request that waits in
@@ -195,15 +195,22 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) netip.Addr {
 		return ri.client
 	}
 	ri.haveAddr = true
-	src, srcOK := ParseHostPort(ri.req.SourceAddress())
+	// xff_trusted_hops counts X-Forwarded-For exactly as it reaches the
+	// filter, the entry Envoy appends with use_remote_address: true
+	// included. The filter cannot tell whether Envoy appended an entry
+	// (without use_remote_address, source.address is itself read from the
+	// header and so equals its last entry), and skipping an entry it did
+	// not append would hand the key to whatever the client wrote: counting
+	// every entry errs, when misconfigured, towards a proxy's address.
 	if n := cfg.ClientIP.XFFTrustedHops; n > 0 {
 		if xff, ok := ri.req.Header("x-forwarded-for"); ok {
-			if a, ok := TrustedXFF(xff, n, src, srcOK); ok {
+			if a, ok := XFFFromRight(xff, n); ok {
 				ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
 				return ri.client
 			}
 		}
 	}
+	src, srcOK := ParseHostPort(ri.req.SourceAddress())
 	if srcOK {
 		ri.client = GroupAddr(src, cfg.ClientIP.IPv6Prefix)
 	}
