@@ -55,6 +55,7 @@ func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
 			Concurrency:   2,
 			Clusters:      map[string]string{"ratelimit": rls.GRPCAddr},
 			HTTP2Clusters: []string{"ratelimit"},
+			StartTimeout:  110 * time.Second, // V8 compiles the plugin once per Envoy: slow on a loaded machine
 			Wasm:          &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
 		})
 		f.members = append(f.members, e)
