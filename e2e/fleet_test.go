@@ -191,3 +191,69 @@ func TestFleetGlobalLimit(t *testing.T) {
 		t.Errorf("local: admitted %d, want about 300", admitted)
 	}
 }
+
+// TestFleetRedisDown: with Redis stopped mid-run no request waits longer
+// than the timeout, on_error decides and is counted; with Redis back the
+// global limit holds again within 5 s, without a restart.
+func TestFleetRedisDown(t *testing.T) {
+	redis, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	const timeout = 100 * time.Millisecond
+	cfg := `{
+  "rules": [{"name": "api", "scope": "global", "limit": 20, "window": "1m", "key": ["header:x-client"]}],
+  "global": {"cluster": "ratelimit", "timeout": "100ms"},
+  "on_error": "allow"
+}`
+	f := startFleet(t, rls, cfg)
+	run := fmt.Sprint(time.Now().UnixNano())
+	if a, _ := send(t, f, "/", run+"warm", 5, 1); a != 5 {
+		t.Fatalf("warm-up: admitted %d of 5", a)
+	}
+
+	redis.Stop()
+	var slowest time.Duration
+	admitted := 0
+	for i := 0; i < 60; i++ {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, _, err := f.front.Get(ctx, "/", http.Header{"X-Client": {fmt.Sprintf("%sdown%d", run, i%6)}})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(start))
+		if resp.StatusCode == 200 {
+			admitted++
+		}
+	}
+	time.Sleep(1200 * time.Millisecond)
+	onErr, failures, short := f.sum(t, "wasmcustom.sluice.on_error.allowed"), f.sum(t, "wasmcustom.sluice.global.call_failures"), f.sum(t, "wasmcustom.sluice.global.short_circuited")
+	t.Logf("Redis down: %d of 60 admitted by on_error allow, slowest request %v (timeout %v); on_error.allowed %d, call_failures %d, short_circuited %d",
+		admitted, slowest.Round(time.Millisecond), timeout, onErr, failures, short)
+	if admitted != 60 || onErr < 60 || failures == 0 {
+		t.Errorf("on_error not applied or not counted")
+	}
+	// The timeout plus what a loaded machine adds through two Envoys.
+	if slowest > timeout+150*time.Millisecond {
+		t.Errorf("a request waited %v, timeout %v", slowest, timeout)
+	}
+
+	// The recovery is measured within one minute window of the service.
+	inOneWindow(t, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := redis.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for i := 0; ; i++ {
+		a, rej := send(t, f, "/", fmt.Sprintf("%sback%d", run, i), 40, 1)
+		if a >= 18 && a <= 20 && rej != nil {
+			t.Logf("Redis back: the global limit holds again after %v (admitted %d of 40, limit 20)", time.Since(back).Round(time.Millisecond), a)
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("the global limit does not hold %v after Redis came back (admitted %d of 40, limit 20)", time.Since(back), a)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
