@@ -168,6 +168,9 @@ type GlobalRateLimit struct {
 	// FailureModeDeny rejects requests when the service cannot answer
 	// (Envoy's default allows them).
 	FailureModeDeny bool
+	// Header, if set, makes the descriptor [<Header>: <its value>] (a
+	// request_headers action) instead of [remote_address: <client IP>].
+	Header string
 }
 
 var routeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
@@ -374,7 +377,11 @@ filter_chains:
               cluster: {{q .Cluster}}
 {{- if $.O.GlobalRateLimit}}
               rate_limits:
+{{- if $.O.GlobalRateLimit.Header}}
+              - actions: [{request_headers: {header_name: {{q $.O.GlobalRateLimit.Header}}, descriptor_key: {{q $.O.GlobalRateLimit.Header}}}}]
+{{- else}}
               - actions: [{remote_address: {}}]
+{{- end}}
 {{- end}}
 {{- end}}
       http_filters:
