@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,17 @@ type fleetRun struct {
 	warm, measured   *genResult
 	warmCalls, calls uint64
 	crossed          bool
+	p99s             []time.Duration // per round
+}
+
+// medianP99 is the median over the rounds of each round's p99.
+func (r *fleetRun) medianP99() time.Duration {
+	if len(r.p99s) == 0 {
+		return 0
+	}
+	v := slices.Clone(r.p99s)
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 func fleetSection(ctx context.Context, o options) (string, error) {
@@ -99,71 +111,100 @@ func fleetSection(ctx context.Context, o options) (string, error) {
 			op.GlobalRateLimit = &envoytest.GlobalRateLimit{Cluster: "ratelimit", Domain: "native", Timeout: 100 * time.Millisecond, Header: "x-forwarded-for"}
 		}},
 	}
-	var runs []*fleetRun
-	for _, sc := range scs {
-		progress("fleet: %s: starting three Envoys and a front", sc.name)
-		var members []*envoytest.Envoy
-		var addrs []string
-		stopAll := func() {
-			for _, e := range members {
+	// Every fleet runs at once (12 Envoys, mostly idle), so that the
+	// scenarios can be measured in interleaved rounds: the machine is
+	// shared and its load drifts, and rounds spread that drift over all
+	// scenarios alike.
+	type fleetUnderTest struct {
+		sc      scenario
+		members []*envoytest.Envoy
+		addr    string
+		run     *fleetRun
+	}
+	var fleets []*fleetUnderTest
+	defer func() {
+		for _, f := range fleets {
+			for _, e := range f.members {
 				e.Stop()
 			}
 		}
+	}()
+	for _, sc := range scs {
+		progress("fleet: %s: starting three Envoys and a front", sc.name)
+		f := &fleetUnderTest{sc: sc, run: &fleetRun{name: sc.name, measured: &genResult{Status: map[int]int64{}}}}
+		fleets = append(fleets, f)
+		var addrs []string
 		for i := 0; i < 3; i++ {
 			op := envoytest.Options{Concurrency: 1, Upstream: up.Addr(), LogLevel: "warn",
 				Clusters: map[string]string{"ratelimit": rls.GRPCAddr}, HTTP2Clusters: []string{"ratelimit"}}
 			sc.edit(&op)
 			e, err := startEnvoy(ctx, op)
 			if err != nil {
-				stopAll()
 				return "", err
 			}
-			members = append(members, e)
+			f.members = append(f.members, e)
 			addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(e.Port()))
 		}
 		front, err := startEnvoy(ctx, envoytest.Options{Concurrency: 1, UpstreamEndpoints: addrs, LogLevel: "warn"})
 		if err != nil {
-			stopAll()
 			return "", err
 		}
-		members = append(members, front)
-		calls := func() uint64 {
-			var n uint64
-			for _, e := range members[:3] {
-				v, _ := e.Stat("cluster.ratelimit.upstream_rq_total")
-				n += v
+		f.members = append(f.members, front)
+		f.addr = "127.0.0.1:" + strconv.Itoa(front.Port())
+	}
+	calls := func(f *fleetUnderTest) uint64 {
+		var n uint64
+		for _, e := range f.members[:3] {
+			v, _ := e.Stat("cluster.ratelimit.upstream_rq_total")
+			n += v
+		}
+		return n
+	}
+	// One window of the service for the whole measurement.
+	now := time.Now()
+	if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < 55*time.Second {
+		progress("fleet: waiting %v for a minute window to start", left.Round(time.Second))
+		select {
+		case <-time.After(left + 200*time.Millisecond):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	minute := time.Now().Unix() / 60
+	xff := func(i int64) string {
+		c := i % fleetClients
+		return fmt.Sprintf("10.%d.%d.%d", c>>16&255, c>>8&255, c&255)
+	}
+	for _, f := range fleets {
+		c0 := calls(f)
+		f.run.warm = generate(ctx, genOptions{Addr: f.addr, Conns: o.conns, Requests: 6 * fleetClients, Duration: 10 * time.Second, XFF: xff})
+		f.run.warmCalls = calls(f) - c0
+	}
+	const rounds, perRound = 5, 4 * fleetClients
+	for round := 0; round < rounds && ctx.Err() == nil; round++ {
+		for k := range fleets {
+			f := fleets[(k+round)%len(fleets)]
+			c0 := calls(f)
+			g := generate(ctx, genOptions{Addr: f.addr, Conns: o.conns, Requests: perRound, Duration: 5 * time.Second, XFF: xff})
+			f.run.calls += calls(f) - c0
+			f.run.p99s = append(f.run.p99s, g.Quantile(0.99))
+			m := f.run.measured
+			m.Latencies = append(m.Latencies, g.Latencies...)
+			m.Requests += g.Requests
+			m.Elapsed += g.Elapsed
+			for code, n := range g.Status {
+				m.Status[code] += n
 			}
-			return n
 		}
-		// One window of the service for the whole run.
-		now := time.Now()
-		if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < 55*time.Second {
-			progress("fleet: %s: waiting %v for a minute window to start", sc.name, left.Round(time.Second))
-			select {
-			case <-time.After(left + 200*time.Millisecond):
-			case <-ctx.Done():
-				stopAll()
-				return "", ctx.Err()
-			}
-		}
-		minute := time.Now().Unix() / 60
-		xff := func(i int64) string {
-			c := i % fleetClients
-			return fmt.Sprintf("10.%d.%d.%d", c>>16&255, c>>8&255, c&255)
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(front.Port())
-		r := &fleetRun{name: sc.name}
-		c0 := calls()
-		r.warm = generate(ctx, genOptions{Addr: addr, Conns: o.conns, Requests: 6 * fleetClients, Duration: 15 * time.Second, XFF: xff})
-		c1 := calls()
-		r.measured = generate(ctx, genOptions{Addr: addr, Conns: o.conns, Requests: 30 * fleetClients, Duration: 30 * time.Second, XFF: xff})
-		c2 := calls()
-		r.warmCalls, r.calls = c1-c0, c2-c1
-		r.crossed = time.Now().Unix()/60 != minute
-		progress("fleet: %s: %d requests at %.0f/s, p99 %v, %d calls (%.4f per request)", sc.name, r.measured.Requests, r.measured.RPS(),
-			r.measured.Quantile(0.99), r.calls, float64(r.calls)/float64(max(r.measured.Requests, 1)))
+	}
+	var runs []*fleetRun
+	for _, f := range fleets {
+		slices.Sort(f.run.measured.Latencies)
+		f.run.crossed = time.Now().Unix()/60 != minute
+		r := f.run
+		progress("fleet: %s: %d requests at %.0f/s, median p99 %v, %d calls (%.4f per request)", r.name, r.measured.Requests, r.measured.RPS(),
+			r.medianP99(), r.calls, float64(r.calls)/float64(max(r.measured.Requests, 1)))
 		runs = append(runs, r)
-		stopAll()
 	}
 	return fleetReport(runs), nil
 }
@@ -173,19 +214,20 @@ func fleetReport(runs []*fleetRun) string {
 	b.WriteString("## " + sectionTitles["fleet"] + "\n\n")
 	fmt.Fprintf(&b, "Three Envoys (concurrency 1) behind a round-robin front Envoy; %d clients (X-Forwarded-For, the rule's key) "+
 		"well under a limit of %d per minute; envoyproxy/ratelimit on Redis 7 on loopback. Each scenario runs inside one minute "+
-		"window of the service: a warm-up of %d requests (every client reaches every Envoy), then the measured requests, "+
-		"closed loop. Calls are cluster.ratelimit.upstream_rq_total summed over the three Envoys.\n\n", fleetClients, fleetLimit, 6*fleetClients)
-	b.WriteString("| scenario | measured requests | req/s | p50 | p99 | 429s | calls per request (measured) | calls per request (warm-up) |\n|---|---|---|---|---|---|---|---|\n")
+		"window of the service: the three fleets run at once; each gets a warm-up of %d requests (every client reaches every Envoy), "+
+		"then 5 interleaved rounds of %d requests per fleet (32 connections, closed loop). p99 is the median of the rounds' p99s. "+
+		"Calls are cluster.ratelimit.upstream_rq_total summed over the three Envoys of a fleet.\n\n", fleetClients, fleetLimit, 6*fleetClients, 4*fleetClients)
+	b.WriteString("| scenario | measured requests | req/s | p50 | p99 (median of rounds) | 429s | calls per request (measured) | calls per request (warm-up) |\n|---|---|---|---|---|---|---|---|\n")
 	var p99 = map[string]time.Duration{}
 	for _, r := range runs {
 		m := r.measured
-		p99[r.name] = m.Quantile(0.99)
+		p99[r.name] = r.medianP99()
 		note := ""
 		if r.crossed {
 			note = " (crossed a window)"
 		}
 		fmt.Fprintf(&b, "| %s%s | %d | %.0f | %v | %v | %d | %.4f | %.4f |\n", r.name, note, m.Requests, m.RPS(),
-			m.Quantile(0.5).Round(time.Microsecond), m.Quantile(0.99).Round(time.Microsecond), m.Status[429],
+			m.Quantile(0.5).Round(time.Microsecond), r.medianP99().Round(time.Microsecond), m.Status[429],
 			float64(r.calls)/float64(max(m.Requests, 1)), float64(r.warmCalls)/float64(max(r.warm.Requests, 1)))
 	}
 	if l, g := p99["Sluice, local rule"], p99["Sluice, global rule"]; l > 0 && g > 0 {

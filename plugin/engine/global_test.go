@@ -17,6 +17,7 @@ type fakeService struct {
 	count   uint32
 	down    bool
 	calls   []uint32 // hits asked per call
+	bodies  [][]byte
 	pending []func()
 }
 
@@ -25,6 +26,7 @@ func (s *fakeService) Call(cluster string, body []byte, timeout time.Duration, d
 		return errors.New("bad call")
 	}
 	k := hitsOf(body)
+	s.bodies = append(s.bodies, append([]byte(nil), body...))
 	s.calls = append(s.calls, k)
 	s.pending = append(s.pending, func() {
 		if s.down {
@@ -105,8 +107,14 @@ func TestGlobalLeaseServesWithoutCalls(t *testing.T) {
 			t.Fatalf("waiter %d: %v", i, v.Outcome)
 		}
 	}
-	if len(svc.calls) != 1 {
-		t.Fatalf("%d calls, want 1 (waiters share it)", len(svc.calls))
+	if len(svc.calls) != 1 || svc.calls[0] != 1 {
+		t.Fatalf("calls %v, want one call for 1 hit (the first call of a window asks for what waits when it is sent)", svc.calls)
+	}
+	svc.deliver()
+	// The answer served one; the two others wait for one more call, sized
+	// for both.
+	if len(svc.calls) != 2 || svc.calls[1] < 2 {
+		t.Fatalf("calls %v", svc.calls)
 	}
 	svc.deliver()
 	if len(*decided) != 3 {
@@ -117,14 +125,14 @@ func TestGlobalLeaseServesWithoutCalls(t *testing.T) {
 			t.Fatalf("decided %+v", d)
 		}
 	}
-	k := svc.calls[0]
+	k := svc.calls[0] + svc.calls[1]
 	// The rest of the lease admits without calls.
 	for i := uint32(0); i < k-3; i++ {
 		if v := e.Decide(r, *now); v.Outcome != Allow {
 			t.Fatalf("lease request %d: %v", i, v.Outcome)
 		}
 	}
-	if len(svc.calls) != 1 || e.Global.LeaseAdmits != uint64(k-3) {
+	if len(svc.calls) != 2 || e.Global.LeaseAdmits != uint64(k-3) {
 		t.Fatalf("calls %d, lease admits %d (k %d)", len(svc.calls), e.Global.LeaseAdmits, k)
 	}
 }
@@ -160,7 +168,7 @@ func TestGlobalNeverExceeds(t *testing.T) {
 	if last := svc.calls[calls-1]; last != 1 {
 		t.Errorf("the last call asked %d hits, want 1", last)
 	}
-	if calls > 20 {
+	if calls > 30 {
 		t.Errorf("%d calls for 200 requests", calls)
 	}
 	t.Logf("calls: %v", svc.calls)
@@ -221,5 +229,28 @@ func TestGlobalSweep(t *testing.T) {
 	e.Sweep(*now)
 	if len(*decided) != 2 || e.CallsInFlight() != 0 || e.Stats.OnErrorAllowed != 2 {
 		t.Fatalf("decided %d, in flight %d", len(*decided), e.CallsInFlight())
+	}
+}
+
+// TestGlobalDescriptorFleetStable: Envoys with different fingerprint seeds
+// (every Envoy process has its own) name a client identically at the
+// service, and different clients differently.
+func TestGlobalDescriptorFleetStable(t *testing.T) {
+	call := func(seed uint64, client string) string {
+		e := New(mustConfig(t, fmt.Sprintf(globalDoc, 100, "allow")), newMemStore(), seed)
+		svc := &fakeService{limit: 100}
+		e.SetGlobal(svc, func(*Pending, *Verdict) {})
+		e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", client), t0)
+		if len(svc.bodies) != 1 {
+			t.Fatal("no call")
+		}
+		return string(svc.bodies[0])
+	}
+	a1, a2, b := call(1, "a"), call(2, "a"), call(1, "b")
+	if a1 != a2 {
+		t.Error("one client, two seeds: different requests to the service")
+	}
+	if a1 == b {
+		t.Error("two clients: the same request to the service")
 	}
 }
