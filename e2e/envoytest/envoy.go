@@ -164,6 +164,9 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		e.mounts = append(e.mounts, n.Wasm.File)
 	}
 	e.upstream = n.Upstream
+	if e.upstream == "" && len(n.UpstreamEndpoints) > 0 {
+		e.upstream = n.UpstreamEndpoints[0]
+	}
 	if e.upstream == "" {
 		if e.Upstream, err = StartUpstream(); err != nil {
 			return nil, err
