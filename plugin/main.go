@@ -46,6 +46,7 @@ type pluginContext struct {
 	rejectsSinceLog int
 	census          engine.Census
 	owner           uint64 // this worker's identity for the census lease
+	lastCallErrLog  int64
 	// concurrency rules: the streams waiting in a queue, by context id,
 	// and Poll's scratch.
 	conc    bool
@@ -74,6 +75,10 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000
+	if cfg.HasGlobal() {
+		p.engine.SetGlobal(newRLSCaller(cfg.Global.Cluster), p.onDecided)
+		p.tickMS = globalTickMS
+	}
 	if engine.Throttles(cfg) {
 		p.tickMS = throttleTickMS
 	}
@@ -99,6 +104,9 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := time.Now().UnixNano()
+	if p.engine.CallsInFlight() > 0 {
+		p.engine.Sweep(now)
+	}
 	p.held.release(now, func(id uint32) {
 		if err := proxywasm.SetEffectiveContext(id); err != nil {
 			return // the stream is gone
@@ -197,6 +205,9 @@ type httpContext struct {
 	plugin  *pluginContext
 	verdict engine.Verdict
 	decided bool
+	// pending: the request waits for the rate-limit service.
+	pending *engine.Pending
+	gone    bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -214,9 +225,17 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.decided = true
 	v := &h.verdict
 	if v.Err != nil && v.ErrRule != nil {
-		proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+		if v.ErrRule.Global {
+			p.logCallError(v, now)
+		} else {
+			proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+		}
 	}
 	switch v.Outcome {
+	case engine.Call:
+		h.pending = v.Pending
+		h.pending.Ctx = h
+		return types.ActionPause
 	case engine.Queue:
 		p.waiting[h.id] = h
 		return types.ActionPause
@@ -244,7 +263,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if !h.decided || h.verdict.Outcome == engine.Reject {
+	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
 		return types.ActionContinue
 	}
 	p := h.plugin
@@ -259,6 +278,11 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // (response done, reset, client gone, a local reply of another filter):
 // the one place concurrency slots are given back.
 func (h *httpContext) OnHttpStreamDone() {
+	h.gone = true
+	if h.pending != nil {
+		h.pending.Cancel()
+		h.pending = nil
+	}
 	if !h.decided {
 		return
 	}

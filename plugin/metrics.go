@@ -28,6 +28,16 @@ type metrics struct {
 		releaseErrors                                         proxywasm.MetricCounter
 		held, activeStates, slots, waiting                    proxywasm.MetricGauge
 	}
+	// Global rules (only defined when a rule is global).
+	fleet     *fleetMetrics
+	lastFleet engine.GlobalStats
+}
+
+// fleetMetrics are the counters of global rules: sluice.global.<name>.
+type fleetMetrics struct {
+	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired proxywasm.MetricCounter
+	circuitOpen                                                                  proxywasm.MetricGauge
+	open                                                                         bool
 }
 
 type ruleMetrics struct {
@@ -65,6 +75,18 @@ func newMetrics(cfg *config.Config) *metrics {
 	g.slots = proxywasm.DefineGaugeMetric("sluice.concurrency.slots_held")
 	g.waiting = proxywasm.DefineGaugeMetric("sluice.concurrency.waiting")
 	g.activeStates = proxywasm.DefineGaugeMetric("sluice.table.active_states")
+	if cfg.HasGlobal() {
+		f := &fleetMetrics{}
+		f.calls = proxywasm.DefineCounterMetric("sluice.global.calls")
+		f.callFailures = proxywasm.DefineCounterMetric("sluice.global.call_failures")
+		f.overLimit = proxywasm.DefineCounterMetric("sluice.global.over_limit")
+		f.leaseAdmits = proxywasm.DefineCounterMetric("sluice.global.lease_admits")
+		f.waited = proxywasm.DefineCounterMetric("sluice.global.waited")
+		f.shortCircuited = proxywasm.DefineCounterMetric("sluice.global.short_circuited")
+		f.expired = proxywasm.DefineCounterMetric("sluice.global.expired")
+		f.circuitOpen = proxywasm.DefineGaugeMetric("sluice.global.circuit_open")
+		m.fleet = f
+	}
 	return m
 }
 
@@ -111,6 +133,25 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	addDelta(g.overflow, ts.Overflow, &lt.Overflow)
 	addDelta(g.full, ts.Full, &lt.Full)
 	addDelta(g.storeErrors, ts.StoreErrors, &lt.StoreErrors)
+	if f := m.fleet; f != nil {
+		cur, last := &e.Global, &m.lastFleet
+		addDelta(f.calls, cur.Calls, &last.Calls)
+		addDelta(f.callFailures, cur.CallFailures, &last.CallFailures)
+		addDelta(f.overLimit, cur.OverLimit, &last.OverLimit)
+		addDelta(f.leaseAdmits, cur.LeaseAdmits, &last.LeaseAdmits)
+		addDelta(f.waited, cur.Waited, &last.Waited)
+		addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
+		addDelta(f.expired, cur.Expired, &last.Expired)
+		// Workers whose circuit is open, process-wide: each adds its change.
+		if open := e.CircuitOpen(); open != f.open {
+			f.open = open
+			if open {
+				f.circuitOpen.Add(1)
+			} else {
+				f.circuitOpen.Add(-1)
+			}
+		}
+	}
 	// The held-requests gauge is process-wide: each worker adds its change.
 	g.held.Add(int64(held) - m.heldLast)
 	m.heldLast = int64(held)

@@ -61,6 +61,22 @@ var invalidCorpus = map[string]invalidCase{
 	"trailing-document.json": {field: ""},
 	"trailing-brace.json":    {field: ""},
 
+	"global-missing.json":         {field: "global"},
+	"global-window-2m.json":       {field: "rules[0].window"},
+	"global-window-60s.json":      {field: "rules[0].window"},
+	"global-burst.json":           {field: "rules[0].burst"},
+	"global-max-delay.json":       {field: "rules[0].max_delay"},
+	"global-shadow.json":          {field: "rules[0].shadow"},
+	"global-algorithm.json":       {field: "rules[0].algorithm"},
+	"scope-unknown.json":          {field: "rules[0].scope"},
+	"global-cluster-missing.json": {field: "global.cluster"},
+	"global-cluster-empty.json":   {field: "global.cluster"},
+	"global-timeout-zero.json":    {field: "global.timeout"},
+	"global-unknown-field.json":   {field: "global.port"},
+	"local-window-1d.json":        {field: "rules[0].window"},
+	"global-timeout-long.json": {field: "global.timeout", semanticOnly: "a timeout above 10s: JSON Schema " +
+		"cannot compare durations"},
+
 	"rules-missing.json":      {field: "rules"},
 	"rules-empty.json":        {field: "rules"},
 	"rules-object.json":       {field: "rules"},

@@ -26,7 +26,11 @@ const (
 	Allow  Outcome = iota // forward now
 	Delay                 // hold for Verdict.Delay, then forward
 	Reject                // answer with the configured status
-	Queue                 // wait in a concurrency rule's queue: Poll decides later
+	// Call: the request waits for a call to the rate-limit service of a
+	// global rule (pause it); the engine decides it later through the
+	// Decided function given to SetGlobal. Verdict.Pending identifies it.
+	Call
+	Queue // wait in a concurrency rule's queue: Poll decides later
 )
 
 // StreamRequest is a Request that knows its stream: a request that waits in
@@ -60,6 +64,8 @@ type Verdict struct {
 	ErrRule *config.Rule
 	// Client is the client address the rules keyed on (zero if none did).
 	Client netip.Addr
+	// Pending is the waiting request (Outcome Call).
+	Pending *Pending
 	// Slots are the concurrency slots the request holds: Release them when
 	// its stream ends.
 	Slots []SlotRef
@@ -103,6 +109,15 @@ type Engine struct {
 	charged     []charge
 	keyBuf      []byte
 	Stats       Stats
+	// Global rules (global.go).
+	Global  GlobalStats
+	caller  Caller
+	decided Decided
+	calls   map[callKey]*inflight
+	circuit circuit
+	callBuf []byte
+	scratch Pending
+	globals []globalRef
 	// concurrency rules (concurrency.go)
 	pending  []pendingConc
 	op       concOp
@@ -111,6 +126,15 @@ type Engine struct {
 	blocked  []holdKey
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
+	// Now is the clock of answers to calls (nanoseconds since the epoch).
+	Now func() int64
+}
+
+func (e *Engine) now() int64 {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now().UnixNano()
 }
 
 // New returns an engine for cfg over store. seed keys the fingerprint hash;
@@ -125,6 +149,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		charged: make([]charge, 0, len(cfg.Rules)),
 		keyBuf:  make([]byte, 0, 256),
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+		calls:   map[callKey]*inflight{},
 
 		holdings: map[holdKey]*holding{},
 		hold:     make([]int64, len(cfg.Rules)),
@@ -229,11 +254,18 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		}
 	}
 	e.charged = e.charged[:0]
+	e.globals = e.globals[:0]
 	e.pending = e.pending[:0]
 	rejected := -1
 	for _, i := range e.matched {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, &ri)
+		if r.Global {
+			// Global rules are decided after every local rule admitted the
+			// request: a call is made only for requests that can pass.
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, key: descriptorKey(e.keyBuf)})
+			continue
+		}
 		if IsConcurrency(r) {
 			// Slots are taken after every rate rule has admitted the
 			// request: a request rejected by a rate never holds one.
@@ -288,6 +320,18 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if v.Outcome == Queue {
 			return v
 		}
+	}
+	if rejected < 0 && len(e.globals) > 0 {
+		v.Client = ri.client
+		p := &e.scratch
+		*p = Pending{verdict: v, charged: e.charged, globals: e.globals, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
+		waiting := e.decideGlobal(p, now)
+		v = p.verdict
+		e.charged = p.charged[:0]
+		if waiting {
+			v.Pending = p.persisted
+		}
+		return v
 	}
 	if rejected < 0 {
 		for _, c := range e.charged {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/lease"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -318,4 +319,77 @@ func getUint64(b []byte) uint64 {
 		v |= uint64(b[i]) << (8 * i)
 	}
 	return v
+}
+
+// Lease applies fn to the lease state of fingerprint fp (a global rule's
+// client) with a CAS loop, and returns the state fn left. A lease lives in
+// a regular slot of its own (never an overflow slot: a lease is one
+// client's hits, it cannot be shared) until expiry, the end of its window:
+// a slot whose expiry has passed reads as a zero state and may be reused.
+// fn returns false to leave the store unchanged. ErrFull: no free slot.
+func (t *Table) Lease(fp uint64, now, expiry int64, fn func(*lease.State) bool) (lease.State, error) {
+	if fp == 0 {
+		fp = 1
+	}
+	key := t.bucketKey(fp)
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		val, cas, found, err := t.store.Get(key)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return lease.State{}, err
+		}
+		switch {
+		case !found:
+			val, cas = t.fresh[:], createCAS
+			clear(val)
+		case len(val) != BucketSize:
+			t.Stats.Corrupt++
+			val = t.fresh[:]
+			clear(val)
+		}
+		i := leaseSlot(val, fp, now)
+		if i < 0 {
+			t.Stats.Full++
+			return lease.State{}, ErrFull
+		}
+		s := val[i*slotSize : (i+1)*slotSize]
+		var st lease.State
+		if getUint64(s[0:8]) == fp && int64(getUint64(s[8:16])) > now {
+			st = lease.Decode(s[16:])
+		}
+		if !fn(&st) {
+			return st, nil
+		}
+		putUint64(s[0:8], fp)
+		putUint64(s[8:16], uint64(expiry))
+		st.Encode(s[16:])
+		mismatch, err := t.store.Set(key, val, cas)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return lease.State{}, err
+		}
+		if mismatch {
+			t.Stats.CASRetries++
+			continue
+		}
+		return st, nil
+	}
+	t.Stats.CASExhausted++
+	return lease.State{}, ErrContention
+}
+
+// leaseSlot returns fp's own regular slot, else the first free one, else -1.
+func leaseSlot(val []byte, fp uint64, now int64) int {
+	free := -1
+	for i := 0; i < SlotsPerBucket; i++ {
+		s := val[i*slotSize:]
+		f := getUint64(s[0:8])
+		if f == fp {
+			return i
+		}
+		if free < 0 && (f == 0 || int64(getUint64(s[8:16])) <= now) {
+			free = i
+		}
+	}
+	return free
 }
