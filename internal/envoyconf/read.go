@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -37,6 +38,7 @@ const (
 	KindBootstrap Kind = "envoy.config.bootstrap.v3.Bootstrap"
 	KindListener  Kind = "envoy.config.listener.v3.Listener"
 	KindLDS       Kind = "envoy.service.discovery.v3.DiscoveryResponse"
+	KindCluster   Kind = "envoy.config.cluster.v3.Cluster"
 )
 
 // Filter is one envoy.filters.http.wasm filter.
@@ -60,8 +62,9 @@ type File struct {
 	Filters []Filter // in the order of their lines
 }
 
-// Read parses an Envoy bootstrap, a Listener, or a file-based LDS document
-// (a DiscoveryResponse of Listeners), YAML or JSON, as Envoy does: every
+// Read parses an Envoy bootstrap, a Listener, a Cluster, a list of
+// listeners or clusters (a snippet for static_resources), or a file-based
+// xDS document (a DiscoveryResponse), YAML or JSON, as Envoy does: every
 // field must be one Envoy knows, every typed_config must name a known type,
 // and values must pass Envoy's proto validation rules. The error names the
 // field by its path and line.
@@ -78,25 +81,48 @@ func Read(src []byte) (*File, error) {
 	if err := json.Unmarshal(js, &top); err != nil {
 		return nil, fmt.Errorf("not YAML or JSON: %v", err)
 	}
-	obj, ok := top.(map[string]any)
-	if !ok {
-		return nil, errors.New("not an Envoy configuration: the document is not a mapping")
-	}
 	lines := newLineIndex(src)
 	f := &File{}
+	w := walker{file: f, lines: lines}
+	if list, ok := top.([]any); ok {
+		// A list of listeners or clusters, as a snippet for
+		// static_resources (envoy/ratelimit/cluster.yaml).
+		for i, item := range list {
+			obj, _ := item.(map[string]any)
+			kind, msg := KindCluster, proto.Message(&clusterv3.Cluster{})
+			if has(obj, "filter_chains", "filterChains", "listener_filters", "listenerFilters", "default_filter_chain") {
+				kind, msg = KindListener, &listenerv3.Listener{}
+			}
+			f.Kind = "list of " + kind
+			b, _ := json.Marshal(item)
+			prefix := "[" + strconv.Itoa(i) + "]"
+			if err := (protojson.UnmarshalOptions{}).Unmarshal(b, msg); err != nil {
+				return nil, explainAt(prefix, kind, b, err, lines)
+			}
+			if err := w.walk(msg.ProtoReflect(), prefix, ctx{}); err != nil {
+				return nil, err
+			}
+		}
+		return f, nil
+	}
+	obj, ok := top.(map[string]any)
+	if !ok {
+		return nil, errors.New("not an Envoy configuration: the document is neither a mapping nor a list")
+	}
 	var msg proto.Message
 	switch {
-	case obj["resources"] != nil || obj["version_info"] != nil:
+	case has(obj, "resources", "version_info", "versionInfo"):
 		f.Kind, msg = KindLDS, &discoveryv3.DiscoveryResponse{}
-	case obj["filter_chains"] != nil || obj["filterChains"] != nil || obj["address"] != nil && obj["static_resources"] == nil:
+	case has(obj, "filter_chains", "filterChains", "listener_filters", "listenerFilters"):
 		f.Kind, msg = KindListener, &listenerv3.Listener{}
+	case has(obj, "load_assignment", "loadAssignment", "connect_timeout", "connectTimeout", "lb_policy", "lbPolicy"):
+		f.Kind, msg = KindCluster, &clusterv3.Cluster{}
 	default:
 		f.Kind, msg = KindBootstrap, &bootstrapv3.Bootstrap{}
 	}
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(js, msg); err != nil {
 		return nil, explain(f.Kind, js, err, lines)
 	}
-	w := walker{file: f, lines: lines}
 	if err := w.walk(msg.ProtoReflect(), "", ctx{}); err != nil {
 		return nil, err
 	}
@@ -235,7 +261,20 @@ func (w *walker) wasm(v *wasmv3.Wasm, path string, c ctx) Filter {
 // in the source.
 var offsetRE = regexp.MustCompile(`^proto:\s*\(line (\d+):(\d+)\):\s*(.*)$`)
 
+func has(obj map[string]any, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := obj[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 func explain(kind Kind, js []byte, err error, lines *lineIndex) error {
+	return explainAt("", kind, js, err, lines)
+}
+
+func explainAt(prefix string, kind Kind, js []byte, err error, lines *lineIndex) error {
 	msg := err.Error()
 	m := offsetRE.FindStringSubmatch(strings.ReplaceAll(msg, "\u00a0", " "))
 	if m == nil {
@@ -243,6 +282,9 @@ func explain(kind Kind, js []byte, err error, lines *lineIndex) error {
 	}
 	col, _ := strconv.Atoi(m[2]) // YAMLToJSON writes one line
 	path := jsonPathAt(js, col-1)
+	if prefix != "" {
+		path = strings.TrimSuffix(prefix+"."+path, ".")
+	}
 	what := m[3]
 	if strings.HasPrefix(what, "unknown field") {
 		// Envoy: "Protobuf message (type ... reason INVALID_ARGUMENT:...: Cannot find field.) has unknown fields"
