@@ -1,6 +1,8 @@
 package envoyconf
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -80,6 +82,22 @@ func TestProxiesTrusted(t *testing.T) {
 	} {
 		if got := c.s.ProxiesTrusted(); got != c.want {
 			t.Errorf("%+v: %d, want %d", c.s, got, c.want)
+		}
+	}
+}
+
+// The plugin never links Envoy's protos or a YAML library: they belong to
+// sluice validate only (a bigger module would cost every Envoy worker VM).
+func TestNotLinkedIntoPlugin(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "../../plugin")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "envoyproxy") || strings.Contains(p, "yaml") || strings.HasSuffix(p, "/envoyconf") {
+			t.Errorf("the plugin links %s", p)
 		}
 	}
 }
