@@ -364,15 +364,15 @@ func FuzzExtractEnvoy(f *testing.F) {
 // types, and each Sluice configuration in it is valid.
 func TestValidateEveryEnvoyFile(t *testing.T) {
 	var files []string
-	for _, g := range []string{"../../envoy/*.yaml", "../../envoy/ratelimit/*.yaml", "../../examples/*/envoy*.yaml"} {
+	for _, g := range []string{"../../envoy/*.yaml", "../../envoy/*/*.yaml", "../../examples/*/envoy*.yaml", "../../e2e/*/testdata/*.yaml"} {
 		m, _ := filepath.Glob(g)
 		files = append(files, m...)
 	}
 	checked := 0
 	for _, file := range files {
 		src, _ := os.ReadFile(file)
-		if !bytes.Contains(src, []byte("static_resources")) && !bytes.Contains(src, []byte("filter_chains")) && !bytes.Contains(src, []byte("resources:")) {
-			continue // not an Envoy configuration (docker-compose files)
+		if bytes.Contains(src, []byte("\nservices:")) || bytes.Contains(src, []byte("\napiVersion:")) {
+			continue // not an Envoy configuration (docker-compose files, Kubernetes manifests)
 		}
 		ef, err := envoyconf.Read(src)
 		if err != nil {
