@@ -90,7 +90,9 @@ type Options struct {
 	// filter chain stay open. Default 1s.
 	DrainTime time.Duration
 	// StartTimeout bounds the wait for /ready (and listener port discovery).
-	// Default 60s. The context given to Start can cut it shorter.
+	// Default 2 minutes (V8 compiles a Go plugin in seconds, but in over a
+	// minute on a loaded machine). The context given to Start can cut it
+	// shorter.
 	StartTimeout time.Duration
 	// ExtraArgs are appended to Envoy's command line.
 	ExtraArgs []string
@@ -188,7 +190,7 @@ func (o Options) normalized() (Options, error) {
 		o.DrainTime = time.Second
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = 60 * time.Second
+		o.StartTimeout = 2 * time.Minute
 	}
 	if o.XFFNumTrustedHops < 0 {
 		return o, errors.New("envoytest: XFFNumTrustedHops < 0")
