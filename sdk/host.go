@@ -183,6 +183,7 @@ type view struct {
 	explicit  bool          // window came from the policy's w parameter
 	throttled bool          // the host has limited this client: pace
 	pacer     *rate.Limiter // nil until throttled with a known rate
+	pacing    atomic.Bool   // pacer != nil, read without the lock
 	seq       uint64        // requests admitted so far
 	lastSend  time.Time     // when the latest of them was admitted
 	inflight  int           // admitted and not answered yet
@@ -213,6 +214,9 @@ const orderGap = 10 * time.Millisecond
 // (not throttled, rate unknown, or the request must wait for the reset
 // anyway, after which it is paced).
 func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserved bool) {
+	if !v.pacing.Load() {
+		return 0, nil, false // most views never pace: no lock
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.pacer == nil || now.Before(v.blocked) || (v.budget == 0 && now.Before(v.resetAt)) {
@@ -502,6 +506,7 @@ func (v *view) tune(now time.Time) {
 	burst := max(c-2, 1)
 	if v.pacer == nil {
 		v.pacer = rate.NewLimiter(every, burst)
+		v.pacing.Store(true)
 		return
 	}
 	if v.pacer.Limit() != every {

@@ -62,6 +62,12 @@ type Options struct {
 	// from it.
 	UseRemoteAddress *bool
 
+	// StartTimeHeader, if set, names a request header Envoy adds to every
+	// request it forwards: the time it received the request
+	// (%START_TIME(%s.%6f)%, seconds since the epoch), so that the Upstream
+	// can tell the order in which requests reached Envoy (Arrivals).
+	StartTimeHeader string
+
 	// At most one of Wasm and LocalRateLimit may be set; neither means no HTTP
 	// filter but the router.
 	Wasm           *Wasm
@@ -94,7 +100,9 @@ type Options struct {
 	// filter chain stay open. Default 1s.
 	DrainTime time.Duration
 	// StartTimeout bounds the wait for /ready (and listener port discovery).
-	// Default 60s. The context given to Start can cut it shorter.
+	// Default 2 minutes (V8 compiles a Go plugin in seconds, but in over a
+	// minute on a loaded machine). The context given to Start can cut it
+	// shorter.
 	StartTimeout time.Duration
 	// ExtraArgs are appended to Envoy's command line.
 	ExtraArgs []string
@@ -195,7 +203,7 @@ func (o Options) normalized() (Options, error) {
 		o.DrainTime = time.Second
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = 60 * time.Second
+		o.StartTimeout = 2 * time.Minute
 	}
 	if o.XFFNumTrustedHops < 0 {
 		return o, errors.New("envoytest: XFFNumTrustedHops < 0")
@@ -373,6 +381,11 @@ filter_chains:
         virtual_hosts:
         - name: all
           domains: ["*"]
+{{- if .O.StartTimeHeader}}
+          request_headers_to_add:
+          - header: {key: {{q .O.StartTimeHeader}}, value: "%START_TIME(%s.%6f)%"}
+            append_action: OVERWRITE_IF_EXISTS_OR_ADD
+{{- end}}
           routes:
 {{- range .O.Routes}}
           - name: {{q .Name}}
