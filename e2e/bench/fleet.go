@@ -180,7 +180,7 @@ func fleetSection(ctx context.Context, o options) (string, error) {
 		f.run.warm = generate(ctx, genOptions{Addr: f.addr, Conns: o.conns, Requests: 6 * fleetClients, Duration: 10 * time.Second, XFF: xff})
 		f.run.warmCalls = calls(f) - c0
 	}
-	const rounds, perRound = 5, 4 * fleetClients
+	const rounds, perRound = 7, 4 * fleetClients
 	for round := 0; round < rounds && ctx.Err() == nil; round++ {
 		for k := range fleets {
 			f := fleets[(k+round)%len(fleets)]
@@ -215,7 +215,7 @@ func fleetReport(runs []*fleetRun) string {
 	fmt.Fprintf(&b, "Three Envoys (concurrency 1) behind a round-robin front Envoy; %d clients (X-Forwarded-For, the rule's key) "+
 		"well under a limit of %d per minute; envoyproxy/ratelimit on Redis 7 on loopback. Each scenario runs inside one minute "+
 		"window of the service: the three fleets run at once; each gets a warm-up of %d requests (every client reaches every Envoy), "+
-		"then 5 interleaved rounds of %d requests per fleet (32 connections, closed loop). p99 is the median of the rounds' p99s. "+
+		"then 7 interleaved rounds of %d requests per fleet (32 connections, closed loop). p99 is the median of the rounds' p99s. "+
 		"Calls are cluster.ratelimit.upstream_rq_total summed over the three Envoys of a fleet.\n\n", fleetClients, fleetLimit, 6*fleetClients, 4*fleetClients)
 	b.WriteString("| scenario | measured requests | req/s | p50 | p99 (median of rounds) | 429s | calls per request (measured) | calls per request (warm-up) |\n|---|---|---|---|---|---|---|---|\n")
 	var p99 = map[string]time.Duration{}
