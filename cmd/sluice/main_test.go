@@ -165,7 +165,7 @@ testdata/envoy-errors.yaml:39 (missing): the wasm filter has no configuration (c
 testdata/envoy-errors.yaml:49 (bytes): the configuration is a google.protobuf.BytesValue: use google.protobuf.StringValue (a JSON document) or google.protobuf.Struct
 testdata/envoy-errors.yaml:51 (flow): ok (1 rule)`},
 		{[]string{"-envoy", "testdata/envoy-unknown.yaml"}, 1, `
-testdata/envoy-unknown.yaml: line 22: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.vm_confg: unknown field "vm_confg" (Envoy: Cannot find field) (as envoy.config.bootstrap.v3.Bootstrap)`},
+testdata/envoy-unknown.yaml: line 22: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.vm_confg: unknown field "vm_confg" (Envoy: no such field: 'vm_confg', has unknown fields) (as envoy.config.bootstrap.v3.Bootstrap)`},
 		{[]string{"-envoy", "testdata/envoy-flow-value.yaml"}, 1, `
 testdata/envoy-flow-value.yaml: line 20: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.configuration.value: invalid value for string field value: { (as envoy.config.bootstrap.v3.Bootstrap)`},
 		{[]string{"-envoy", "testdata/envoy.json", "-proxies", "1"}, 1, `
@@ -189,7 +189,7 @@ testdata/issue11.yaml:24 (sluice): warning: listener "sidecar" (use_remote_addre
 // refused as Envoy would refuse it as a bootstrap.
 func TestValidateNotEnvoy(t *testing.T) {
 	code, out, _ := sluice(t, "", "validate", "-envoy", "../../envoy/docker-compose.yaml")
-	want := regexp.MustCompile(`^\.\./\.\./envoy/docker-compose\.yaml: line [0-9]+: services: unknown field "services" \(Envoy: Cannot find field\) \(as envoy\.config\.bootstrap\.v3\.Bootstrap\)\n$`)
+	want := regexp.MustCompile(`^\.\./\.\./envoy/docker-compose\.yaml: line [0-9]+: services: unknown field "services" \(Envoy: no such field: 'services', has unknown fields\) \(as envoy\.config\.bootstrap\.v3\.Bootstrap\)\n$`)
 	if code != 1 || !want.MatchString(out) {
 		t.Errorf("code %d, stdout %q", code, out)
 	}

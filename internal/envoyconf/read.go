@@ -259,6 +259,8 @@ func (w *walker) wasm(v *wasmv3.Wasm, path string, c ctx) Filter {
 // protojson's errors locate the problem by an offset in the JSON text;
 // explain turns it into the field's path, as Envoy reports it, and its line
 // in the source.
+var unknownRE = regexp.MustCompile(`^unknown field "([^"]*)"`)
+
 var offsetRE = regexp.MustCompile(`^proto:\s*\(line (\d+):(\d+)\):\s*(.*)$`)
 
 func has(obj map[string]any, keys ...string) bool {
@@ -286,9 +288,11 @@ func explainAt(prefix string, kind Kind, js []byte, err error, lines *lineIndex)
 		path = strings.TrimSuffix(prefix+"."+path, ".")
 	}
 	what := m[3]
-	if strings.HasPrefix(what, "unknown field") {
-		// Envoy: "Protobuf message (type ... reason INVALID_ARGUMENT:...: Cannot find field.) has unknown fields"
-		what += " (Envoy: Cannot find field)"
+	if f := unknownRE.FindStringSubmatch(what); f != nil {
+		// Envoy 1.40: "Protobuf message (type envoy.config.bootstrap.v3.Bootstrap
+		// reason INVALID_ARGUMENT: invalid JSON in ... @ <path>: message <type>,
+		// near ...: no such field: 'vm_confg') has unknown fields"
+		what += " (Envoy: no such field: '" + f[1] + "', has unknown fields)"
 	}
 	where := path
 	if where == "" {

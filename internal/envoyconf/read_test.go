@@ -3,6 +3,8 @@ package envoyconf
 import (
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -98,6 +100,41 @@ func TestNotLinkedIntoPlugin(t *testing.T) {
 	for _, p := range strings.Fields(string(out)) {
 		if strings.Contains(p, "envoyproxy") || strings.Contains(p, "yaml") || strings.HasSuffix(p, "/envoyconf") {
 			t.Errorf("the plugin links %s", p)
+		}
+	}
+}
+
+// The README's table of client addresses says what ProxiesTrusted says
+// (and e2e.TestClientIdentityMatrix proves against the real Envoy).
+func TestREADMETable(t *testing.T) {
+	src, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(true|false)` \\| ([0-9]) \\| ([0-9]) \\| [^|]+ \\| ([0-9]) \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\|$")
+	rows := row.FindAllStringSubmatch(string(src), -1)
+	if len(rows) != 18 {
+		t.Fatalf("%d rows in the README table, want 18", len(rows))
+	}
+	for _, r := range rows {
+		h, _ := strconv.Atoi(r[2])
+		s, _ := strconv.Atoi(r[3])
+		k, _ := strconv.Atoi(r[4])
+		set := Setting{UseRemoteAddress: r[1] == "true", XFFNumTrustedHops: uint32(h), SluiceHops: s}
+		if set.ProxiesTrusted() != k {
+			t.Errorf("%s: trusts %d, ProxiesTrusted says %d", r[0], k, set.ProxiesTrusted())
+		}
+		for p := 0; p <= 2; p++ {
+			want := "held, shared"
+			switch {
+			case p < k:
+				want = "**warned**"
+			case p == k:
+				want = "held"
+			}
+			if got := strings.TrimSpace(r[5+p]); got != want {
+				t.Errorf("%s: %d proxies: %q, want %q", r[0], p, got, want)
+			}
 		}
 	}
 }
