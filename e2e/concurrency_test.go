@@ -20,7 +20,8 @@ const concConfig = `{
   "rules": [
     {"name": "now", "match": {"path_prefix": "/now"}, "key": ["path"], "algorithm": "concurrency", "limit": 10},
     {"name": "queue", "match": {"path_prefix": "/queue"}, "key": ["path"], "algorithm": "concurrency", "limit": 10, "max_delay": "10s"},
-    {"name": "leak", "match": {"path_prefix": "/leak"}, "key": ["path"], "algorithm": "concurrency", "limit": 10, "max_delay": "10s"}
+    {"name": "leak", "match": {"path_prefix": "/leak"}, "key": ["path"], "algorithm": "concurrency", "limit": 10, "max_delay": "10s"},
+    {"name": "dead", "match": {"path_prefix": "/dead"}, "key": ["path"], "algorithm": "concurrency", "limit": 2}
   ]
 }`
 
@@ -28,7 +29,17 @@ const concConfig = `{
 // in front of an upstream that holds each request 200 ms, and measures at
 // the upstream how many requests it works on at once.
 func TestConcurrencyInEnvoy(t *testing.T) {
-	e := startSluice(t, 4, concConfig, func(o *envoytest.Options) { o.StartTimeHeader = "X-Envoy-Start" })
+	// /dead goes to a cluster nobody listens on: the router answers 503
+	// itself, a local reply of a filter after Sluice.
+	deadPort, err := envoytest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startSluice(t, 4, concConfig, func(o *envoytest.Options) {
+		o.StartTimeHeader = "X-Envoy-Start"
+		o.Clusters = map[string]string{"dead": "127.0.0.1:" + strconv.Itoa(deadPort)}
+		o.Routes = []envoytest.Route{{Name: "dead", Prefix: "/dead", Cluster: "dead"}, {Name: "default", Prefix: "/"}}
+	})
 	up := e.Upstream
 	up.SetDelay(200 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -146,6 +157,24 @@ func TestConcurrencyInEnvoy(t *testing.T) {
 		if overtakes > 0 {
 			t.Errorf("%d requests were served before one that reached Envoy %v or more before them (largest shift %d places)",
 				overtakes, time.Duration(orderSlack*float64(time.Second)), maxShift)
+		}
+	})
+
+	t.Run("local_reply_releases", func(t *testing.T) {
+		// 20 requests one after the other on a rule of 2 slots, each
+		// answered 503 by the router (no upstream): every one gets past
+		// Sluice, so each stream's end gave its slot back.
+		codes := map[int]int{}
+		for i := 0; i < 20; i++ {
+			resp, _, err := e.Get(ctx, "/dead", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes[resp.StatusCode]++
+		}
+		t.Logf("20 sequential requests answered by the router's local reply: %v", codes)
+		if codes[503] != 20 {
+			t.Errorf("statuses %v, want 20 x 503 (a 429 means a slot was not given back)", codes)
 		}
 	})
 
