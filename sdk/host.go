@@ -83,7 +83,6 @@ type host struct {
 
 	mu       sync.Mutex
 	policies map[string]*view
-	nextID   uint64
 	multi    atomic.Bool          // the host has named two policies or more
 	single   atomic.Pointer[view] // its only policy, while not multi
 }
@@ -113,8 +112,7 @@ func (h *host) policy(name string, now time.Time) *view {
 			return nil
 		}
 	}
-	h.nextID++
-	v := &view{name: strings.Clone(name), id: h.nextID, budget: -1, crowd: -1}
+	v := &view{name: strings.Clone(name), id: viewIDs.Add(1), host: h.id, budget: -1, crowd: -1}
 	h.policies[v.name] = v
 	switch {
 	case h.multi.Load():
@@ -170,7 +168,8 @@ func (h *host) idle(now time.Time) bool {
 // slows a host that sends no rate-limit headers.
 type view struct {
 	name    string      // the policy's name; "" for the host-level view
-	id      uint64      // lock order within a host
+	id      uint64      // lock order: policies by id, after the host-level view
+	host    uint64      // the id of the host whose policy this is
 	retired atomic.Bool // forgotten by its host: routes may drop it
 
 	mu        sync.Mutex
@@ -229,6 +228,10 @@ func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserv
 	return r.DelayFrom(now), r, true
 }
 
+// viewIDs numbers policy views across every host and Transport, so that
+// the lock order is one total order.
+var viewIDs atomic.Uint64
+
 // maxViews is the most views that hold one request: the host's and its
 // route's policies.
 const maxViews = 1 + maxRoutePolicies
@@ -256,6 +259,9 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 		return false
 	}
 	for _, v := range r.views[:r.n] {
+		if v.host != h.id {
+			continue // another host's route with the same hash
+		}
 		i := g.n
 		for ; i > 1 && g.vs[i-1].id > v.id; i-- {
 			g.vs[i] = g.vs[i-1]

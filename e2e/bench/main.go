@@ -1,7 +1,7 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, conc
 //	go run ./e2e/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
@@ -16,6 +16,8 @@
 //	         memory, states per MB, fairness, contention (-flood N)
 //	exact    5,000 simultaneous requests from one client at Envoy concurrency 2
 //	         and 4, and a 30-second overload at twice the rate
+//	conc     the concurrency rule: cost per request of a slot and of the
+//	         queue in-process, the queue in Envoy, the slot-leak bound
 //	probe    (only when named) single proxy-wasm operations in Envoy's V8:
 //	         the probe filter (e2e/bench/testdata/probe) doing one operation
 //	         per request, against the no-op Go filter
@@ -42,7 +44,7 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-var sectionOrder = []string{"envoy", "inproc", "gobench", "flood", "exact"}
+var sectionOrder = []string{"envoy", "inproc", "gobench", "flood", "exact", "conc"}
 
 var sectionTitles = map[string]string{
 	"envoy":   "1. Envoy: throughput and latency",
@@ -51,6 +53,7 @@ var sectionTitles = map[string]string{
 	"flood":   "4a. Flood of distinct clients: memory, fairness, contention",
 	"exact":   "4b. Exactness under contention and overload",
 	"probe":   "5. Probe: single proxy-wasm operations in Envoy's V8",
+	"conc":    "6. Concurrency rule: queue cost and slot-leak bound",
 }
 
 // extraSections run only when named in -run and appear in the report only
@@ -81,7 +84,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(append(slices.Clone(sectionOrder), extraSections...), ",")+
-		" (default envoy,inproc,gobench; plus flood with -flood N, exact with -exact)")
+		" (default envoy,inproc,gobench,conc; plus flood with -flood N, exact with -exact)")
 	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
 	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
 	flag.IntVar(&o.clients, "clients", 256, "envoy: distinct client addresses (X-Forwarded-For) the requests rotate through")
@@ -103,7 +106,7 @@ func main() {
 
 	run := map[string]bool{}
 	if o.run == "" {
-		run["envoy"], run["inproc"], run["gobench"] = true, true, true
+		run["envoy"], run["inproc"], run["gobench"], run["conc"] = true, true, true, true
 	} else {
 		for _, s := range strings.Split(o.run, ",") {
 			s = strings.TrimSpace(s)
@@ -134,7 +137,7 @@ func main() {
 	}
 	mach := describeMachine(ctx, root)
 	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
-	needEnvoy := run["envoy"] || run["flood"] || run["exact"] || run["probe"]
+	needEnvoy := run["envoy"] || run["flood"] || run["exact"] || run["probe"] || run["conc"]
 	if needEnvoy {
 		if _, err := envoytest.FindEnvoy(); err != nil {
 			fatalf("%v", err)
@@ -172,6 +175,8 @@ func main() {
 			body, err = exactSection(ctx, o)
 		case "probe":
 			body, err = probeSection(ctx, o)
+		case "conc":
+			body, err = concSection(ctx, root, o)
 		}
 		if err != nil {
 			failed = true
@@ -213,7 +218,7 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3; "+
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3 and 6; "+
 		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",

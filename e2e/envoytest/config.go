@@ -58,6 +58,12 @@ type Options struct {
 	// from it.
 	UseRemoteAddress *bool
 
+	// StartTimeHeader, if set, names a request header Envoy adds to every
+	// request it forwards: the time it received the request
+	// (%START_TIME(%s.%6f)%, seconds since the epoch), so that the Upstream
+	// can tell the order in which requests reached Envoy (Arrivals).
+	StartTimeHeader string
+
 	// At most one of Wasm and LocalRateLimit may be set; neither means no HTTP
 	// filter but the router.
 	Wasm           *Wasm
@@ -368,6 +374,11 @@ filter_chains:
         virtual_hosts:
         - name: all
           domains: ["*"]
+{{- if .O.StartTimeHeader}}
+          request_headers_to_add:
+          - header: {key: {{q .O.StartTimeHeader}}, value: "%START_TIME(%s.%6f)%"}
+            append_action: OVERWRITE_IF_EXISTS_OR_ADD
+{{- end}}
           routes:
 {{- range .O.Routes}}
           - name: {{q .Name}}

@@ -123,7 +123,7 @@ type Engine struct {
 	op       concOp
 	holdings map[holdKey]*holding
 	waiters  []*Waiter
-	blocked  []holdKey
+	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
