@@ -30,7 +30,7 @@ import (
 // cluster) leaves the decision to on_error, counted. After a failure the
 // worker's circuit opens: requests that need a call are decided by
 // on_error at once without waiting, except one probe call at a time after
-// a back-off that doubles from 100ms to 2s; a probe's success closes the
+// a back-off that doubles from 100ms to 1s; a probe's success closes the
 // circuit. Leases already held keep serving meanwhile (their hits were
 // counted by the service before the failure).
 
@@ -134,7 +134,7 @@ type circuit struct {
 
 const (
 	circuitMinBackoff = 100 * time.Millisecond
-	circuitMaxBackoff = 2 * time.Second
+	circuitMaxBackoff = time.Second
 )
 
 // allow says whether a call may be sent at now: always while the circuit
