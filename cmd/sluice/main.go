@@ -143,6 +143,9 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s: %v\n", label, err)
 			continue
 		}
+		for _, u := range ef.Unchecked {
+			fmt.Fprintf(stdout, "%s: note: typed_config %s not checked (a type sluice validate does not know)\n", label, u)
+		}
 		checked := 0
 		for _, f := range ef.Filters {
 			if *name != "" && f.Name != *name {

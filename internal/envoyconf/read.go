@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -60,6 +61,9 @@ type Filter struct {
 type File struct {
 	Kind    Kind
 	Filters []Filter // in the order of their lines
+	// Unchecked lists the typed_config types sluice validate does not
+	// link (see types.go), with their paths: read as opaque values.
+	Unchecked []string
 }
 
 // Read parses an Envoy bootstrap, a Listener, a Cluster, a list of
@@ -78,11 +82,21 @@ func Read(src []byte) (*File, error) {
 		return nil, fmt.Errorf("not YAML or JSON: %v", err)
 	}
 	var top any
-	if err := json.Unmarshal(js, &top); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber() // numbers pass through as written
+	if err := dec.Decode(&top); err != nil {
 		return nil, fmt.Errorf("not YAML or JSON: %v", err)
 	}
 	lines := newLineIndex(src)
 	f := &File{}
+	// A typed_config of a type this command does not link (types.go lists
+	// the extensions it does) is kept as an opaque Struct rather than
+	// refused: Envoy may well know it.
+	if opaque(top, "", f) {
+		if js, err = json.Marshal(top); err != nil {
+			return nil, err
+		}
+	}
 	w := walker{file: f, lines: lines}
 	if list, ok := top.([]any); ok {
 		// A list of listeners or clusters, as a snippet for
@@ -262,6 +276,62 @@ func (w *walker) wasm(v *wasmv3.Wasm, path string, c ctx) Filter {
 var unknownRE = regexp.MustCompile(`^unknown field "([^"]*)"`)
 
 var offsetRE = regexp.MustCompile(`^proto:\s*\(line (\d+):(\d+)\):\s*(.*)$`)
+
+// opaque replaces, in place, every object whose "@type" names a message
+// type that is not linked by a google.protobuf.Struct Any holding its
+// other members, and records it in f.Unchecked.
+func opaque(v any, path string, f *File) bool {
+	changed := false
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if k != "@type" && opaque(x[k], join(path, k), f) {
+				changed = true
+			}
+		}
+		url, ok := x["@type"].(string)
+		if !ok {
+			break
+		}
+		if _, err := protoregistry.GlobalTypes.FindMessageByURL(url); err == nil || !strings.Contains(url, "/envoy.") {
+			break
+		}
+		// A type missing from a package that is linked is misspelled:
+		// Envoy refuses it, and so does protojson.
+		name := protoreflect.FullName(url[strings.LastIndexByte(url, '/')+1:])
+		known := false
+		protoregistry.GlobalFiles.RangeFilesByPackage(name.Parent(), func(protoreflect.FileDescriptor) bool {
+			known = true
+			return false
+		})
+		if known {
+			break
+		}
+		rest := map[string]any{}
+		for k, val := range x {
+			if k != "@type" {
+				rest[k] = val
+				delete(x, k)
+			}
+		}
+		x["@type"] = structType
+		x["value"] = rest
+		f.Unchecked = append(f.Unchecked, string(name)+" at "+path)
+		changed = true
+	case []any:
+		for i, e := range x {
+			if opaque(e, path+"["+strconv.Itoa(i)+"]", f) {
+				changed = true
+			}
+		}
+	}
+	return changed
+}
 
 func has(obj map[string]any, keys ...string) bool {
 	for _, k := range keys {

@@ -138,3 +138,34 @@ func TestREADMETable(t *testing.T) {
 		}
 	}
 }
+
+// A typed_config of an extension this command does not link is read as an
+// opaque value and listed, not refused.
+func TestUnlinkedTypeIsOpaque(t *testing.T) {
+	src := `name: l
+filter_chains:
+- filters:
+  - name: hcm
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: x
+      route_config: {name: r}
+      http_filters:
+      - name: o
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.not_linked.v3.Thing
+          config: {max: 18446744073709551615}
+      - name: w
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            configuration: {"@type": type.googleapis.com/google.protobuf.StringValue, value: "{}"}
+`
+	f, err := Read([]byte(src))
+	if err != nil || len(f.Filters) != 1 || len(f.Unchecked) != 1 || !strings.HasPrefix(f.Unchecked[0], "envoy.extensions.filters.http.not_linked.v3.Thing at filter_chains[0]") {
+		t.Fatalf("%v %+v", err, f)
+	}
+	if f.Filters[0].Line != 18 {
+		t.Errorf("line %d", f.Filters[0].Line)
+	}
+}
