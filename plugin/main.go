@@ -296,8 +296,16 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		p.engine.Release(h.verdict.Slots, time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		p.engine.Release(h.verdict.Slots, now)
 		h.verdict.Slots = nil
+		if len(p.waiting) > 0 {
+			// The freed slot may be for a waiter of this worker: hand it
+			// over now rather than at the next tick, which comes late when
+			// the worker is busy (the resume takes effect after this
+			// callback, as from a tick).
+			p.pollQueues(now)
+		}
 	}
 }
 

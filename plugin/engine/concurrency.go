@@ -152,6 +152,10 @@ const MaxPollsPerTick = 256
 // holdEstimate is the observed mean slot hold time of rule i (0: none yet).
 func (e *Engine) holdEstimate(i int) time.Duration { return time.Duration(e.hold[i]) }
 
+// HoldEstimate returns the mean time requests of concurrency rule i held
+// their slot on this worker (0 until one has ended).
+func (e *Engine) HoldEstimate(i int) time.Duration { return e.holdEstimate(i) }
+
 // waitEstimate estimates how long a request with waiting tickets ahead of
 // it waits for a slot of rule i: slots free at about limit per hold time.
 func (e *Engine) waitEstimate(i int, waiting int64) time.Duration {
