@@ -35,14 +35,23 @@ func TestSDKAgainstSluice(t *testing.T) {
 // theoretical minimum time, with few 429s from Envoy.
 func testSDKPacing(t *testing.T, e *envoytest.Envoy) {
 	var retries atomic.Int64
-	client := sdk.NewClient(
+	// Diagnostics for a slow run: the longest wait the SDK chose, and the
+	// longest attempt on the wire (Envoy or the machine being slow).
+	var longestWait, longestWire atomic.Int64
+	var longestWhy atomic.Value
+	wire := wireTimer{rt: http.DefaultTransport, longest: &longestWire}
+	client := &http.Client{Transport: sdk.NewTransport(wire,
 		sdk.WithMaxAttempts(10),
 		sdk.WithRetryHook(func(ev sdk.RetryEvent) {
 			if ev.Reason == sdk.RateLimited {
 				retries.Add(1)
 			}
+			if d := int64(ev.Delay); d > longestWait.Load() {
+				longestWait.Store(d)
+				longestWhy.Store(fmt.Sprintf("%v after attempt %d (policy %q, limit %+v, give-up %q)", ev.Reason, ev.Attempt, ev.Policy, ev.Limit, ev.GiveUp))
+			}
 		}),
-	)
+	)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const goroutines, total = 20, 200
@@ -91,11 +100,31 @@ func testSDKPacing(t *testing.T, e *envoytest.Envoy) {
 	if e.Upstream.Count("/orders") != total {
 		t.Errorf("upstream saw %d requests, want %d (no duplicates, none lost)", e.Upstream.Count("/orders"), total)
 	}
+	t.Logf("longest SDK wait %v: %v; longest attempt on the wire %v",
+		time.Duration(longestWait.Load()), longestWhy.Load(), time.Duration(longestWire.Load()))
 	if elapsed > minimum*13/10 {
 		t.Errorf("took %v, more than 1.3x the theoretical minimum %v", elapsed, minimum)
 	}
 	if rejected > 60 {
 		t.Errorf("Envoy sent %d 429s: the client kept sending requests it knew would be rejected", rejected)
+	}
+}
+
+// wireTimer records the longest round trip of its RoundTripper.
+type wireTimer struct {
+	rt      http.RoundTripper
+	longest *atomic.Int64
+}
+
+func (w wireTimer) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := w.rt.RoundTrip(r)
+	d := int64(time.Since(start))
+	for {
+		old := w.longest.Load()
+		if d <= old || w.longest.CompareAndSwap(old, d) {
+			return resp, err
+		}
 	}
 }
 

@@ -35,7 +35,7 @@ type metrics struct {
 
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
-	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired proxywasm.MetricCounter
+	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes proxywasm.MetricCounter
 	circuitOpen                                                                  proxywasm.MetricGauge
 	open                                                                         bool
 }
@@ -43,6 +43,7 @@ type fleetMetrics struct {
 type ruleMetrics struct {
 	allowed, rejected, delayed, shadowRejected proxywasm.MetricCounter
 	waitMS                                     proxywasm.MetricCounter // concurrency rules only
+	holdMS                                     proxywasm.MetricGauge   // concurrency rules only
 	waitNS                                     uint64                  // published so far, in ns
 }
 
@@ -59,6 +60,10 @@ func newMetrics(cfg *config.Config) *metrics {
 		if engine.IsConcurrency(&cfg.Rules[i]) {
 			// Total queue wait: wait_ms / delayed is the mean wait.
 			m.rules[i].waitMS = proxywasm.DefineCounterMetric(p + "wait_ms")
+			// The observed mean time a request holds a slot (what
+			// Retry-After, Reset and the queue bound are estimated from),
+			// as the last worker to publish saw it.
+			m.rules[i].holdMS = proxywasm.DefineGaugeMetric(p + "hold_ms")
 		}
 	}
 	g := &m.global
@@ -84,6 +89,7 @@ func newMetrics(cfg *config.Config) *metrics {
 		f.waited = proxywasm.DefineCounterMetric("sluice.global.waited")
 		f.shortCircuited = proxywasm.DefineCounterMetric("sluice.global.short_circuited")
 		f.expired = proxywasm.DefineCounterMetric("sluice.global.expired")
+		f.probes = proxywasm.DefineCounterMetric("sluice.global.probes")
 		f.circuitOpen = proxywasm.DefineGaugeMetric("sluice.global.circuit_open")
 		m.fleet = f
 	}
@@ -104,6 +110,11 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(m.rules[i].rejected, cur.Rejected, &last.Rejected)
 		addDelta(m.rules[i].delayed, cur.Delayed, &last.Delayed)
 		addDelta(m.rules[i].shadowRejected, cur.ShadowRejected, &last.ShadowRejected)
+		if rm := &m.rules[i]; rm.holdMS != 0 {
+			if h := e.HoldEstimate(i).Milliseconds(); h > 0 && h != rm.holdMS.Value() {
+				rm.holdMS.Add(h - rm.holdMS.Value())
+			}
+		}
 		if rm := &m.rules[i]; rm.waitMS != 0 {
 			if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
 				rm.waitMS.Increment(ms)
@@ -142,6 +153,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(f.waited, cur.Waited, &last.Waited)
 		addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
 		addDelta(f.expired, cur.Expired, &last.Expired)
+		addDelta(f.probes, cur.Probes, &last.Probes)
 		// Workers whose circuit is open, process-wide: each adds its change.
 		if open := e.CircuitOpen(); open != f.open {
 			f.open = open

@@ -1,7 +1,7 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, conc
 //	go run ./e2e/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
@@ -12,10 +12,15 @@
 //	         response headers, to split Sluice's cost in Envoy
 //	inproc   the plugin's per-request cost in the wazero host (internal/wasmhost)
 //	gobench  go test -bench of shared/... and plugin/engine
+//	fleet    three Envoys behind a front, 1,000 clients: Sluice local and global
+//	         rules and Envoy's native global rate-limit filter against
+//	         envoyproxy/ratelimit on Redis (calls per request, latency)
 //	flood    N distinct client addresses through Envoy with max_keys 100000:
 //	         memory, states per MB, fairness, contention (-flood N)
 //	exact    5,000 simultaneous requests from one client at Envoy concurrency 2
 //	         and 4, and a 30-second overload at twice the rate
+//	conc     the concurrency rule: cost per request of a slot and of the
+//	         queue in-process, the queue in Envoy, the slot-leak bound
 //	probe    (only when named) single proxy-wasm operations in Envoy's V8:
 //	         the probe filter (e2e/bench/testdata/probe) doing one operation
 //	         per request, against the no-op Go filter
@@ -42,15 +47,17 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-var sectionOrder = []string{"envoy", "inproc", "gobench", "flood", "exact"}
+var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc"}
 
 var sectionTitles = map[string]string{
 	"envoy":   "1. Envoy: throughput and latency",
 	"inproc":  "2. Plugin cost per request in-process",
 	"gobench": "3. Go benchmarks",
+	"fleet":   "3b. Fleet: global rules against envoyproxy/ratelimit, side by side with Envoy's native global filter",
 	"flood":   "4a. Flood of distinct clients: memory, fairness, contention",
 	"exact":   "4b. Exactness under contention and overload",
 	"probe":   "5. Probe: single proxy-wasm operations in Envoy's V8",
+	"conc":    "6. Concurrency rule: queue cost and slot-leak bound",
 }
 
 // extraSections run only when named in -run and appear in the report only
@@ -81,7 +88,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(append(slices.Clone(sectionOrder), extraSections...), ",")+
-		" (default envoy,inproc,gobench; plus flood with -flood N, exact with -exact)")
+		" (default envoy,inproc,gobench,fleet,conc; plus flood with -flood N, exact with -exact)")
 	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
 	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
 	flag.IntVar(&o.clients, "clients", 256, "envoy: distinct client addresses (X-Forwarded-For) the requests rotate through")
@@ -103,7 +110,7 @@ func main() {
 
 	run := map[string]bool{}
 	if o.run == "" {
-		run["envoy"], run["inproc"], run["gobench"] = true, true, true
+		run["envoy"], run["inproc"], run["gobench"], run["fleet"], run["conc"] = true, true, true, true, true
 	} else {
 		for _, s := range strings.Split(o.run, ",") {
 			s = strings.TrimSpace(s)
@@ -134,7 +141,7 @@ func main() {
 	}
 	mach := describeMachine(ctx, root)
 	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
-	needEnvoy := run["envoy"] || run["flood"] || run["exact"] || run["probe"]
+	needEnvoy := run["envoy"] || run["fleet"] || run["flood"] || run["exact"] || run["probe"] || run["conc"]
 	if needEnvoy {
 		if _, err := envoytest.FindEnvoy(); err != nil {
 			fatalf("%v", err)
@@ -166,12 +173,16 @@ func main() {
 			body, err = inprocSection(ctx, root, o.inprocN)
 		case "gobench":
 			body, err = gobenchSection(ctx, root, o.benchtime)
+		case "fleet":
+			body, err = fleetSection(ctx, o)
 		case "flood":
 			body, err = floodSection(ctx, o)
 		case "exact":
 			body, err = exactSection(ctx, o)
 		case "probe":
 			body, err = probeSection(ctx, o)
+		case "conc":
+			body, err = concSection(ctx, root, o)
 		}
 		if err != nil {
 			failed = true
@@ -213,7 +224,7 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3; "+
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b and 6; "+
 		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",
