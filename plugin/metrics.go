@@ -36,8 +36,8 @@ type metrics struct {
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes proxywasm.MetricCounter
-	circuitOpen                                                                  proxywasm.MetricGauge
-	open                                                                         bool
+	circuitOpen                                                                          proxywasm.MetricGauge
+	open                                                                                 bool
 }
 
 type ruleMetrics struct {
