@@ -104,7 +104,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := time.Now().UnixNano()
-	if p.engine.CallsInFlight() > 0 {
+	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() {
 		p.engine.Sweep(now)
 	}
 	p.held.release(now, func(id uint32) {
