@@ -49,9 +49,10 @@ type pluginContext struct {
 	lastCallErrLog  int64
 	// concurrency rules: the streams waiting in a queue, by context id,
 	// and Poll's scratch.
-	conc    bool
-	waiting map[uint32]*httpContext
-	events  []engine.ConcEvent
+	conc     bool
+	waiting  map[uint32]*httpContext
+	events   []engine.ConcEvent
+	lastPoll int64 // when pollQueues last ran
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -125,6 +126,10 @@ func (p *pluginContext) OnTick() {
 	}
 }
 
+// pollEveryNS is how often, at most, a worker's request callbacks poll its
+// waiters' queues between ticks (one shared-data update per queue).
+const pollEveryNS = int64(time.Millisecond)
+
 // concTickMS is the longest tick period with concurrency rules: their
 // slots are renewed on the tick once per second.
 const concTickMS = 100
@@ -132,6 +137,7 @@ const concTickMS = 100
 // pollQueues lets the engine advance the concurrency queues and carries
 // out its decisions on the waiting streams.
 func (p *pluginContext) pollQueues(now int64) {
+	p.lastPoll = now
 	p.events = p.engine.Poll(now, p.events[:0])
 	for i := range p.events {
 		ev := &p.events[i]
@@ -221,6 +227,14 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	}()
 	p := h.plugin
 	now := time.Now().UnixNano()
+	if len(p.waiting) > 0 && now-p.lastPoll >= pollEveryNS {
+		// A worker swamped by a burst runs its streams' callbacks but its
+		// timer late (by seconds on an overloaded machine): its waiters
+		// would miss the slots other workers free. Polling here, before
+		// this request is decided, also keeps them ahead of it.
+		p.pollQueues(now)
+		_ = proxywasm.SetEffectiveContext(h.id)
+	}
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
