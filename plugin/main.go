@@ -49,10 +49,9 @@ type pluginContext struct {
 	lastCallErrLog  int64
 	// concurrency rules: the streams waiting in a queue, by context id,
 	// and Poll's scratch.
-	conc     bool
-	waiting  map[uint32]*httpContext
-	events   []engine.ConcEvent
-	lastPoll int64 // when pollQueues last ran
+	conc    bool
+	waiting map[uint32]*httpContext
+	events  []engine.ConcEvent
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -126,10 +125,6 @@ func (p *pluginContext) OnTick() {
 	}
 }
 
-// pollEveryNS is how often, at most, a worker's request callbacks poll its
-// waiters' queues between ticks (one shared-data update per queue).
-const pollEveryNS = int64(time.Millisecond)
-
 // concTickMS is the longest tick period with concurrency rules: their
 // slots are renewed on the tick once per second.
 const concTickMS = 100
@@ -137,7 +132,6 @@ const concTickMS = 100
 // pollQueues lets the engine advance the concurrency queues and carries
 // out its decisions on the waiting streams.
 func (p *pluginContext) pollQueues(now int64) {
-	p.lastPoll = now
 	p.events = p.engine.Poll(now, p.events[:0])
 	for i := range p.events {
 		ev := &p.events[i]
@@ -227,14 +221,6 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	}()
 	p := h.plugin
 	now := time.Now().UnixNano()
-	if len(p.waiting) > 0 && now-p.lastPoll >= pollEveryNS {
-		// A worker swamped by a burst runs its streams' callbacks but its
-		// timer late (by seconds on an overloaded machine): its waiters
-		// would miss the slots other workers free. Polling here, before
-		// this request is decided, also keeps them ahead of it.
-		p.pollQueues(now)
-		_ = proxywasm.SetEffectiveContext(h.id)
-	}
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
@@ -308,16 +294,22 @@ func (h *httpContext) responseDone() {
 	if !h.decided || len(h.verdict.Slots) == 0 || h.verdict.Outcome == engine.Queue {
 		return
 	}
-	h.releaseSlots(time.Now().UnixNano())
+	// No hand-off to this worker's waiters here (see releaseSlots): they
+	// get the slot at the next tick or stream end.
+	h.releaseSlots(time.Now().UnixNano(), false)
 }
 
 // releaseSlots gives back the slots h holds, exactly once (they are
-// forgotten), and hands freed slots to this worker's waiters.
-func (h *httpContext) releaseSlots(now int64) {
+// forgotten), and with handoff hands freed slots to this worker's waiters
+// at once. Only from OnHttpStreamDone: resuming other streams from a
+// stream's request or response callbacks left streams stuck until the
+// client's timeout in `make demo` runs (buys with max_delay, and even
+// background requests), which resuming from the stream's end did not.
+func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
 	h.verdict.Slots = nil
-	if len(p.waiting) > 0 {
+	if handoff && len(p.waiting) > 0 {
 		// The freed slot may be for a waiter of this worker: hand it over
 		// now rather than at the next tick, which comes late when the
 		// worker is busy (the resume takes effect after this callback, as
@@ -349,7 +341,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		h.releaseSlots(time.Now().UnixNano())
+		h.releaseSlots(time.Now().UnixNano(), true)
 	}
 }
 

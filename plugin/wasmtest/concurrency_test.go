@@ -305,38 +305,3 @@ func TestConcurrencyReleaseAtResponseEnd(t *testing.T) {
 		t.Errorf("slots_held gauge %d, want 0", g)
 	}
 }
-
-// TestConcurrencyWaiterServedBetweenTicks: a worker busy with requests
-// hands a slot freed on another worker to its waiter from its next
-// request's callback, before that request and without waiting for its
-// tick (which comes late on a swamped worker).
-func TestConcurrencyWaiterServedBetweenTicks(t *testing.T) {
-	h := newHost(t)
-	vms := workers(t, h, 2, `{"rules":[{"name":"store","match":{"path_prefix":"/buy"},"algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"5s"}]}`)
-	a := open(t, vms[0], "/buy", "10.0.0.1:1")
-	w := open(t, vms[1], "/buy", "10.0.0.1:2")
-	if state(a) != wasmhost.StreamUpstream || state(w) != wasmhost.StreamPaused {
-		t.Fatalf("%v %v", state(a), state(w))
-	}
-	h.AdvanceClock(20 * time.Millisecond) // ticks: w still waits
-	if state(w) != wasmhost.StreamPaused {
-		t.Fatal("waiter let in with no slot free")
-	}
-	respond(t, a) // frees the slot on worker 0, which has no waiter
-	h.AdvanceClock(2 * time.Millisecond)
-	if state(w) != wasmhost.StreamPaused {
-		t.Fatal("a tick ran within 2 ms: the test does not isolate the between-ticks path")
-	}
-	// Worker 1's next request, before any tick there: w goes first, the
-	// newcomer waits behind it.
-	n := open(t, vms[1], "/buy", "10.0.0.1:3")
-	if state(w) != wasmhost.StreamUpstream || state(n) != wasmhost.StreamPaused {
-		t.Fatalf("after worker 1's next request: waiter %v, newcomer %v; want upstream, paused", state(w), state(n))
-	}
-	respond(t, w)
-	h.AdvanceClock(20 * time.Millisecond)
-	if state(n) != wasmhost.StreamUpstream {
-		t.Fatalf("newcomer after the waiter's response: %v", state(n))
-	}
-	respond(t, n)
-}
