@@ -301,10 +301,10 @@ func (h *httpContext) responseDone() {
 
 // releaseSlots gives back the slots h holds, exactly once (they are
 // forgotten), and with handoff hands freed slots to this worker's waiters
-// at once. Only from OnHttpStreamDone: resuming other streams from a
-// stream's request or response callbacks left streams stuck until the
-// client's timeout in `make demo` runs (buys with max_delay, and even
-// background requests), which resuming from the stream's end did not.
+// at once. Only from OnHttpStreamDone: in the `make demo` runs that also
+// resumed other streams from a stream's request or response callbacks,
+// 5-9 requests (buys with max_delay, even background requests) hung until
+// the client's timeout, and none with the hand-off from the stream's end.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
