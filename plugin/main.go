@@ -303,7 +303,7 @@ func (h *httpContext) responseDone() {
 // forgotten), and with handoff hands freed slots to this worker's waiters
 // at once. Only from OnHttpStreamDone: in the `make demo` runs that also
 // resumed other streams from a stream's request or response callbacks,
-// 5-9 requests (buys with max_delay, even background requests) hung until
+// 7-10 requests (buys with max_delay, even background requests) hung until
 // the client's timeout, and none with the hand-off from the stream's end.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
