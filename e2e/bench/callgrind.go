@@ -32,6 +32,7 @@ type cgVariant struct {
 	key, what string
 	opts      envoytest.Options
 	ir        float64 // instructions per request
+	byObject  map[string]float64
 	status    map[int]int64
 }
 
@@ -87,11 +88,13 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 		mk("native-reject", "native local_ratelimit, all rejected", func(op *envoytest.Options) { op.LocalRateLimit = native(1, time.Hour) }),
 		mk("noop", "no-op Go filter (SDK defaults)", func(op *envoytest.Options) { op.Wasm = &envoytest.Wasm{File: noop, Name: "noop"} }),
 		probeV("vmctx", "vmctx", "SetVMContext and a 1 s tick (as Sluice is wired)"),
+		probeV("recover", "recover", "a deferred recover() in OnHttpRequestHeaders"),
 		probeV("clock", "clock", "time.Now()"),
 		probeV("property", "property", "GetProperty(source.address)"),
 		probeV("shared", "shared", "GetSharedData (288 bytes) + SetSharedData"),
 		probeV("resp3", "resp3", "3 ReplaceHttpResponseHeader"),
 		probeV("alloc", "alloc", "a 300-byte object per request"),
+		probeV("all", "vmctx,recover,clock,property,shared,resp3,alloc", "all of the above together (Sluice's host work without its engine)"),
 		mk("sluice-nohdr", "Sluice, headers none, all admitted", func(op *envoytest.Options) {
 			op.Wasm = &envoytest.Wasm{File: sluice, Config: sluiceConfigHeaders(admitLimit, "none")}
 		}),
@@ -192,6 +195,14 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 		return err
 	}
 	v.ir = float64(total) / float64(res.Requests)
+	objs, err := callgrindObjects(out)
+	if err != nil {
+		return err
+	}
+	v.byObject = map[string]float64{}
+	for ob, n := range objs {
+		v.byObject[ob] = float64(n) / float64(res.Requests)
+	}
 	v.status = res.Status
 	return nil
 }
@@ -237,6 +248,99 @@ func callgrindTotal(out string) (int64, error) {
 	return sum, nil
 }
 
+// callgrindObjects sums the self cost (instructions) of every function by
+// the object it belongs to: the Envoy binary (Envoy, V8's runtime and the
+// proxy-wasm host), the C library, and code outside any file, which is what
+// V8 compiled at run time: the wasm module (the Go code) and V8's
+// trampolines between wasm and C++.
+func callgrindObjects(out string) (map[string]int64, error) {
+	files, _ := filepath.Glob(out + "*")
+	sums := map[string]int64{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		names := map[string]string{} // "(n)" -> object name
+		cur := ""
+		skipNext := false
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "" {
+				continue
+			}
+			c := line[0]
+			if c >= '0' && c <= '9' || c == '+' || c == '-' || c == '*' {
+				if skipNext {
+					skipNext = false
+					continue
+				}
+				fs := strings.Fields(line)
+				if len(fs) >= 2 {
+					if n, err := strconv.ParseInt(fs[1], 10, 64); err == nil {
+						sums[cur] += n
+					}
+				}
+				continue
+			}
+			if rest, ok := strings.CutPrefix(line, "ob="); ok {
+				cur = objName(names, rest)
+			} else if rest, ok := strings.CutPrefix(line, "cob="); ok {
+				objName(names, rest) // defines the name for later references
+			} else if strings.HasPrefix(line, "calls=") {
+				skipNext = true // the next cost line is the call's inclusive cost
+			}
+		}
+		fh.Close()
+	}
+	return sums, nil
+}
+
+// objName resolves callgrind's name compression: "(n) name" defines n,
+// "(n)" refers to it.
+func objName(names map[string]string, s string) string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "(") {
+		if i := strings.IndexByte(s, ')'); i > 0 {
+			id, rest := s[:i+1], strings.TrimSpace(s[i+1:])
+			if rest != "" {
+				names[id] = rest
+				return rest
+			}
+			return names[id]
+		}
+	}
+	return s
+}
+
+// objectGroup names the part of the process an object is.
+func objectGroup(ob string) string {
+	switch {
+	case ob == "" || ob == "???" || strings.HasPrefix(ob, "???"):
+		return "jit"
+	case strings.Contains(ob, "envoy"):
+		return "envoy"
+	default:
+		return "libs"
+	}
+}
+
+func groupCosts(v *cgVariant) (jit, envoy, libs float64) {
+	for ob, n := range v.byObject {
+		switch objectGroup(ob) {
+		case "jit":
+			jit += n
+		case "envoy":
+			envoy += n
+		default:
+			libs += n
+		}
+	}
+	return
+}
+
 func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 	by := map[string]*cgVariant{}
 	for _, v := range vs {
@@ -252,7 +356,7 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 	}
 	var b strings.Builder
 	b.WriteString("## 6. Cost breakdown: instructions per request in Envoy (callgrind)\n\n")
-	b.WriteString("| variant | what it does per request | instructions/request | minus no filter | minus no-op Go filter |\n|---|---|---:|---:|---:|\n")
+	b.WriteString("| variant | what it does per request | instructions/request | minus no filter | minus no-op Go filter | in V8-compiled code (wasm, Go) | in Envoy's binary (Envoy, V8 runtime, proxy-wasm host) | in libraries (libc, kernel entry) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range vs {
 		dn, okN := diff(v.key, "none")
 		dp, okP := diff(v.key, "noop")
@@ -263,7 +367,8 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 		if okP && v.key != "none" && !strings.HasPrefix(v.key, "native") {
 			c2 = fmt.Sprintf("%+.1f k", dp/1000)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", v.key, v.what, k(v.ir), c1, c2)
+		jit, env, libs := groupCosts(v)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", v.key, v.what, k(v.ir), c1, c2, k(jit), k(env), k(libs))
 	}
 	// Sluice's admit cost split into the host operations it does and the rest.
 	if s, ok := diff("sluice", "noop"); ok {
@@ -272,6 +377,7 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 		var ops float64
 		for _, p := range []struct{ key, what string }{
 			{"vmctx", "VM context and tick wiring"},
+			{"recover", "deferred recover()"},
 			{"clock", "time.Now()"},
 			{"property", "GetProperty(source.address)"},
 			{"shared", "GetSharedData + SetSharedData (288-byte value)"},
