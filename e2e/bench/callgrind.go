@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/envoytest"
@@ -105,6 +107,18 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 			op.Wasm = &envoytest.Wasm{File: sluice, Config: sluiceReject}
 		}),
 	}
+	if o.cgBaseline != "" {
+		// An older build of Sluice counted in the same run: the before and
+		// after of a change.
+		old, _ := filepath.Abs(o.cgBaseline)
+		vs = append(vs,
+			mk("sluice-base", "baseline build ("+filepath.Base(o.cgBaseline)+"), all admitted", func(op *envoytest.Options) {
+				op.Wasm = &envoytest.Wasm{File: old, Config: sluiceConfig(admitLimit)}
+			}),
+			mk("sluice-base-reject", "baseline build ("+filepath.Base(o.cgBaseline)+"), all rejected", func(op *envoytest.Options) {
+				op.Wasm = &envoytest.Wasm{File: old, Config: sluiceReject}
+			}))
+	}
 	if o.cgOnly != "" {
 		keep := map[string]bool{}
 		for _, k := range strings.Split(o.cgOnly, ",") {
@@ -123,15 +137,31 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 		ips[i] = envoytest.ClientIP(i)
 	}
 	t0 := time.Now()
+	// Counts do not depend on timing, so Envoys may be counted side by side.
+	sem := make(chan struct{}, max(1, o.cgParallel))
+	errs := make([]error, len(vs))
+	var wg sync.WaitGroup
 	for i, v := range vs {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		progress("callgrind: %d/%d %s", i+1, len(vs), v.key)
-		if err := countVariant(ctx, v, envoyBin, tmp, ips, o); err != nil {
-			return "", fmt.Errorf("%s: %w", v.key, err)
-		}
-		progress("callgrind: %s %.0f instructions/request", v.key, v.ir)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				return
+			}
+			progress("callgrind: %d/%d %s", i+1, len(vs), v.key)
+			if err := countVariant(ctx, v, envoyBin, tmp, ips, o); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", v.key, err)
+				return
+			}
+			progress("callgrind: %s %.0f instructions/request", v.key, v.ir)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return "", err
 	}
 	return callgrindReport(o, vs, time.Since(t0)), nil
 }
@@ -142,7 +172,7 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 	out := filepath.Join(tmp, "callgrind."+v.key+".out")
 	wrapper := filepath.Join(tmp, "envoy-callgrind-"+v.key+".sh")
 	// --smc-check: V8 writes and patches code on the fly.
-	script := fmt.Sprintf("#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file --dump-instr=no --callgrind-out-file=%s %s \"$@\"\n", out, envoyBin)
+	script := fmt.Sprintf("#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file --separate-threads=yes --dump-instr=no --callgrind-out-file=%s %s \"$@\"\n", out, envoyBin)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		return err
 	}
@@ -173,7 +203,27 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 	if err := ctl("-i", "on"); err != nil {
 		return err
 	}
+	t1 := time.Now()
 	res := generate(ctx, genOptions{Addr: addr, Conns: 2, Requests: int64(o.cgRequests), XFF: xff})
+	busy := time.Since(t1)
+	if err := ctl("-d"); err != nil { // part 1: the requests
+		return err
+	}
+	// Part 2: the same Envoy idle, to subtract what runs by the clock
+	// (ticks, the census of client states, stats flushes): under valgrind
+	// a request takes ~50 times longer, which would inflate per-second work
+	// ~50 times per request.
+	idle := min(max(busy/2, 5*time.Second), 20*time.Second)
+	t2 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(idle):
+	}
+	idle = time.Since(t2)
+	if err := ctl("-d"); err != nil {
+		return err
+	}
 	if err := ctl("-i", "off"); err != nil {
 		return err
 	}
@@ -187,79 +237,105 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 	if res.Status[want] != res.Requests {
 		return fmt.Errorf("expected every counted request to answer %d, got %v", want, res.Status)
 	}
-	if err := ctl("-d"); err != nil {
-		return err
-	}
-	total, err := callgrindTotal(out)
-	if err != nil {
-		return err
-	}
-	v.ir = float64(total) / float64(res.Requests)
-	objs, err := callgrindObjects(out)
+	objs, err := workerThreadCost(out, busy.Seconds()/idle.Seconds())
 	if err != nil {
 		return err
 	}
 	v.byObject = map[string]float64{}
+	v.ir = 0
 	for ob, n := range objs {
-		v.byObject[ob] = float64(n) / float64(res.Requests)
+		v.byObject[ob] = n / float64(res.Requests)
+		v.ir += n / float64(res.Requests)
 	}
 	v.status = res.Status
 	return nil
 }
 
-// callgrindTotal sums the "totals:" (or "summary:") lines of every dump
-// file callgrind wrote for out (out, out.1, out.2, ... one per dump).
-func callgrindTotal(out string) (int64, error) {
-	files, _ := filepath.Glob(out + "*")
-	var sum int64
-	found := false
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			return 0, err
-		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		var tot, summ int64
-		var haveTot, haveSumm bool
-		for sc.Scan() {
-			line := sc.Text()
-			if rest, ok := strings.CutPrefix(line, "totals:"); ok {
-				if n, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64); err == nil {
-					tot, haveTot = n, true
-				}
-			} else if rest, ok := strings.CutPrefix(line, "summary:"); ok {
-				if n, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64); err == nil {
-					summ, haveSumm = n, true
-				}
-			}
-		}
-		fh.Close()
-		switch {
-		case haveTot:
-			sum, found = sum+tot, true
-		case haveSumm:
-			sum, found = sum+summ, true
-		}
-	}
-	if !found {
-		return 0, fmt.Errorf("no callgrind totals in %s*", out)
-	}
-	return sum, nil
+// cgDump is one thread's counts in one callgrind dump.
+type cgDump struct {
+	part, thread int
+	objs         map[string]int64
 }
 
-// callgrindObjects sums the self cost (instructions) of every function by
-// the object it belongs to: the Envoy binary (Envoy, V8's runtime and the
-// proxy-wasm host), the C library, and code outside any file, which is what
-// V8 compiled at run time: the wasm module (the Go code) and V8's
-// trampolines between wasm and C++.
-func callgrindObjects(out string) (map[string]int64, error) {
+// workerThreadCost returns, by object, the instructions of Envoy's worker
+// thread (--separate-threads writes a file per thread and dump) over the
+// requests (dump part 1), minus scale times its idle counts (part 2) for
+// the work that runs by the clock. The worker is the thread that ran the
+// most code of Envoy's binary among those that ran V8-compiled code (with
+// a wasm filter; otherwise among all threads): V8's background compiler
+// threads run no compiled wasm, and their tier-up work lands whenever the
+// slowed-down scheduler lets it, which would make the count unrepeatable.
+func workerThreadCost(out string, scale float64) (map[string]float64, error) {
 	files, _ := filepath.Glob(out + "*")
-	sums := map[string]int64{}
+	var dumps []cgDump
 	for _, f := range files {
-		fh, err := os.Open(f)
+		d, err := callgrindObjects(f)
 		if err != nil {
 			return nil, err
+		}
+		dumps = append(dumps, d)
+	}
+	anyJIT := false
+	for _, d := range dumps {
+		if d.part == 1 && groupSum(d.objs, "jit") > 0 {
+			anyJIT = true
+		}
+	}
+	worker := -1
+	var best int64
+	for _, d := range dumps {
+		if d.part != 1 || (anyJIT && groupSum(d.objs, "jit") == 0) {
+			continue
+		}
+		if n := groupSum(d.objs, "envoy"); worker < 0 || n > best {
+			worker, best = d.thread, n
+		}
+	}
+	if worker < 0 {
+		return nil, fmt.Errorf("no callgrind dump of the requests in %s*", out)
+	}
+	res := map[string]float64{}
+	for _, d := range dumps {
+		if d.thread != worker {
+			continue
+		}
+		f := 1.0
+		switch d.part {
+		case 1:
+		case 2:
+			f = -scale
+		default:
+			continue
+		}
+		for ob, n := range d.objs {
+			res[ob] += f * float64(n)
+		}
+	}
+	return res, nil
+}
+
+func groupSum(objs map[string]int64, group string) int64 {
+	var n int64
+	for ob, c := range objs {
+		if objectGroup(ob) == group {
+			n += c
+		}
+	}
+	return n
+}
+
+// callgrindObjects sums the self cost (instructions) of every function in
+// one callgrind dump by the object it belongs to: the Envoy binary (Envoy,
+// V8's runtime and the proxy-wasm host), the libraries, and code outside
+// any file, which is what V8 compiled at run time: the wasm module (the Go
+// code) and V8's trampolines between wasm and C++.
+func callgrindObjects(f string) (cgDump, error) {
+	sums := map[string]int64{}
+	d := cgDump{objs: sums}
+	{
+		fh, err := os.Open(f)
+		if err != nil {
+			return d, err
 		}
 		names := map[string]string{} // "(n)" -> object name
 		cur := ""
@@ -285,7 +361,11 @@ func callgrindObjects(out string) (map[string]int64, error) {
 				}
 				continue
 			}
-			if rest, ok := strings.CutPrefix(line, "ob="); ok {
+			if rest, ok := strings.CutPrefix(line, "part:"); ok {
+				d.part, _ = strconv.Atoi(strings.TrimSpace(rest))
+			} else if rest, ok := strings.CutPrefix(line, "thread:"); ok {
+				d.thread, _ = strconv.Atoi(strings.TrimSpace(rest))
+			} else if rest, ok := strings.CutPrefix(line, "ob="); ok {
 				cur = objName(names, rest)
 			} else if rest, ok := strings.CutPrefix(line, "cob="); ok {
 				objName(names, rest) // defines the name for later references
@@ -295,7 +375,7 @@ func callgrindObjects(out string) (map[string]int64, error) {
 		}
 		fh.Close()
 	}
-	return sums, nil
+	return d, nil
 }
 
 // objName resolves callgrind's name compression: "(n) name" defines n,

@@ -87,6 +87,8 @@ type options struct {
 	cgWarmup    int
 	cgOnly      string
 	cgWasm      string
+	cgBaseline  string
+	cgParallel  int
 }
 
 func main() {
@@ -114,6 +116,8 @@ func main() {
 	flag.IntVar(&o.cgWarmup, "callgrind-warmup", 3000, "callgrind: uncounted warm-up requests per Envoy")
 	flag.StringVar(&o.cgOnly, "callgrind-only", "", "callgrind: only these variants (comma-separated keys)")
 	flag.StringVar(&o.cgWasm, "callgrind-wasm", "build/sluice.wasm", "callgrind: the Sluice module to count (e.g. an older build to compare)")
+	flag.StringVar(&o.cgBaseline, "callgrind-baseline", "", "callgrind: also count this older Sluice module (rows sluice-base, sluice-base-reject)")
+	flag.IntVar(&o.cgParallel, "callgrind-parallel", 2, "callgrind: Envoys counted at once (counts do not depend on it)")
 	flag.Parse()
 
 	run := map[string]bool{}
