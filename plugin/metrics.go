@@ -20,20 +20,35 @@ type metrics struct {
 	last      engine.Stats
 	lastTable engine.TableStats
 	heldLast  int64
+	slotsLast int64
+	waitLast  int64
 	global    struct {
 		exempt, onErrorAllowed, onErrorDenied                 proxywasm.MetricCounter
 		casRetries, casExhausted, overflow, full, storeErrors proxywasm.MetricCounter
-		held, activeStates                                    proxywasm.MetricGauge
+		releaseErrors                                         proxywasm.MetricCounter
+		held, activeStates, slots, waiting                    proxywasm.MetricGauge
 	}
+	// Global rules (only defined when a rule is global).
+	fleet     *fleetMetrics
+	lastFleet engine.GlobalStats
+}
+
+// fleetMetrics are the counters of global rules: sluice.global.<name>.
+type fleetMetrics struct {
+	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired proxywasm.MetricCounter
+	circuitOpen                                                                  proxywasm.MetricGauge
+	open                                                                         bool
 }
 
 type ruleMetrics struct {
 	allowed, rejected, delayed, shadowRejected proxywasm.MetricCounter
+	waitMS                                     proxywasm.MetricCounter // concurrency rules only
+	waitNS                                     uint64                  // published so far, in ns
 }
 
 func newMetrics(cfg *config.Config) *metrics {
 	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}
-	for _, r := range cfg.Rules {
+	for i, r := range cfg.Rules {
 		p := "sluice.rule." + r.Name + "."
 		m.rules = append(m.rules, ruleMetrics{
 			allowed:        proxywasm.DefineCounterMetric(p + "allowed"),
@@ -41,6 +56,10 @@ func newMetrics(cfg *config.Config) *metrics {
 			delayed:        proxywasm.DefineCounterMetric(p + "delayed"),
 			shadowRejected: proxywasm.DefineCounterMetric(p + "shadow_rejected"),
 		})
+		if engine.IsConcurrency(&cfg.Rules[i]) {
+			// Total queue wait: wait_ms / delayed is the mean wait.
+			m.rules[i].waitMS = proxywasm.DefineCounterMetric(p + "wait_ms")
+		}
 	}
 	g := &m.global
 	g.exempt = proxywasm.DefineCounterMetric("sluice.exempt")
@@ -52,7 +71,22 @@ func newMetrics(cfg *config.Config) *metrics {
 	g.full = proxywasm.DefineCounterMetric("sluice.table.full")
 	g.storeErrors = proxywasm.DefineCounterMetric("sluice.shared_data.errors")
 	g.held = proxywasm.DefineGaugeMetric("sluice.held_requests")
+	g.releaseErrors = proxywasm.DefineCounterMetric("sluice.concurrency.release_errors")
+	g.slots = proxywasm.DefineGaugeMetric("sluice.concurrency.slots_held")
+	g.waiting = proxywasm.DefineGaugeMetric("sluice.concurrency.waiting")
 	g.activeStates = proxywasm.DefineGaugeMetric("sluice.table.active_states")
+	if cfg.HasGlobal() {
+		f := &fleetMetrics{}
+		f.calls = proxywasm.DefineCounterMetric("sluice.global.calls")
+		f.callFailures = proxywasm.DefineCounterMetric("sluice.global.call_failures")
+		f.overLimit = proxywasm.DefineCounterMetric("sluice.global.over_limit")
+		f.leaseAdmits = proxywasm.DefineCounterMetric("sluice.global.lease_admits")
+		f.waited = proxywasm.DefineCounterMetric("sluice.global.waited")
+		f.shortCircuited = proxywasm.DefineCounterMetric("sluice.global.short_circuited")
+		f.expired = proxywasm.DefineCounterMetric("sluice.global.expired")
+		f.circuitOpen = proxywasm.DefineGaugeMetric("sluice.global.circuit_open")
+		m.fleet = f
+	}
 	return m
 }
 
@@ -70,6 +104,24 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(m.rules[i].rejected, cur.Rejected, &last.Rejected)
 		addDelta(m.rules[i].delayed, cur.Delayed, &last.Delayed)
 		addDelta(m.rules[i].shadowRejected, cur.ShadowRejected, &last.ShadowRejected)
+		if rm := &m.rules[i]; rm.waitMS != 0 {
+			if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
+				rm.waitMS.Increment(ms)
+				rm.waitNS += ms * 1e6
+			}
+		}
+	}
+	addDelta(m.global.releaseErrors, e.Stats.ReleaseErrors, &m.last.ReleaseErrors)
+	// Process-wide gauges: each worker adds its change. The slots of a
+	// worker that vanished stay in slots_held (they leave shared data
+	// within 2 s).
+	if n := e.HeldSlots(); n != m.slotsLast {
+		m.global.slots.Add(n - m.slotsLast)
+		m.slotsLast = n
+	}
+	if n := int64(e.Waiting()); n != m.waitLast {
+		m.global.waiting.Add(n - m.waitLast)
+		m.waitLast = n
 	}
 	g := &m.global
 	addDelta(g.exempt, e.Stats.Exempt, &m.last.Exempt)
@@ -81,6 +133,25 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	addDelta(g.overflow, ts.Overflow, &lt.Overflow)
 	addDelta(g.full, ts.Full, &lt.Full)
 	addDelta(g.storeErrors, ts.StoreErrors, &lt.StoreErrors)
+	if f := m.fleet; f != nil {
+		cur, last := &e.Global, &m.lastFleet
+		addDelta(f.calls, cur.Calls, &last.Calls)
+		addDelta(f.callFailures, cur.CallFailures, &last.CallFailures)
+		addDelta(f.overLimit, cur.OverLimit, &last.OverLimit)
+		addDelta(f.leaseAdmits, cur.LeaseAdmits, &last.LeaseAdmits)
+		addDelta(f.waited, cur.Waited, &last.Waited)
+		addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
+		addDelta(f.expired, cur.Expired, &last.Expired)
+		// Workers whose circuit is open, process-wide: each adds its change.
+		if open := e.CircuitOpen(); open != f.open {
+			f.open = open
+			if open {
+				f.circuitOpen.Add(1)
+			} else {
+				f.circuitOpen.Add(-1)
+			}
+		}
+	}
 	// The held-requests gauge is process-wide: each worker adds its change.
 	g.held.Add(int64(held) - m.heldLast)
 	m.heldLast = int64(held)

@@ -35,20 +35,49 @@
 // body readable, as the RoundTripper contract requires; CheckResponse turns
 // it into a *RateLimitError for callers who want an error.
 //
-// # One view of the limit per host
+// # One view of the limit per policy, and per host
 //
-// Requests to the same host through one Transport share what the server
-// has said. After a 429 with a wait, or once Remaining reaches 0, the other
-// requests to that host wait for the reset instead of being sent and
+// Requests through one Transport share what the server has said. After a
+// 429 with a wait, or once Remaining reaches 0, the other requests that the
+// same limit governs wait for the reset instead of being sent and
 // rejected; and when the reset comes, no more requests are released than
 // the quota the server has shown, so that thirty goroutines sharing a limit
 // of ten do not send a wave of twenty requests that are bound to fail. The
 // view only delays requests the server has said it would reject; a host
 // that sends no rate-limit headers is not slowed at all.
 //
+// Which requests a limit governs: a server that names its policies (the
+// IETF draft's RateLimit and RateLimit-Policy fields; Sluice names each
+// policy after its rule, and names in every answer the rule that rejected
+// the request or, for an admitted one, the most constrained rule that
+// matched) limits them separately, so the Transport keeps one view per
+// policy, and learns from the answers which routes (method and path, with
+// identifiers such as /orders/1234 taken as /orders/{}) each policy
+// governs. A cool-down of the checkout policy then holds requests to
+// /checkout, never those to /browse. A route the Transport has no answer
+// for yet is held by no policy, except while the host has named only one:
+// a server with a single limit applies it to every route, so that one
+// holds them all, as before. Answers that name no policy (X-RateLimit-*,
+// Retry-After alone, a 503 with Retry-After) update a view of the whole
+// host, which holds every request to it. What is learned is bounded: 64
+// policies per host, 8192 routes and 1024 hosts per Transport.
+//
+// # Retry budget
+//
+// Retries during an outage multiply the load on a server that is already
+// failing, by up to MaxAttempts for every client. So each host has a retry
+// budget (see RetryBudget, WithRetryBudget): by default, retries after a
+// 503, a transport error or a 429 without a hint add at most 10% to the
+// requests sent to the host, plus 1 per second, plus a one-time allowance
+// of 100. A retry that a 429 scheduled (Retry-After, or the reset of an
+// exhausted quota) is free: the server asked for it, and the views above
+// hold the other requests until then. With the budget empty, the Transport
+// returns the last response at once and the retry hook hears GiveUpBudget.
+//
 // # Observability
 //
 // The Transport is silent by default. WithRetryHook reports every wait and
-// give-up with its attempt, reason, delay and the parsed limits;
+// give-up with its attempt, reason, delay, the parsed limits and the policy
+// that holds the request;
 // WithLogger logs them with log/slog.
 package sdk

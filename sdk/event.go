@@ -17,9 +17,10 @@ const (
 	Unavailable
 	// TransportError: the base RoundTripper returned an error.
 	TransportError
-	// HostLimit: the host's shared limit holds the request before it is
-	// sent, because a 429 asked every client to wait or no quota remains
-	// until the reset.
+	// HostLimit: a shared limit holds the request before it is sent,
+	// because a 429 asked every client to wait or no quota remains until
+	// the reset: the limit of the request's policy (RetryEvent.Policy), or
+	// the host's when the server named none.
 	HostLimit
 )
 
@@ -55,22 +56,26 @@ type RetryEvent struct {
 	// would have been needed (0 when unknown).
 	Delay time.Duration
 	// GiveUp, when not empty, says why the Transport stops here and
-	// returns the last response (or error) instead of waiting:
-	// "attempts exhausted", "wait exceeds MaxWait", "wait passes the
-	// context deadline", "backoff stopped", "body cannot be replayed",
-	// "method not idempotent", "context done".
+	// returns the last response (or error) instead of waiting: one of the
+	// GiveUp constants.
 	GiveUp string
+	// Policy names the policy whose view of the limit holds the request
+	// (Reason HostLimit), or "" when the host-level view holds it (the
+	// server named no policy, or a 503 asked every request to wait).
+	Policy string
 }
 
-// Give-up reasons.
+// Why a Transport gives up: the values of RetryEvent.GiveUp.
 const (
-	giveUpAttempts    = "attempts exhausted"
-	giveUpMaxWait     = "wait exceeds MaxWait"
-	giveUpDeadline    = "wait passes the context deadline"
-	giveUpBackOff     = "backoff stopped"
-	giveUpBody        = "body cannot be replayed"
-	giveUpIdempotent  = "method not idempotent"
-	giveUpContextDone = "context done"
+	GiveUpAttempts    = "attempts exhausted"
+	GiveUpMaxWait     = "wait exceeds MaxWait"
+	GiveUpDeadline    = "wait passes the context deadline"
+	GiveUpBackOff     = "backoff stopped"
+	GiveUpBody        = "body cannot be replayed"
+	GiveUpIdempotent  = "method not idempotent"
+	GiveUpContextDone = "context done"
+	// GiveUpBudget: the host's retry budget is empty (see RetryBudget).
+	GiveUpBudget = "retry budget exhausted"
 )
 
 func (c *config) observed() bool { return c.hook != nil || c.logger != nil }
@@ -92,7 +97,7 @@ func (c *config) emit(ctx context.Context, ev RetryEvent) {
 	if !c.logger.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 12)
+	attrs := make([]slog.Attr, 0, 13)
 	attrs = append(attrs,
 		slog.String("method", ev.Request.Method),
 		slog.String("host", ev.Request.URL.Host),
@@ -115,6 +120,9 @@ func (c *config) emit(ctx context.Context, ev RetryEvent) {
 			slog.Int("limit", l.Limit), slog.Int("remaining", l.Remaining),
 			slog.Duration("reset", l.Reset), slog.Duration("retry_after", l.RetryAfter),
 			slog.String("policy", l.Policy)))
+	}
+	if ev.Policy != "" {
+		attrs = append(attrs, slog.String("held_by", ev.Policy))
 	}
 	c.logger.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,6 +147,7 @@ type hit struct {
 	at     time.Time
 	status int
 	method string
+	path   string
 	body   string
 	header http.Header
 }
@@ -158,6 +160,7 @@ type api struct {
 	algo  algorithm
 	style style
 	skew  time.Duration // the server's clock minus the client's
+	name  string        // the policy's name in draft headers; "" is "api"
 	hits  []hit
 }
 
@@ -170,7 +173,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !v.ok {
 		status = http.StatusTooManyRequests
 	}
-	a.hits = append(a.hits, hit{at: now, status: status, method: r.Method, body: string(body), header: r.Header.Clone()})
+	a.hits = append(a.hits, hit{at: now, status: status, method: r.Method, path: r.URL.Path, body: string(body), header: r.Header.Clone()})
 	n := len(a.hits)
 	a.mu.Unlock()
 
@@ -192,8 +195,12 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			set(header.XReset, header.AppendSeconds(buf, v.reset))
 		}
 		if a.style != legacyStyle {
-			set(header.Policy, header.AppendPolicy(buf, "api", int64(v.limit), v.window))
-			set(header.RateLimit, header.AppendRateLimit(buf, "api", int64(v.remaining), v.reset))
+			name := a.name
+			if name == "" {
+				name = "api"
+			}
+			set(header.Policy, header.AppendPolicy(buf, name, int64(v.limit), v.window))
+			set(header.RateLimit, header.AppendRateLimit(buf, name, int64(v.remaining), v.reset))
 		}
 	case githubStyle, twitterStyle:
 		p := "X-Ratelimit-"
@@ -297,7 +304,7 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.now != nil {
 		at = s.now()
 	}
-	s.hits = append(s.hits, hit{at: at, method: r.Method, body: string(body), header: r.Header.Clone()})
+	s.hits = append(s.hits, hit{at: at, method: r.Method, path: r.URL.Path, body: string(body), header: r.Header.Clone()})
 	var step func(http.ResponseWriter)
 	if n < len(s.steps) {
 		step = s.steps[n]
@@ -356,4 +363,23 @@ func readBody(t *testing.T, resp *http.Response) string {
 		t.Fatalf("reading body: %v", err)
 	}
 	return string(b)
+}
+
+// routed sends each request to the handler of the longest path prefix that
+// matches it, and answers 200 with no rate-limit headers when none does: a
+// server with one rule per route, as Sluice is configured.
+type routed map[string]http.Handler
+
+func (rt routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	best := ""
+	for p := range rt {
+		if strings.HasPrefix(r.URL.Path, p) && len(p) > len(best) {
+			best = p
+		}
+	}
+	if best == "" {
+		io.WriteString(w, "ok\n")
+		return
+	}
+	rt[best].ServeHTTP(w, r)
 }

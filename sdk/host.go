@@ -14,37 +14,136 @@ import (
 // with nothing to enforce: their learned limits are cheap to learn again.
 const maxHosts = 1024
 
+// maxPolicies is how many named policies a host's view keeps. Past it, the
+// policies with nothing to enforce are forgotten; if none is idle, answers
+// naming a new policy update the host-level view instead (the behaviour of
+// a server that names none), so memory stays bounded whatever the server
+// sends.
+const maxPolicies = 64
+
 // hosts is a Transport's table of per-host limit views.
 type hosts struct {
-	m sync.Map // host -> *hostView
-	n atomic.Int64
+	m   sync.Map // host -> *host
+	n   atomic.Int64
+	ids atomic.Uint64
 }
 
-func (hs *hosts) get(host string, now time.Time) *hostView {
-	host = strings.ToLower(host) // no allocation when already lower-case
-	if v, ok := hs.m.Load(host); ok {
-		return v.(*hostView)
+func (hs *hosts) get(name string, now time.Time, rb *RetryBudget) *host {
+	name = strings.ToLower(name) // no allocation when already lower-case
+	if h, ok := hs.m.Load(name); ok {
+		return h.(*host)
 	}
 	if hs.n.Load() >= maxHosts {
 		hs.prune(now)
 	}
-	v, loaded := hs.m.LoadOrStore(host, &hostView{budget: -1, crowd: -1})
+	h := &host{id: hs.ids.Add(1)}
+	h.all.budget, h.all.crowd = -1, -1
+	if rb != nil {
+		h.retries, h.budgeted = newRetryBudget(*rb), true
+	}
+	v, loaded := hs.m.LoadOrStore(name, h)
 	if !loaded {
 		hs.n.Add(1)
 	}
-	return v.(*hostView)
+	return v.(*host)
 }
 
 func (hs *hosts) prune(now time.Time) {
 	hs.m.Range(func(k, v any) bool {
-		if v.(*hostView).idle(now) && hs.m.CompareAndDelete(k, v) {
+		if v.(*host).idle(now) && hs.m.CompareAndDelete(k, v) {
 			hs.n.Add(-1)
 		}
 		return true
 	})
 }
 
-// hostView is what every request to one host knows about its limit. It
+// host is what a Transport knows about one host: a view of the limit of
+// each policy the host has named, a host-level view for the answers that
+// name none, and the host's retry budget.
+//
+// Which views hold a request: the host-level view always (a 503 with
+// Retry-After, or the headers of a server that names no policy, hold every
+// request to the host, as they always have); and the views of the policies
+// the request's route has been answered with (see route). A route not
+// answered yet is held by no policy, with one exception: while the host has
+// named a single policy, that policy holds every route it has not been
+// told apart from, because a server with one limit applies it to all of
+// them (and names it the same everywhere).
+//
+// Locking: views are locked in a fixed order, the host-level view first,
+// then policies by id, so that a request may hold several at once; h.mu
+// (the policy table) may be held while locking a view, never the reverse.
+type host struct {
+	id  uint64 // distinguishes routes of different hosts, see routeOf
+	all view   // id 0
+
+	// retries is the host's retry budget, guarded by all.mu.
+	retries  retryBudget
+	budgeted bool
+
+	mu       sync.Mutex
+	policies map[string]*view
+	nextID   uint64
+	multi    atomic.Bool          // the host has named two policies or more
+	single   atomic.Pointer[view] // its only policy, while not multi
+}
+
+// named reports whether the host has ever named a policy.
+func (h *host) named() bool { return h.multi.Load() || h.single.Load() != nil }
+
+// policy returns the view of the policy the host calls name, creating it,
+// or nil when the table is full of policies that still enforce something.
+func (h *host) policy(name string, now time.Time) *view {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v := h.policies[name]; v != nil {
+		return v
+	}
+	if h.policies == nil {
+		h.policies = make(map[string]*view)
+	}
+	if len(h.policies) >= maxPolicies {
+		for k, v := range h.policies {
+			if v.idle(now) {
+				v.retired.Store(true)
+				delete(h.policies, k)
+			}
+		}
+		if len(h.policies) >= maxPolicies {
+			return nil
+		}
+	}
+	h.nextID++
+	v := &view{name: strings.Clone(name), id: h.nextID, budget: -1, crowd: -1}
+	h.policies[v.name] = v
+	switch {
+	case h.multi.Load():
+	case len(h.policies) == 1:
+		h.single.Store(v)
+	default:
+		h.multi.Store(true)
+		h.single.Store(nil)
+	}
+	return v
+}
+
+// idle reports whether nothing of the host's is left to enforce.
+func (h *host) idle(now time.Time) bool {
+	if !h.all.idle(now) {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, v := range h.policies {
+		if !v.idle(now) {
+			return false
+		}
+	}
+	return true
+}
+
+// view is what every request governed by one policy (or, for the
+// host-level view, every request to one host) knows about its limit. It
 // turns the server's answers into three rules that the next requests obey
 // before they are sent:
 //
@@ -69,7 +168,11 @@ func (hs *hosts) prune(now time.Time) {
 //
 // The view delays only requests to a host that has shown a limit; it never
 // slows a host that sends no rate-limit headers.
-type hostView struct {
+type view struct {
+	name    string      // the policy's name; "" for the host-level view
+	id      uint64      // lock order within a host
+	retired atomic.Bool // forgotten by its host: routes may drop it
+
 	mu        sync.Mutex
 	blocked   time.Time     // no request before this
 	budget    int           // requests the server still admits before resetAt; -1: unknown
@@ -89,7 +192,11 @@ type hostView struct {
 
 // ticket identifies an admitted request to observe.
 type ticket struct {
-	seq uint64
+	// held: the view admitted the request and counts it in flight. An
+	// answer may also name a policy whose view did not hold the request
+	// (its route was not known to be governed by it yet).
+	held bool
+	seq  uint64
 	// ordered: no other request was in flight when this one was sent, or
 	// the latest was sent at least orderGap before: the server then saw the
 	// earlier ones first, so Remaining in this one's answer counts them.
@@ -105,7 +212,7 @@ const orderGap = 10 * time.Millisecond
 // how long to wait for it. reserved is false when there is no pacing to do
 // (not throttled, rate unknown, or the request must wait for the reset
 // anyway, after which it is paced).
-func (v *hostView) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserved bool) {
+func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserved bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.pacer == nil || now.Before(v.blocked) || (v.budget == 0 && now.Before(v.resetAt)) {
@@ -118,14 +225,135 @@ func (v *hostView) pace(now time.Time) (d time.Duration, r *rate.Reservation, re
 	return r.DelayFrom(now), r, true
 }
 
-// acquire admits one request now (wait == 0), which the caller must then
-// report to observe with the ticket, or says how long to wait before asking
-// again.
-func (v *hostView) acquire(now time.Time) (wait time.Duration, t ticket) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+// maxViews is the most views that hold one request: the host's and its
+// route's policies.
+const maxViews = 1 + maxRoutePolicies
+
+// governing is the set of views that hold one request, host-level view
+// first, then policies by id (the lock order).
+type governing struct {
+	n  int
+	vs [maxViews]*view
+	tk [maxViews]ticket
+}
+
+// govern fills g with the views that hold a request of route k to h, and
+// reports whether the route is known.
+func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
+	g.vs[0], g.n = &h.all, 1
+	if !h.named() {
+		return false // a host that never named a policy: no lookup at all
+	}
+	r, known := rs.get(k)
+	if !known {
+		if s := h.single.Load(); s != nil && !h.multi.Load() {
+			g.vs[1], g.n = s, 2
+		}
+		return false
+	}
+	for _, v := range r.views[:r.n] {
+		i := g.n
+		for ; i > 1 && g.vs[i-1].id > v.id; i-- {
+			g.vs[i] = g.vs[i-1]
+		}
+		g.vs[i] = v
+		g.n++
+	}
+	return true
+}
+
+// acquire admits one request now into every view of g (wait == 0), which
+// the caller must then report to observe, or says how long to wait before
+// asking again (the longest any view asks). first says whether this is the
+// request's first attempt, which earns the host's retry budget its share.
+func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Duration, holder *view) {
+	vs := g.vs[:g.n]
+	for _, v := range vs {
+		v.mu.Lock()
+	}
+	for _, v := range vs {
+		if w := v.waitLocked(now); w > wait {
+			wait, holder = w, v
+		}
+	}
+	if wait <= 0 {
+		for i, v := range vs {
+			g.tk[i] = v.admitLocked(now)
+		}
+		if first && h.budgeted {
+			h.retries.deposit(now) // guarded by all.mu, vs[0]
+		}
+	}
+	for _, v := range vs {
+		v.mu.Unlock()
+	}
+	return wait, holder
+}
+
+// withdraw spends one retry from the host's budget, if it has one; it
+// reports false when the budget is empty.
+func (h *host) withdraw(now time.Time) bool {
+	if !h.budgeted {
+		return true
+	}
+	h.all.mu.Lock()
+	defer h.all.mu.Unlock()
+	return h.retries.withdraw(now)
+}
+
+// observe reports the outcome of a request that acquire admitted into g:
+// the answer goes to the view of the policy it names (the host-level view
+// when it names none), and the route learns which policy governs it; the
+// other views only learn that the request is no longer in flight.
+func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now time.Time, status int, in header.Info) {
+	target := &h.all
+	if in.Policy != "" {
+		target = nil
+		for _, v := range g.vs[1:g.n] {
+			if v.name == in.Policy && !v.retired.Load() {
+				target = v
+				break
+			}
+		}
+		learn := !known
+		if target == nil {
+			target, learn = h.policy(in.Policy, now), true
+		}
+		if target == nil {
+			target = &h.all // the table is full: per host, as if unnamed
+		} else if learn {
+			rs.learn(k, target)
+		}
+	} else if !known && status != 0 && status != 429 && status != 503 && in.Has == 0 && h.named() {
+		// A route the host's policies do not limit: once learned, the only
+		// policy of the host no longer holds it.
+		rs.learn(k, nil)
+	}
+	held := false
+	for i, v := range g.vs[:g.n] {
+		if v == target {
+			held = true
+			v.observe(g.tk[i], now, status, in, 0)
+		} else {
+			v.observe(g.tk[i], now, 0, header.Info{}, 0)
+		}
+	}
+	if !held {
+		// The answer names a policy the request was not held by: its view
+		// learns from it without counting the request, and assumes that
+		// every request in flight to the host may have been counted before.
+		h.all.mu.Lock()
+		others := h.all.inflight
+		h.all.mu.Unlock()
+		target.observe(ticket{}, now, status, in, others)
+	}
+}
+
+// waitLocked says how long the view holds a request sent now; 0: it may
+// go. v.mu must be held.
+func (v *view) waitLocked(now time.Time) time.Duration {
 	if now.Before(v.blocked) {
-		return v.blocked.Sub(now), t
+		return v.blocked.Sub(now)
 	}
 	if v.budget >= 0 && !v.resetAt.IsZero() && !now.Before(v.resetAt) {
 		// The server has restored the quota. Until a response says what
@@ -140,26 +368,32 @@ func (v *hostView) acquire(now time.Time) (wait time.Duration, t ticket) {
 	}
 	if v.budget == 0 {
 		if now.Before(v.resetAt) {
-			return v.resetAt.Sub(now), t
+			return v.resetAt.Sub(now)
 		}
 		v.budget = -1 // exhausted, with no known reset: nothing to wait for
 	}
+	return 0
+}
+
+// admitLocked admits one request that waitLocked let go. v.mu must be held.
+func (v *view) admitLocked(now time.Time) (t ticket) {
 	if v.budget > 0 {
 		v.budget--
 	}
+	t.held = true
 	t.ordered = v.inflight == 0 || now.Sub(v.lastSend) >= orderGap
 	v.seq++
 	t.seq = v.seq
 	v.lastSend = now
 	v.inflight++
-	return 0, t
+	return t
 }
 
 // capacity is the most requests a restored window admits, as far as the
 // client has seen: the largest Remaining seen plus the request that
 // received it, at most the announced Limit. It is smaller than Limit for a
 // token bucket whose burst is smaller than its limit.
-func (v *hostView) capacity() int {
+func (v *view) capacity() int {
 	if v.maxSeen > 0 && (v.limit == 0 || v.maxSeen < v.limit) {
 		return v.maxSeen
 	}
@@ -168,6 +402,9 @@ func (v *hostView) capacity() int {
 
 // observe records the outcome of the request that acquire admitted with t:
 // the response's status and headers, or status 0 for a transport error.
+// For a request the view did not hold (t.held false), others is how many
+// requests may have reached the server before it without the view counting
+// them.
 //
 // Remaining in an answer does not count the requests sent after it, so the
 // budget it implies is Remaining minus those. That holds only if the server
@@ -178,12 +415,14 @@ func (v *hostView) capacity() int {
 // budget, by Remaining minus every request still in flight. Once the whole
 // crowd has answered, the lowest Remaining among its answers is what the
 // server has left, and becomes the budget.
-func (v *hostView) observe(t ticket, now time.Time, status int, in header.Info) {
+func (v *view) observe(t ticket, now time.Time, status int, in header.Info, others int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.inflight--
+	if t.held {
+		v.inflight--
+	}
 	if in.Has == 0 {
-		if v.inflight == 0 && v.crowd >= 0 {
+		if v.inflight == 0 && others == 0 && v.crowd >= 0 {
 			v.budget, v.resetAt = v.crowd, v.crowdEnd
 			v.crowd, v.crowdEnd = -1, time.Time{}
 		}
@@ -211,7 +450,7 @@ func (v *hostView) observe(t ticket, now time.Time, status int, in header.Info) 
 			if t.ordered {
 				v.budget = max(in.Remaining-int(min(v.seq-t.seq, 1<<30)), 0)
 				v.resetAt = reset
-			} else if b := max(in.Remaining-v.inflight, 0); v.budget < 0 || b < v.budget {
+			} else if b := max(in.Remaining-v.inflight-others, 0); v.budget < 0 || b < v.budget {
 				v.budget = b
 				if reset.After(v.resetAt) {
 					v.resetAt = reset
@@ -225,7 +464,7 @@ func (v *hostView) observe(t ticket, now time.Time, status int, in header.Info) 
 			}
 		}
 	}
-	if v.inflight == 0 && v.crowd >= 0 {
+	if v.inflight == 0 && others == 0 && v.crowd >= 0 {
 		v.budget, v.resetAt = v.crowd, v.crowdEnd
 		v.crowd, v.crowdEnd = -1, time.Time{}
 	}
@@ -254,7 +493,7 @@ func (v *hostView) observe(t ticket, now time.Time, status int, in header.Info) 
 // burst two below the capacity seen: at exactly the server's rate, a client
 // that empties the server's bucket keeps it at 0 and is told to wait for the
 // reset; keeping two requests in hand absorbs the network's jitter.
-func (v *hostView) tune(now time.Time) {
+func (v *view) tune(now time.Time) {
 	c := v.capacity()
 	if !v.throttled || v.limit <= 0 || v.window <= 0 || c <= 0 {
 		return
@@ -274,7 +513,7 @@ func (v *hostView) tune(now time.Time) {
 }
 
 // idle reports whether the view has nothing left to enforce.
-func (v *hostView) idle(now time.Time) bool {
+func (v *view) idle(now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.inflight == 0 && !now.Before(v.blocked) && (v.resetAt.IsZero() || !now.Before(v.resetAt))

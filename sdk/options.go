@@ -34,6 +34,7 @@ type config struct {
 	hook        func(RetryEvent)
 	logger      *slog.Logger
 	clock       Clock
+	budget      *RetryBudget // nil: no retry budget
 }
 
 func newConfig(opts []Option) config {
@@ -41,11 +42,16 @@ func newConfig(opts []Option) config {
 		maxAttempts: DefaultMaxAttempts,
 		maxWait:     DefaultMaxWait,
 		clock:       systemClock{},
+		budget:      &DefaultRetryBudget,
 	}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
+	}
+	if c.budget == &DefaultRetryBudget {
+		b := DefaultRetryBudget // a caller that changes the variable later changes nothing
+		c.budget = &b
 	}
 	if c.newBackOff == nil {
 		clk := backoffClock{c.clock}
@@ -109,5 +115,19 @@ func WithClock(clk Clock) Option {
 		if clk != nil {
 			c.clock = clk
 		}
+	}
+}
+
+// WithRetryBudget sets the retry budget that each host's requests share
+// (see RetryBudget); the default is DefaultRetryBudget. nil disables it:
+// every retry that MaxAttempts, MaxWait and the deadline allow is made.
+func WithRetryBudget(b *RetryBudget) Option {
+	return func(c *config) {
+		if b == nil {
+			c.budget = nil
+			return
+		}
+		cp := *b
+		c.budget = &cp
 	}
 }

@@ -25,9 +25,10 @@ import (
 // of each host's limit that it learns from responses is shared by every
 // request through it.
 type Transport struct {
-	base  http.RoundTripper
-	cfg   config
-	hosts hosts
+	base   http.RoundTripper
+	cfg    config
+	hosts  hosts
+	routes routes
 }
 
 // NewTransport returns a Transport that sends requests through base
@@ -64,20 +65,23 @@ func NewClient(opts ...Option) *http.Client {
 // When it gives up and returns the last response with a nil error, its body
 // unread, as the RoundTripper contract asks: when attempts run out, when
 // the BackOff says Stop, when the server asks for a wait longer than
-// MaxWait, and as soon as the next attempt could not start before the
-// context's deadline. If the last outcome was a transport error, that error
+// MaxWait, as soon as the next attempt could not start before the
+// context's deadline, and when the host's retry budget cannot pay for a
+// retry the server did not schedule (see RetryBudget). If the last outcome was a transport error, that error
 // is returned instead. Cancelling the context interrupts any wait and
 // returns the context's error.
 //
-// Before each attempt, the request waits if the host's shared limit says
-// no request can succeed yet (see the package documentation). If that wait
+// Before each attempt, the request waits if a shared view of a limit that
+// governs it (its policy's, or the host's) says no request can succeed yet
+// (see the package documentation). If that wait
 // exceeds MaxWait or passes the deadline, the first attempt is not sent at
 // all and RoundTrip returns a *RateLimitError.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	c := &t.cfg
 	now := c.clock.Now() // time.Now is not free: read it once per step
-	hv := t.hosts.get(req.URL.Host, now)
+	h := t.hosts.get(req.URL.Host, now, c.budget)
+	rk := routeOf(h.id, req.Method, req.URL.Path)
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 
 	var (
@@ -85,41 +89,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp     *http.Response // outcome of the latest attempt
 		err      error
 		lastInfo header.Info
+		g        governing
+		known    bool
 	)
 	for attempt := 0; ; {
-		// Hold the attempt while the host's limit says it would fail, and
-		// pace it at the host's rate once the host has limited us.
-		var tk ticket
-		paced := false
+		// Hold the attempt while a view that governs it says it would
+		// fail, and pace it at the policy's rate once it has limited us.
+		// The views are looked up again before every attempt: the answer to
+		// the last one may have taught the route its policy.
+		known = h.govern(&t.routes, rk, &g)
+		var paced [maxViews]*view // views whose pace this attempt has reserved
 		for fresh := attempt == 0; ; fresh = false {
 			if !fresh { // after any wait, and before a retry
 				now = c.clock.Now()
 			}
-			if !paced {
-				if d, res, ok := hv.pace(now); ok {
-					paced = true
-					if d > 0 {
-						if t.tooLong(ctx, now, d) != "" {
-							res.CancelAt(now) // pacing is advice, never a reason to fail
-						} else {
-							t.emit(ctx, RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: d, Limit: fromInfo(lastInfo)})
-							if e := t.sleep(ctx, d); e != nil {
-								if attempt == 0 {
-									closeBody(req)
-								}
-								return nil, e
-							}
-							continue
-						}
+			if d, v, ok := t.pace(ctx, &g, &paced, now); ok {
+				t.emit(ctx, RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: d, Limit: fromInfo(lastInfo), Policy: v.name})
+				if e := t.sleep(ctx, d); e != nil {
+					if attempt == 0 {
+						closeBody(req)
 					}
+					return nil, e
 				}
+				continue
 			}
-			wait, admitted := hv.acquire(now)
+			wait, holder := h.acquire(&g, now, attempt == 0)
 			if wait <= 0 {
-				tk = admitted
 				break
 			}
-			ev := RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: wait, Limit: fromInfo(lastInfo)}
+			ev := RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: wait, Limit: fromInfo(lastInfo), Policy: holder.name}
 			if resp != nil {
 				ev.StatusCode = resp.StatusCode
 			}
@@ -139,14 +137,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				return nil, e
 			}
+			known = h.govern(&t.routes, rk, &g) // a concurrent answer may have taught the route
 		}
 
 		r := req
 		if attempt > 0 && req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
 			body, e := req.GetBody()
 			if e != nil {
-				hv.observe(tk, c.clock.Now(), 0, header.Info{}) // admitted, never sent
-				return resp, err                                // the previous outcome stands
+				h.observe(&t.routes, rk, true, &g, c.clock.Now(), 0, header.Info{}) // admitted, never sent
+				return resp, err                                                    // the previous outcome stands
 			}
 			r = new(http.Request)
 			*r = *req
@@ -173,7 +172,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			status = resp.StatusCode
 			lastInfo, _ = header.Parse(resp.Header, now)
 		}
-		hv.observe(tk, now, status, lastInfo)
+		h.observe(&t.routes, rk, known, &g, now, status, lastInfo)
 		if reason == 0 {
 			return resp, err
 		}
@@ -186,11 +185,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		switch {
 		case !replayable:
-			ev.GiveUp = giveUpBody
+			ev.GiveUp = GiveUpBody
 		case reason != RateLimited && !idempotent(req):
-			ev.GiveUp = giveUpIdempotent
+			ev.GiveUp = GiveUpIdempotent
 		case attempt >= c.maxAttempts:
-			ev.GiveUp = giveUpAttempts
+			ev.GiveUp = GiveUpAttempts
 		}
 		if ev.GiveUp == "" {
 			if bo == nil {
@@ -200,7 +199,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			ev.Delay = bo.NextBackOff()
 			switch {
 			case ev.Delay == backoff.Stop:
-				ev.Delay, ev.GiveUp = hint, giveUpBackOff
+				ev.Delay, ev.GiveUp = hint, GiveUpBackOff
 			case hint > 0:
 				ev.Delay = hint + jitter(hint)
 			case ev.Delay > c.maxWait:
@@ -209,6 +208,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if ev.GiveUp == "" {
 			ev.Delay, ev.GiveUp = t.fit(ctx, now, hint, ev.Delay)
+		}
+		// A retry the server did not schedule spends the host's retry
+		// budget (see RetryBudget); one it asked for is free.
+		if ev.GiveUp == "" && (reason != RateLimited || hint <= 0) && !h.withdraw(now) {
+			ev.GiveUp = GiveUpBudget
 		}
 		if ev.GiveUp != "" {
 			if c.observed() {
@@ -222,7 +226,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if e := t.sleep(ctx, ev.Delay); e != nil {
 			if c.observed() {
-				ev.GiveUp, ev.Err = giveUpContextDone, e
+				ev.GiveUp, ev.Err = GiveUpContextDone, e
 				t.emit(ctx, ev)
 			}
 			return nil, e
@@ -230,12 +234,48 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// pace reserves the attempt's turn at the rate of each view of g that
+// paces (see view), in order, and returns the first wait to make, with the
+// view that asks for it. paced marks the views already reserved for this
+// attempt. Pacing is advice: a wait that would exceed MaxWait or pass the
+// deadline is cancelled and skipped, never a reason to fail.
+func (t *Transport) pace(ctx context.Context, g *governing, paced *[maxViews]*view, now time.Time) (time.Duration, *view, bool) {
+next:
+	for _, v := range g.vs[:g.n] {
+		free := -1
+		for j, p := range paced {
+			if p == v {
+				continue next
+			}
+			if p == nil && free < 0 {
+				free = j
+			}
+		}
+		d, res, ok := v.pace(now)
+		if !ok {
+			continue
+		}
+		if free >= 0 {
+			paced[free] = v
+		}
+		if d <= 0 {
+			continue
+		}
+		if t.tooLong(ctx, now, d) != "" {
+			res.CancelAt(now)
+			continue
+		}
+		return d, v, true
+	}
+	return 0, nil, false
+}
+
 // fit checks a wait of d, of which hint is what the server asked for,
 // against MaxWait and the context's deadline. A server's hint that does
 // not fit gives up; the jitter on top of it shrinks to fit.
 func (t *Transport) fit(ctx context.Context, now time.Time, hint, d time.Duration) (time.Duration, string) {
 	if hint > t.cfg.maxWait {
-		return hint, giveUpMaxWait
+		return hint, GiveUpMaxWait
 	}
 	if d > t.cfg.maxWait {
 		d = t.cfg.maxWait
@@ -243,7 +283,7 @@ func (t *Transport) fit(ctx context.Context, now time.Time, hint, d time.Duratio
 	if dl, ok := ctx.Deadline(); ok {
 		left := dl.Sub(now)
 		if hint >= left || (hint == 0 && d >= left) {
-			return max(hint, d), giveUpDeadline
+			return max(hint, d), GiveUpDeadline
 		}
 		if d >= left {
 			d = hint + (left-hint)/2
@@ -255,10 +295,10 @@ func (t *Transport) fit(ctx context.Context, now time.Time, hint, d time.Duratio
 // tooLong reports why a wait of d cannot be made, or "".
 func (t *Transport) tooLong(ctx context.Context, now time.Time, d time.Duration) string {
 	if d > t.cfg.maxWait {
-		return giveUpMaxWait
+		return GiveUpMaxWait
 	}
 	if dl, ok := ctx.Deadline(); ok && !now.Add(d).Before(dl) {
-		return giveUpDeadline
+		return GiveUpDeadline
 	}
 	return ""
 }

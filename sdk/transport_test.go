@@ -312,7 +312,7 @@ func TestContextDeadline(t *testing.T) {
 			if slept := len(clk.Sleeps()) > 0; slept != tc.wantSleep {
 				t.Errorf("sleeps = %v", clk.Sleeps())
 			}
-			if !tc.wantSleep && (len(events) != 1 || events[0].GiveUp != giveUpDeadline) {
+			if !tc.wantSleep && (len(events) != 1 || events[0].GiveUp != GiveUpDeadline) {
 				t.Errorf("events = %+v, want one give-up for the deadline", events)
 			}
 		})
@@ -371,7 +371,7 @@ func TestExhaustion(t *testing.T) {
 	if n.Load() != 3 {
 		t.Errorf("%d attempts, want 3", n.Load())
 	}
-	if len(events) != 3 || events[2].GiveUp != giveUpAttempts || events[2].Attempt != 3 {
+	if len(events) != 3 || events[2].GiveUp != GiveUpAttempts || events[2].Attempt != 3 {
 		t.Errorf("events = %+v", events)
 	}
 }
@@ -420,7 +420,7 @@ func TestNonReplayableBody(t *testing.T) {
 		t.Fatalf("got %v, %v", resp, err)
 	}
 	resp.Body.Close()
-	if len(s.Hits()) != 1 || len(events) != 1 || events[0].GiveUp != giveUpBody {
+	if len(s.Hits()) != 1 || len(events) != 1 || events[0].GiveUp != GiveUpBody {
 		t.Errorf("%d attempts, events %+v; want 1 and a give-up", len(s.Hits()), events)
 	}
 }
@@ -865,7 +865,7 @@ func TestHookAndLogger(t *testing.T) {
 	if e := events[1]; e.Attempt != 2 || e.Reason != Unavailable || e.Delay <= 0 {
 		t.Errorf("event 2 = %+v", e)
 	}
-	if e := events[2]; e.Attempt != 3 || e.GiveUp != giveUpAttempts {
+	if e := events[2]; e.Attempt != 3 || e.GiveUp != GiveUpAttempts {
 		t.Errorf("event 3 = %+v", e)
 	}
 	out := logs.String()

@@ -35,21 +35,37 @@ type Options struct {
 	// Upstream is host:port of the cluster DefaultCluster. Empty: Start starts
 	// an Upstream (see Envoy.Upstream) and closes it in Stop.
 	Upstream string
+	// UpstreamEndpoints, when set, replaces Upstream: the cluster
+	// DefaultCluster balances round-robin over these host:port endpoints
+	// (a front Envoy over a fleet).
+	UpstreamEndpoints []string
 	// Clusters are additional static clusters, name → host:port.
 	Clusters map[string]string
+	// HTTP2Clusters names clusters of Clusters that speak HTTP/2 (gRPC,
+	// e.g. the rate-limit service of global rules).
+	HTTP2Clusters []string
 	// Routes in match order. Empty: one route {Name: "default", Prefix: "/"}.
 	Routes []Route
 
-	// XFFNumTrustedHops is the HTTP connection manager's xff_num_trusted_hops
-	// (use_remote_address is always true). With 1, the client address Envoy
-	// uses (source.address) is the last X-Forwarded-For entry the client sent,
+	// XFFNumTrustedHops is the HTTP connection manager's xff_num_trusted_hops.
+	// With 1 (and use_remote_address: true), the client address Envoy uses
+	// (source.address) is the last X-Forwarded-For entry the client sent,
 	// which is how one test client poses as many client IPs (see ClientIP).
 	XFFNumTrustedHops int
+	// UseRemoteAddress is the HTTP connection manager's use_remote_address.
+	// Nil means true (the harness default); false is Envoy's own default, in
+	// which Envoy appends nothing to X-Forwarded-For and takes source.address
+	// from it.
+	UseRemoteAddress *bool
 
 	// At most one of Wasm and LocalRateLimit may be set; neither means no HTTP
 	// filter but the router.
 	Wasm           *Wasm
 	LocalRateLimit *LocalRateLimit
+	// GlobalRateLimit adds Envoy's native global rate-limit filter
+	// (envoy.filters.http.ratelimit) in front of the router, which calls
+	// the rate-limit service for every request.
+	GlobalRateLimit *GlobalRateLimit
 
 	// DynamicListeners serves the listener from a file-based LDS source
 	// (dynamic_resources.lds_config.path_config_source) instead of
@@ -141,6 +157,19 @@ type LocalRateLimit struct {
 	StatPrefix string
 }
 
+// GlobalRateLimit configures envoy.filters.http.ratelimit: one call to the
+// service per request, with the descriptor [remote_address: <client IP>]
+// (the service's configuration must give that descriptor a limit in
+// Domain).
+type GlobalRateLimit struct {
+	Cluster string        // an HTTP/2 cluster of Clusters
+	Domain  string        // required
+	Timeout time.Duration // default 50ms
+	// FailureModeDeny rejects requests when the service cannot answer
+	// (Envoy's default allows them).
+	FailureModeDeny bool
+}
+
 var routeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // normalized returns a copy of o with defaults filled in, or an error for
@@ -168,6 +197,26 @@ func (o Options) normalized() (Options, error) {
 		o.Routes = []Route{{Name: "default", Prefix: "/"}}
 	} else {
 		o.Routes = append([]Route(nil), o.Routes...)
+	}
+	if g := o.GlobalRateLimit; g != nil {
+		c := *g
+		if c.Cluster == "" || c.Domain == "" {
+			return o, errors.New("envoytest: GlobalRateLimit needs Cluster and Domain")
+		}
+		if c.Timeout <= 0 {
+			c.Timeout = 50 * time.Millisecond
+		}
+		o.GlobalRateLimit = &c
+	}
+	for _, a := range o.UpstreamEndpoints {
+		if _, _, err := splitHostPort(a); err != nil {
+			return o, fmt.Errorf("envoytest: UpstreamEndpoints: %v", err)
+		}
+	}
+	for _, n := range o.HTTP2Clusters {
+		if _, ok := o.Clusters[n]; !ok {
+			return o, fmt.Errorf("envoytest: HTTP2Clusters: %q is not in Clusters", n)
+		}
 	}
 	clusters := map[string]bool{DefaultCluster: true}
 	for name, addr := range o.Clusters {
@@ -277,9 +326,15 @@ func seconds(d time.Duration) string {
 }
 
 type clusterData struct {
-	Name, Host string
-	Port       int
-	DNS        bool
+	Name      string
+	Endpoints []endpointData
+	DNS       bool
+	HTTP2     bool
+}
+
+type endpointData struct {
+	Host string
+	Port int
 }
 
 type renderData struct {
@@ -291,7 +346,7 @@ type renderData struct {
 	Indent     string
 }
 
-var funcs = template.FuncMap{"q": yq, "seconds": seconds}
+var funcs = template.FuncMap{"q": yq, "seconds": seconds, "deref": func(b *bool) bool { return *b }}
 
 // listenerTmpl renders one Listener (without the leading "- " item marker
 // handled by the caller via indentation).
@@ -304,7 +359,7 @@ filter_chains:
     typed_config:
       "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
       stat_prefix: ingress_http
-      use_remote_address: true
+      use_remote_address: {{if .O.UseRemoteAddress}}{{deref .O.UseRemoteAddress}}{{else}}true{{end}}
       xff_num_trusted_hops: {{.O.XFFNumTrustedHops}}
       route_config:
         name: local_route
@@ -315,7 +370,12 @@ filter_chains:
 {{- range .O.Routes}}
           - name: {{q .Name}}
             match: {prefix: {{q .Prefix}}}
-            route: {cluster: {{q .Cluster}}}
+            route:
+              cluster: {{q .Cluster}}
+{{- if $.O.GlobalRateLimit}}
+              rate_limits:
+              - actions: [{remote_address: {}}]
+{{- end}}
 {{- end}}
       http_filters:
 {{- with .O.Wasm}}
@@ -376,6 +436,19 @@ filter_chains:
             token_bucket: {max_tokens: {{.MaxTokens}}, tokens_per_fill: {{.TokensPerFill}}, fill_interval: {{seconds .FillInterval}}}
 {{- end}}
 {{- end}}
+{{- with .O.GlobalRateLimit}}
+      - name: envoy.filters.http.ratelimit
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+          domain: {{q .Domain}}
+          timeout: {{seconds .Timeout}}
+          failure_mode_deny: {{.FailureModeDeny}}
+          enable_x_ratelimit_headers: DRAFT_VERSION_03
+          rate_limit_service:
+            transport_api_version: V3
+            grpc_service:
+              envoy_grpc: {cluster_name: {{q .Cluster}}}
+{{- end}}
       - name: envoy.filters.http.router
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
@@ -409,6 +482,12 @@ static_resources:
   - name: {{q .Name}}
     type: {{if .DNS}}STRICT_DNS{{else}}STATIC{{end}}
     connect_timeout: 2s
+{{- if .HTTP2}}
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+{{- end}}
     circuit_breakers:
       thresholds:
       - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000, max_retries: 100}
@@ -416,9 +495,11 @@ static_resources:
       cluster_name: {{q .Name}}
       endpoints:
       - lb_endpoints:
+{{- range .Endpoints}}
         - endpoint:
             address:
               socket_address: {address: {{q .Host}}, port_value: {{.Port}}}
+{{- end}}
 {{- end}}
 `))
 
@@ -462,11 +543,27 @@ func clusterList(o Options, upstream string) ([]clusterData, error) {
 	}
 	var out []clusterData
 	for _, n := range append([]string{DefaultCluster}, names...) {
-		host, port, err := splitHostPort(addrs[n])
-		if err != nil {
-			return nil, fmt.Errorf("envoytest: cluster %q: %v", n, err)
+		list := []string{addrs[n]}
+		if n == DefaultCluster && len(o.UpstreamEndpoints) > 0 {
+			list = o.UpstreamEndpoints
 		}
-		out = append(out, clusterData{Name: n, Host: host, Port: port, DNS: net.ParseIP(host) == nil})
+		c := clusterData{Name: n}
+		for _, a := range list {
+			host, port, err := splitHostPort(a)
+			if err != nil {
+				return nil, fmt.Errorf("envoytest: cluster %q: %v", n, err)
+			}
+			c.Endpoints = append(c.Endpoints, endpointData{host, port})
+			if net.ParseIP(host) == nil {
+				c.DNS = true
+			}
+		}
+		for _, h := range o.HTTP2Clusters {
+			if h == n {
+				c.HTTP2 = true
+			}
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }

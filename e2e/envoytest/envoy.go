@@ -28,6 +28,10 @@ type Envoy struct {
 	Upstream *Upstream
 
 	bin        string
+	image      string   // docker mode: the image Envoy runs in
+	container  string   // docker mode: the container's name
+	mounts     []string // docker mode: files mounted read-only at their own paths
+	pid        int      // docker mode: Envoy's host pid
 	dir        string
 	ownDir     bool
 	bootstrap  string
@@ -122,11 +126,17 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		return nil, err
 	}
 	if n.Bin == "" {
-		if n.Bin, err = FindEnvoy(); err != nil {
+		if n.Bin, err = Target(); err != nil {
 			return nil, err
 		}
 	}
 	e := &Envoy{bin: n.Bin, done: make(chan struct{}), client: NewClient(256)}
+	if img, ok := imageOf(n.Bin); ok {
+		if err := CheckImage(ctx, img); err != nil {
+			return nil, err
+		}
+		e.image = img
+	}
 	e.admin = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}}
 	ok := false
 	defer func() {
@@ -151,8 +161,12 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		if _, err := os.Stat(n.Wasm.File); err != nil {
 			return nil, fmt.Errorf("envoytest: wasm module: %w", err)
 		}
+		e.mounts = append(e.mounts, n.Wasm.File)
 	}
 	e.upstream = n.Upstream
+	if e.upstream == "" && len(n.UpstreamEndpoints) > 0 {
+		e.upstream = n.UpstreamEndpoints[0]
+	}
 	if e.upstream == "" {
 		if e.Upstream, err = StartUpstream(); err != nil {
 			return nil, err
@@ -212,7 +226,12 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		args = append(args, "--component-log-level", comp)
 	}
 	args = append(args, n.ExtraArgs...)
-	e.cmd = exec.Command(e.bin, args...)
+	if e.image != "" {
+		e.container = containerName()
+		e.cmd = dockerRun(e.image, e.container, e.dir, e.mounts, args)
+	} else {
+		e.cmd = exec.Command(e.bin, args...)
+	}
 	e.cmd.Dir = e.dir
 	var out io.Writer = e.logFile
 	if n.LogOutput != nil {
@@ -224,6 +243,9 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		close(e.done)
 		return nil, fmt.Errorf("envoytest: starting %s: %w", e.bin, err)
 	}
+	liveMu.Lock()
+	live[e] = true
+	liveMu.Unlock()
 	go func() {
 		e.waitErr = e.cmd.Wait()
 		close(e.done)
@@ -264,6 +286,17 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		if err := e.pause(ctx); err != nil {
 			return fail(fmt.Errorf("waiting for listener %s: %w", ListenerName, err))
 		}
+	}
+	if e.container != "" {
+		if e.pid, err = containerPid(ctx, e.container); err != nil {
+			return fail(err)
+		}
+		ranContainers.Add(1)
+		imagesMu.Lock()
+		imagesRan[e.image] = true
+		imagesMu.Unlock()
+	} else {
+		ranProcesses.Add(1)
 	}
 	ok = true
 	return e, nil
@@ -349,8 +382,21 @@ func (e *Envoy) Port() int { return e.listenPort }
 // AdminURL returns the admin interface's base URL, "http://127.0.0.1:<port>".
 func (e *Envoy) AdminURL() string { return "http://" + e.adminAddr }
 
-// Pid returns Envoy's process id.
-func (e *Envoy) Pid() int { return e.cmd.Process.Pid }
+// Pid returns Envoy's process id (in docker mode the host's pid of the
+// container's Envoy).
+func (e *Envoy) Pid() int {
+	if e.container != "" {
+		return e.pid
+	}
+	return e.cmd.Process.Pid
+}
+
+// Container returns the name of the container Envoy runs in ("" in process
+// mode).
+func (e *Envoy) Container() string { return e.container }
+
+// Image returns the image Envoy runs in ("" in process mode).
+func (e *Envoy) Image() string { return e.image }
 
 // Dir returns the working directory holding envoy.yaml, lds.yaml and envoy.log.
 func (e *Envoy) Dir() string { return e.dir }
@@ -583,15 +629,31 @@ func (e *Envoy) Stop() error {
 		case <-e.done:
 			exitErr = e.waitErr
 		default:
-			_ = e.cmd.Process.Signal(syscall.SIGTERM)
+			if e.container != "" {
+				// Envoy, not the attached client, gets the signal.
+				dockerSignal(e.container, "TERM")
+			} else {
+				_ = e.cmd.Process.Signal(syscall.SIGTERM)
+			}
 			select {
 			case <-e.done:
 			case <-time.After(10 * time.Second):
+				if e.container != "" {
+					dockerSignal(e.container, "KILL")
+				}
 				_ = e.cmd.Process.Kill()
 				<-e.done
 			}
 		}
 	}
+	if e.container != "" {
+		// --rm removes it when it exits; this covers a client that died
+		// before its container.
+		dockerRemove(e.container)
+	}
+	liveMu.Lock()
+	delete(live, e)
+	liveMu.Unlock()
 	if e.logFile != nil {
 		_ = e.logFile.Close()
 		if b, err := os.ReadFile(e.logPath); err == nil {
@@ -644,7 +706,7 @@ func writeFileAtomic(path string, data []byte) error {
 // the log's error lines; Envoy keeps the old listener).
 //
 // Only listener-level options take effect: Routes (over existing clusters),
-// XFFNumTrustedHops, Wasm, LocalRateLimit. Connections opened before the
+// XFFNumTrustedHops, UseRemoteAddress, Wasm, LocalRateLimit. Connections opened before the
 // update keep the old filter chain until they drain (Options.DrainTime), so
 // use new connections to observe the change; the shared Client's idle
 // connections are closed on success.
@@ -678,9 +740,24 @@ func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
 	if err != nil {
 		return err
 	}
+	render := n
 	if n.Wasm != nil {
 		if _, err := os.Stat(n.Wasm.File); err != nil {
 			return fmt.Errorf("envoytest: wasm module: %w", err)
+		}
+		if e.container != "" && !e.mounted(n.Wasm.File) {
+			// A module the running container cannot see: copy it into the
+			// mounted directory and name the copy.
+			b, err := os.ReadFile(n.Wasm.File)
+			if err != nil {
+				return err
+			}
+			w := *n.Wasm
+			w.File = filepath.Join(e.dir, fmt.Sprintf("module-%d.wasm", e.ldsVersion+1))
+			if err := os.WriteFile(w.File, b, 0o644); err != nil {
+				return err
+			}
+			render.Wasm = &w
 		}
 	}
 
@@ -690,7 +767,7 @@ func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
 	}
 	logLen := len(e.Logs())
 	version := strconv.Itoa(e.ldsVersion + 1)
-	lds, err := renderLDS(n, e.listenPort, version)
+	lds, err := renderLDS(render, e.listenPort, version)
 	if err != nil {
 		return err
 	}
@@ -730,4 +807,18 @@ func (e *Envoy) SetPluginConfig(ctx context.Context, config string) error {
 		return errors.New("envoytest: SetPluginConfig needs Options.Wasm")
 	}
 	return e.Reconfigure(ctx, func(o *Options) { o.Wasm.Config = config })
+}
+
+// mounted reports whether the container sees the file path: one of its
+// read-only mounts, or inside its working directory.
+func (e *Envoy) mounted(path string) bool {
+	if strings.HasPrefix(path, e.dir+string(filepath.Separator)) {
+		return true
+	}
+	for _, m := range e.mounts {
+		if m == path {
+			return true
+		}
+	}
+	return false
 }

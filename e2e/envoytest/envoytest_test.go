@@ -24,6 +24,8 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	envoytest.StopAll()
+	fmt.Println(envoytest.Summary())
 	if pluginDir != "" {
 		os.RemoveAll(pluginDir)
 	}

@@ -142,15 +142,20 @@ func isExecutable(p string) bool {
 }
 
 // EnvoyVersion returns the output of `envoy --version` for the given binary
-// (FindEnvoy's when bin is empty), e.g. ".../1.40.0/Clean/RELEASE/BoringSSL".
+// (Target's when bin is empty; docker:IMAGE asks the image's Envoy), e.g.
+// ".../1.40.0/Clean/RELEASE/BoringSSL".
 func EnvoyVersion(ctx context.Context, bin string) (string, error) {
 	if bin == "" {
 		var err error
-		if bin, err = FindEnvoy(); err != nil {
+		if bin, err = Target(); err != nil {
 			return "", err
 		}
 	}
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	cmd := exec.CommandContext(ctx, bin, "--version")
+	if img, ok := imageOf(bin); ok {
+		cmd = exec.CommandContext(ctx, "docker", "run", "--rm", "--log-driver", "none", img, "--version")
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("envoytest: %s --version: %v: %s", bin, err, out)
 	}

@@ -7,19 +7,37 @@ import (
 	"time"
 )
 
-// RequireEnvoy returns the Envoy binary (FindEnvoy). When there is none it
-// fails the test if the environment variable CI is set (`make test` installs
-// Envoy, so in CI a missing Envoy is a broken setup) and skips it otherwise.
+// RequireEnvoy returns the Envoy the tests run (Target): the binary
+// (FindEnvoy) in process mode, "docker:<image>" in docker mode
+// (SLUICE_ENVOY=docker), both usable as Options.Bin and by Validate and
+// EnvoyVersion. When it is missing (no Envoy; no Docker or no image) it fails
+// the test if the environment variable CI is set (`make test` installs
+// Envoy, Docker and the image, so in CI that is a broken setup) and skips it
+// otherwise.
 func RequireEnvoy(t testing.TB) string {
 	t.Helper()
-	bin, err := FindEnvoy()
+	bin, err := Target()
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set and Envoy is missing: %v", err)
+			t.Fatalf("CI is set and Envoy (%s mode) is missing: %v", Mode(), err)
 		}
-		t.Skipf("skipping: Envoy is not installed (run `make test`, which installs it, or set ENVOY_BIN): %v", err)
+		t.Skipf("skipping: Envoy (%s mode) is not installed (run `make test`, which installs it, or set ENVOY_BIN; for docker mode `make image`): %v", Mode(), err)
 	}
 	return bin
+}
+
+// RequireDocker lets the test go on when the Docker daemon answers and image
+// exists, whatever the mode; otherwise it fails the test when CI is set and
+// skips it otherwise (for tests that always need Docker, such as
+// docker-compose).
+func RequireDocker(t testing.TB, image string) {
+	t.Helper()
+	if err := CheckImage(context.Background(), image); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set and Docker is missing: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
 }
 
 // StartT starts Envoy for a test: it calls RequireEnvoy, uses t.TempDir() as

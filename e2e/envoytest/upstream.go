@@ -28,8 +28,12 @@ type Upstream struct {
 }
 
 // StartUpstream starts an Upstream on 127.0.0.1 with a kernel-chosen port.
-func StartUpstream() (*Upstream, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func StartUpstream() (*Upstream, error) { return StartUpstreamOn("127.0.0.1:0") }
+
+// StartUpstreamOn starts an Upstream listening on addr, for a configuration
+// that names a fixed backend address (the shipped envoy.yaml's store).
+func StartUpstreamOn(addr string) (*Upstream, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -738,6 +738,27 @@ func (vm *VM) Close() error {
 	return vm.mod.Close(context.Background())
 }
 
+// Kill makes the VM vanish at once, as a worker whose VM crashed or whose
+// thread is gone: no callback of any kind runs any more (open streams get
+// no proxy_on_log/on_done, the root context no proxy_on_done, no tick
+// fires), and the instance is released. Whatever the plugin keeps in
+// shared data stays there, which is what tests of leak recovery need.
+func (vm *VM) Kill() error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.closed {
+		return nil
+	}
+	for _, s := range vm.streams {
+		s.ended = true
+		s.state = StreamReset
+	}
+	vm.endQueue = nil
+	vm.tickArmed = false
+	vm.closed = true
+	return vm.mod.Close(context.Background())
+}
+
 func (vm *VM) deleteRoot() {
 	if vm.rootDeleted {
 		return

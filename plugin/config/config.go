@@ -35,15 +35,48 @@ type Config struct {
 	Status uint32
 	// MaxKeys bounds the number of client states kept in shared data.
 	MaxKeys int
-	// OnErrorDeny rejects requests when shared data cannot be used; the
-	// default (false, "allow") lets them through.
+	// OnErrorDeny rejects requests when shared data cannot be used, or the
+	// rate-limit service of global rules cannot answer in time; the default
+	// (false, "allow") lets them through.
 	OnErrorDeny bool
+	// Global is the rate-limit service of global rules (nil when the
+	// configuration has no "global" object).
+	Global *Global
+}
+
+// Global names the rate-limit service that keeps the budgets of global
+// rules (Envoy's rate-limit API, e.g. envoyproxy/ratelimit on Redis).
+type Global struct {
+	// Cluster is the Envoy cluster (HTTP/2) of the service.
+	Cluster string
+	// Domain is the service's domain; its configuration must declare it.
+	Domain string
+	// Timeout bounds each call; a request never waits longer for it.
+	Timeout time.Duration
+}
+
+// Global defaults and bounds.
+const (
+	DefaultDomain        = "sluice"
+	DefaultGlobalTimeout = 50 * time.Millisecond
+	MaxGlobalTimeout     = 10 * time.Second
+)
+
+// HasGlobal reports whether a rule is global.
+func (c *Config) HasGlobal() bool {
+	for i := range c.Rules {
+		if c.Rules[i].Global {
+			return true
+		}
+	}
+	return false
 }
 
 // ClientIP says how the client address is found.
 type ClientIP struct {
 	// XFFTrustedHops > 0 takes the N-th address from the right of
-	// X-Forwarded-For instead of the connection's source address.
+	// X-Forwarded-For as it reaches the filter (every entry counted)
+	// instead of the connection's source address.
 	XFFTrustedHops int
 	// IPv6Prefix groups IPv6 clients by this many leading bits.
 	IPv6Prefix int
@@ -59,6 +92,10 @@ type Rule struct {
 	MaxDelay time.Duration
 	// Shadow rules count and report but never reject or delay.
 	Shadow bool
+	// Global rules ("scope": "global") count in the rate-limit service's
+	// fixed windows, one budget across the fleet; Window is then 1s, 1m,
+	// 1h or 24h and the algorithm fixed_window.
+	Global bool
 	// ID identifies the rule's semantics: two rules with the same ID count
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
@@ -164,7 +201,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error"); err != nil {
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global"); err != nil {
 		return nil, err
 	}
 	c := &Config{
@@ -263,7 +300,59 @@ func Parse(doc []byte) (*Config, error) {
 		}
 		c.OnErrorDeny = s == "deny"
 	}
+	if raw, ok := top["global"]; ok {
+		g, err := parseGlobal(raw)
+		if err != nil {
+			return nil, err
+		}
+		c.Global = g
+	}
+	if c.Global == nil {
+		for i := range c.Rules {
+			if c.Rules[i].Global {
+				return nil, errf("global", "required: rules[%d] has scope global, so the rate-limit service must be named ({\"cluster\": ..., \"domain\": ..., \"timeout\": ...})", i)
+			}
+		}
+	}
 	return c, nil
+}
+
+func parseGlobal(raw json.RawMessage) (*Global, error) {
+	m, err := object("global", raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := known("global", m, "cluster", "domain", "timeout"); err != nil {
+		return nil, err
+	}
+	g := &Global{Domain: DefaultDomain, Timeout: DefaultGlobalTimeout}
+	craw, ok := m["cluster"]
+	if !ok {
+		return nil, errf("global.cluster", "required: the Envoy cluster (HTTP/2) of the rate-limit service")
+	}
+	if err := strictUnmarshal(craw, &g.Cluster); err != nil {
+		return nil, errf("global.cluster", "must be a string")
+	}
+	if g.Cluster == "" || len(g.Cluster) > 200 || strings.TrimSpace(g.Cluster) != g.Cluster {
+		return nil, errf("global.cluster", "%q is not a cluster name (non-empty, at most 200 characters, no surrounding white space)", g.Cluster)
+	}
+	if raw, ok := m["domain"]; ok {
+		if err := strictUnmarshal(raw, &g.Domain); err != nil {
+			return nil, errf("global.domain", "must be a string")
+		}
+		if g.Domain == "" || len(g.Domain) > 200 || strings.TrimSpace(g.Domain) != g.Domain {
+			return nil, errf("global.domain", "%q is not a domain (non-empty, at most 200 characters, no surrounding white space)", g.Domain)
+		}
+	}
+	if raw, ok := m["timeout"]; ok {
+		if g.Timeout, err = duration("global.timeout", raw); err != nil {
+			return nil, err
+		}
+		if g.Timeout < time.Millisecond || g.Timeout > MaxGlobalTimeout {
+			return nil, errf("global.timeout", "%s is out of range 1ms..10s (a request waits at most this long for the service)", g.Timeout)
+		}
+	}
+	return g, nil
 }
 
 func parseClientIP(raw json.RawMessage, ci *ClientIP) error {
@@ -303,8 +392,24 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope"); err != nil {
 		return r, err
+	}
+	if raw, ok := m["scope"]; ok {
+		var s string
+		if err := strictUnmarshal(raw, &s); err != nil || (s != "local" && s != "global") {
+			return r, errf(field+".scope", "must be \"local\" or \"global\"")
+		}
+		r.Global = s == "global"
+	}
+	if r.Global {
+		// The service counts in fixed windows of one unit, and a call per
+		// held request would defeat leasing: refuse what cannot be honoured.
+		for _, f := range []string{"burst", "max_delay", "shadow"} {
+			if _, ok := m[f]; ok {
+				return r, errf(field+"."+f, "not allowed on a global rule (it counts in the rate-limit service's fixed windows)")
+			}
+		}
 	}
 	// name
 	nraw, ok := m["name"]
@@ -351,9 +456,15 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		}
 		a, ok := limit.ParseAlgorithm(s)
 		if !ok {
-			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket", s)
+			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
 		}
 		alg = a
+		if r.Global && a != limit.FixedWindow {
+			return r, errf(field+".algorithm", "a global rule counts in the rate-limit service's fixed windows: omit algorithm or write fixed_window, not %q", s)
+		}
+	}
+	if r.Global {
+		alg = limit.FixedWindow
 	}
 	// limit
 	lraw, ok := m["limit"]
@@ -370,12 +481,20 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	if lim > maxCount {
 		return r, errf(field+".limit", "must be <= %d, got %d", maxCount, lim)
 	}
+	if alg == limit.Concurrency {
+		return parseConcurrency(field, m, r, lim)
+	}
 	// window
 	wraw, ok := m["window"]
 	if !ok {
 		return r, errf(field+".window", "required (a duration like \"1s\", \"1m\", \"250ms\")")
 	}
-	window, err := duration(field+".window", wraw)
+	var window time.Duration
+	if r.Global {
+		window, err = globalWindow(field+".window", wraw)
+	} else {
+		window, err = duration(field+".window", wraw)
+	}
 	if err != nil {
 		return r, err
 	}
@@ -422,6 +541,44 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	r.Limit, err = limit.New(alg, lim, window, burst)
 	if err != nil {
 		return r, errf(field+".window", "%v", err)
+	}
+	r.ID = ruleID(&r)
+	return r, nil
+}
+
+// parseConcurrency finishes a concurrency rule: limit is the number of
+// requests in flight at once, so there is no window (and no burst); a
+// window would suggest a rate that the rule does not enforce, so it is
+// refused rather than ignored.
+func parseConcurrency(field string, m map[string]json.RawMessage, r Rule, lim int64) (Rule, error) {
+	var err error
+	if lim > limit.MaxConcurrency {
+		return r, errf(field+".limit", "must be <= %d requests in flight for concurrency, got %d", limit.MaxConcurrency, lim)
+	}
+	if _, ok := m["window"]; ok {
+		return r, errf(field+".window", "not allowed with concurrency: the rule limits requests in flight at once (limit), not requests per window; remove window")
+	}
+	if _, ok := m["burst"]; ok {
+		return r, errf(field+".burst", "not allowed with concurrency: limit is the number of requests in flight at once")
+	}
+	if raw, ok := m["max_delay"]; ok {
+		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
+			return r, err
+		}
+		if r.MaxDelay < 0 {
+			return r, errf(field+".max_delay", "must be >= 0, got %s", r.MaxDelay)
+		}
+		if r.MaxDelay > 60*time.Second {
+			return r, errf(field+".max_delay", "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", r.MaxDelay)
+		}
+	}
+	if raw, ok := m["shadow"]; ok {
+		if err := strictUnmarshal(raw, &r.Shadow); err != nil {
+			return r, errf(field+".shadow", "must be true or false")
+		}
+	}
+	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
+		return r, errf(field+".limit", "%v", err)
 	}
 	r.ID = ruleID(&r)
 	return r, nil
@@ -517,12 +674,34 @@ func validHeaderName(s string) bool {
 // included: renaming a rule is a new rule.
 func ruleID(r *Rule) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%s|%q|%q|%v|", r.Name, r.Limit.Algorithm(), r.Match.PathPrefix, r.Match.PathExact, r.Match.Methods)
+	fmt.Fprintf(h, "%s|%t|%s|%q|%q|%v|", r.Name, r.Global, r.Limit.Algorithm(), r.Match.PathPrefix, r.Match.PathExact, r.Match.Methods)
 	for _, k := range r.Key {
 		fmt.Fprintf(h, "%d:%s,", k.Kind, k.Header)
 	}
 	fmt.Fprintf(h, "|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
 	return h.Sum64()
+}
+
+// globalWindow accepts the windows of the rate-limit service, spelt "1s",
+// "1m", "1h" or "1d" (white space around allowed): one unit of its
+// counters. Equivalent spellings ("60s") are refused so that the schema can
+// say exactly what is accepted.
+func globalWindow(field string, raw json.RawMessage) (time.Duration, error) {
+	var s string
+	if err := strictUnmarshal(raw, &s); err != nil {
+		return 0, errf(field, "must be one of \"1s\", \"1m\", \"1h\", \"1d\" (a global rule counts in the rate-limit service's fixed windows)")
+	}
+	switch strings.TrimSpace(s) {
+	case "1s":
+		return time.Second, nil
+	case "1m":
+		return time.Minute, nil
+	case "1h":
+		return time.Hour, nil
+	case "1d":
+		return 24 * time.Hour, nil
+	}
+	return 0, errf(field, "%q: a global rule counts in the rate-limit service's fixed windows: \"1s\", \"1m\", \"1h\" or \"1d\"", s)
 }
 
 // object decodes a JSON object into its raw members.

@@ -61,6 +61,22 @@ var invalidCorpus = map[string]invalidCase{
 	"trailing-document.json": {field: ""},
 	"trailing-brace.json":    {field: ""},
 
+	"global-missing.json":         {field: "global"},
+	"global-window-2m.json":       {field: "rules[0].window"},
+	"global-window-60s.json":      {field: "rules[0].window"},
+	"global-burst.json":           {field: "rules[0].burst"},
+	"global-max-delay.json":       {field: "rules[0].max_delay"},
+	"global-shadow.json":          {field: "rules[0].shadow"},
+	"global-algorithm.json":       {field: "rules[0].algorithm"},
+	"scope-unknown.json":          {field: "rules[0].scope"},
+	"global-cluster-missing.json": {field: "global.cluster"},
+	"global-cluster-empty.json":   {field: "global.cluster"},
+	"global-timeout-zero.json":    {field: "global.timeout"},
+	"global-unknown-field.json":   {field: "global.port"},
+	"local-window-1d.json":        {field: "rules[0].window"},
+	"global-timeout-long.json": {field: "global.timeout", semanticOnly: "a timeout above 10s: JSON Schema " +
+		"cannot compare durations"},
+
 	"rules-missing.json":      {field: "rules"},
 	"rules-empty.json":        {field: "rules"},
 	"rules-object.json":       {field: "rules"},
@@ -130,12 +146,17 @@ var invalidCorpus = map[string]invalidCase{
 
 	"max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
 		"durations written in mixed units (\"59s999ms\" is fine, \"1m1s\" is not)"},
-	"max-delay-negative.json":       {field: "rules[0].max_delay"},
-	"max-delay-number.json":         {field: "rules[0].max_delay"},
-	"max-delay-words.json":          {field: "rules[0].max_delay"},
-	"max-delay-sliding-window.json": {field: "rules[0].max_delay"},
-	"shadow-string.json":            {field: "rules[0].shadow"},
-	"shadow-number.json":            {field: "rules[0].shadow"},
+	"max-delay-negative.json":          {field: "rules[0].max_delay"},
+	"max-delay-number.json":            {field: "rules[0].max_delay"},
+	"max-delay-words.json":             {field: "rules[0].max_delay"},
+	"max-delay-sliding-window.json":    {field: "rules[0].max_delay"},
+	"shadow-string.json":               {field: "rules[0].shadow"},
+	"concurrency-window.json":          {field: "rules[0].window"},
+	"concurrency-burst.json":           {field: "rules[0].burst"},
+	"concurrency-limit-too-large.json": {field: "rules[0].limit"},
+	"concurrency-max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
+		"durations written in mixed units"},
+	"shadow-number.json": {field: "rules[0].shadow"},
 
 	"client-ip-not-object.json":           {field: "client_ip"},
 	"client-ip-unknown-field.json":        {field: "client_ip.hops"},

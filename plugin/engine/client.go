@@ -56,24 +56,6 @@ func XFFFromRight(xff string, n int) (netip.Addr, bool) {
 	}
 }
 
-// TrustedXFF returns the client address behind hops trusted proxies: the
-// hops-th address from the right of X-Forwarded-For as it reached Envoy.
-// With use_remote_address: true Envoy has already appended an entry of its
-// own to the header the filter sees: the connecting peer (its
-// source.address), or, when the peer is a loopback address, Envoy's own
-// local address. That entry is not a proxy's and is not counted: it is
-// skipped when it is the peer, or when the peer is loopback (then
-// source.address cannot have come from the header). A client that
-// prepends entries never changes the result.
-func TrustedXFF(xff string, hops int, peer netip.Addr, havePeer bool) (netip.Addr, bool) {
-	if havePeer {
-		if last, ok := XFFFromRight(xff, 1); ok && (last == peer || peer.IsLoopback()) {
-			hops++
-		}
-	}
-	return XFFFromRight(xff, hops)
-}
-
 // GroupAddr maps an address to the identity a client is limited under:
 // IPv4 addresses as they are, IPv6 addresses by their first prefix bits (a
 // single host usually owns a whole /64, so per-address limits would be

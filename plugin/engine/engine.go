@@ -26,7 +26,19 @@ const (
 	Allow  Outcome = iota // forward now
 	Delay                 // hold for Verdict.Delay, then forward
 	Reject                // answer with the configured status
+	// Call: the request waits for a call to the rate-limit service of a
+	// global rule (pause it); the engine decides it later through the
+	// Decided function given to SetGlobal. Verdict.Pending identifies it.
+	Call
+	Queue // wait in a concurrency rule's queue: Poll decides later
 )
+
+// StreamRequest is a Request that knows its stream: a request that waits in
+// a concurrency queue is identified by it in Poll's events.
+type StreamRequest interface {
+	Request
+	StreamID() uint32
+}
 
 // Verdict is the engine's decision about one request, with the numbers the
 // response headers report.
@@ -52,11 +64,19 @@ type Verdict struct {
 	ErrRule *config.Rule
 	// Client is the client address the rules keyed on (zero if none did).
 	Client netip.Addr
+	// Pending is the waiting request (Outcome Call).
+	Pending *Pending
+	// Slots are the concurrency slots the request holds: Release them when
+	// its stream ends.
+	Slots []SlotRef
 }
 
 // RuleStats counts the decisions of one rule.
 type RuleStats struct {
 	Allowed, Rejected, Delayed, ShadowRejected uint64
+	// WaitNS is the total time requests waited in a concurrency rule's
+	// queue (they count as Delayed once admitted).
+	WaitNS uint64
 }
 
 // Stats counts what the engine decided since it started.
@@ -65,6 +85,9 @@ type Stats struct {
 	Exempt         uint64
 	OnErrorAllowed uint64
 	OnErrorDenied  uint64
+	// ReleaseErrors counts concurrency slots that could not be given back
+	// (shared data failed); their lease drops them within 2 epochs.
+	ReleaseErrors uint64
 }
 
 // charge is a rule that admitted the request being decided, with the
@@ -86,6 +109,32 @@ type Engine struct {
 	charged     []charge
 	keyBuf      []byte
 	Stats       Stats
+	// Global rules (global.go).
+	Global  GlobalStats
+	caller  Caller
+	decided Decided
+	calls   map[callKey]*inflight
+	circuit circuit
+	callBuf []byte
+	scratch Pending
+	globals []globalRef
+	// concurrency rules (concurrency.go)
+	pending  []pendingConc
+	op       concOp
+	holdings map[holdKey]*holding
+	waiters  []*Waiter
+	blocked  []holdKey
+	hold     []int64 // observed mean slot hold time per rule (ns)
+	renewed  uint16  // the epoch of the last renewal
+	// Now is the clock of answers to calls (nanoseconds since the epoch).
+	Now func() int64
+}
+
+func (e *Engine) now() int64 {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now().UnixNano()
 }
 
 // New returns an engine for cfg over store. seed keys the fingerprint hash;
@@ -100,6 +149,10 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		charged: make([]charge, 0, len(cfg.Rules)),
 		keyBuf:  make([]byte, 0, 256),
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+		calls:   map[callKey]*inflight{},
+
+		holdings: map[holdKey]*holding{},
+		hold:     make([]int64, len(cfg.Rules)),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -142,15 +195,22 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) netip.Addr {
 		return ri.client
 	}
 	ri.haveAddr = true
-	src, srcOK := ParseHostPort(ri.req.SourceAddress())
+	// xff_trusted_hops counts X-Forwarded-For exactly as it reaches the
+	// filter, the entry Envoy appends with use_remote_address: true
+	// included. The filter cannot tell whether Envoy appended an entry
+	// (without use_remote_address, source.address is itself read from the
+	// header and so equals its last entry), and skipping an entry it did
+	// not append would hand the key to whatever the client wrote: counting
+	// every entry errs, when misconfigured, towards a proxy's address.
 	if n := cfg.ClientIP.XFFTrustedHops; n > 0 {
 		if xff, ok := ri.req.Header("x-forwarded-for"); ok {
-			if a, ok := TrustedXFF(xff, n, src, srcOK); ok {
+			if a, ok := XFFFromRight(xff, n); ok {
 				ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
 				return ri.client
 			}
 		}
 	}
+	src, srcOK := ParseHostPort(ri.req.SourceAddress())
 	if srcOK {
 		ri.client = GroupAddr(src, cfg.ClientIP.IPv6Prefix)
 	}
@@ -194,10 +254,24 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		}
 	}
 	e.charged = e.charged[:0]
+	e.globals = e.globals[:0]
+	e.pending = e.pending[:0]
 	rejected := -1
 	for _, i := range e.matched {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, &ri)
+		if r.Global {
+			// Global rules are decided after every local rule admitted the
+			// request: a call is made only for requests that can pass.
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, key: descriptorKey(e.keyBuf)})
+			continue
+		}
+		if IsConcurrency(r) {
+			// Slots are taken after every rate rule has admitted the
+			// request: a request rejected by a rate never holds one.
+			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
+			continue
+		}
 		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
 		if err != nil {
 			v.Err, v.ErrRule = err, r
@@ -236,6 +310,29 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
 		}
 	}
+	if rejected < 0 && len(e.pending) > 0 {
+		var id uint32
+		if sr, ok := req.(StreamRequest); ok {
+			id = sr.StreamID()
+		}
+		v.Client = ri.client
+		rejected = e.acquire(id, &v, e.pending, e.charged, now)
+		if v.Outcome == Queue {
+			return v
+		}
+	}
+	if rejected < 0 && len(e.globals) > 0 {
+		v.Client = ri.client
+		p := &e.scratch
+		*p = Pending{verdict: v, charged: e.charged, globals: e.globals, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
+		waiting := e.decideGlobal(p, now)
+		v = p.verdict
+		e.charged = p.charged[:0]
+		if waiting {
+			v.Pending = p.persisted
+		}
+		return v
+	}
 	if rejected < 0 {
 		for _, c := range e.charged {
 			if !e.cfg.Rules[c.rule].Shadow {
@@ -269,7 +366,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			continue
 		}
 		r := &e.cfg.Rules[i]
-		if !after || r.Shadow {
+		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
 		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)

@@ -196,16 +196,33 @@ func TestKeysAndHeaderFallback(t *testing.T) {
 }
 
 func TestClientIPResolution(t *testing.T) {
-	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":2,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
 	e := New(cfg, newMemStore(), 1)
 	// One trusted proxy appended 203.0.113.7; Envoy (use_remote_address)
-	// appended the peer 127.0.0.1, which is skipped. A client that prepends
-	// entries cannot change the result.
+	// appended the peer 127.0.0.1, which counts: 2 is the proxy's entry. A
+	// client that prepends entries cannot change the result.
 	if e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "203.0.113.7, 127.0.0.1"), t0).Outcome != Allow {
 		t.Fatal("first")
 	}
 	if e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "1.1.1.1, 2.2.2.2, 203.0.113.7, 127.0.0.1"), t0).Outcome != Reject {
 		t.Error("spoofed leading XFF entries changed the key")
+	}
+	// Without use_remote_address, source.address is the header's last entry
+	// (port 0): it is still counted, so a prepended entry is never the key.
+	cfg1 := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1}}`)
+	e1 := New(cfg1, newMemStore(), 1)
+	for i, xff := range []string{"198.51.100.7", "1.1.1.1, 198.51.100.7", "2.2.2.2, 3.3.3.3, 198.51.100.7", "9.9.9.9, 198.51.100.7"} {
+		want := Reject
+		if i == 0 {
+			want = Allow
+		}
+		if v := e1.Decide(req("/", "GET", "198.51.100.7:0", "x-forwarded-for", xff), t0); v.Outcome != want {
+			t.Errorf("issue 11: XFF %q: outcome %v, want %v (client %v)", xff, v.Outcome, want, v.Client)
+		}
+	}
+	// A header shorter than N falls back to source.address.
+	if v := e1.Decide(req("/", "GET", "10.1.1.1:5", "x-forwarded-for", ""), t0); v.Client.String() != "10.1.1.1" {
+		t.Errorf("short header: client %v, want source.address", v.Client)
 	}
 	// IPv6 clients in one /64 share a budget.
 	if e.Decide(req("/", "GET", "[2001:db8:1:2::1]:5", "x-forwarded-for", "2001:db8:1:2::1, ::1"), t0).Outcome != Allow {
@@ -238,30 +255,6 @@ func TestParsers(t *testing.T) {
 			t.Errorf("ParseHostPort(%q) = %v, want failure", in, a)
 		}
 	}
-	peer := netip.MustParseAddr("127.0.0.1")
-	for _, c := range []struct {
-		xff      string
-		hops     int
-		havePeer bool
-		want     string
-	}{
-		{"203.0.113.7, 127.0.0.1", 1, true, "203.0.113.7"},          // Envoy appended the peer: skipped
-		{"203.0.113.7", 1, false, "203.0.113.7"},                    // no append (use_remote_address false)
-		{"6.6.6.6, 203.0.113.7, 127.0.0.1", 1, true, "203.0.113.7"}, // spoofed leading entry
-		{"6.6.6.6, 203.0.113.7, 10.0.0.2, 127.0.0.1", 2, true, "203.0.113.7"},
-		{"203.0.113.7, 127.0.0.1", 1, false, "127.0.0.1"},  // peer unknown: literal
-		{"127.0.0.1", 1, true, ""},                         // only Envoy's entry: fall back
-		{"203.0.113.7, 192.0.2.2", 1, true, "203.0.113.7"}, // loopback peer: Envoy appended its own local address
-	} {
-		a, ok := TrustedXFF(c.xff, c.hops, peer, c.havePeer)
-		got := ""
-		if ok {
-			got = a.String()
-		}
-		if got != c.want {
-			t.Errorf("TrustedXFF(%q, %d) = %q, want %q", c.xff, c.hops, got, c.want)
-		}
-	}
 	cases := []struct {
 		xff  string
 		n    int
@@ -269,6 +262,10 @@ func TestParsers(t *testing.T) {
 	}{
 		{"1.1.1.1", 1, "1.1.1.1"}, {"1.1.1.1, 2.2.2.2", 1, "2.2.2.2"}, {"1.1.1.1,2.2.2.2", 2, "1.1.1.1"},
 		{"1.1.1.1", 2, ""}, {"x, 2.2.2.2", 2, ""}, {" 3.3.3.3 ,", 1, ""}, {"", 1, ""},
+		// Every entry counts, Envoy's own (use_remote_address: true) included:
+		// entries a client prepends never move the N-th from the right.
+		{"203.0.113.7, 127.0.0.1", 1, "127.0.0.1"}, {"6.6.6.6, 203.0.113.7, 127.0.0.1", 2, "203.0.113.7"},
+		{"6.6.6.6,,, 203.0.113.7", 1, "203.0.113.7"}, {"[2001:db8::1]:443, 10.0.0.1", 2, "2001:db8::1"},
 	}
 	for _, c := range cases {
 		a, ok := XFFFromRight(c.xff, c.n)

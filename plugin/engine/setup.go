@@ -57,7 +57,11 @@ func Summary(c *config.Config, t *Table) string {
 	fmt.Fprintf(&b, "%d rule(s):", len(c.Rules))
 	for i := range c.Rules {
 		r := &c.Rules[i]
-		fmt.Fprintf(&b, " %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+		if IsConcurrency(r) {
+			fmt.Fprintf(&b, " %s=concurrency %d in flight", r.Name, r.Limit.Limit())
+		} else {
+			fmt.Fprintf(&b, " %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+		}
 		if r.MaxDelay > 0 {
 			fmt.Fprintf(&b, " max_delay %s", r.MaxDelay)
 		}

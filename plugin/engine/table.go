@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/lease"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -193,6 +194,88 @@ func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64
 	return limit.Decision{}, 0, ErrContention
 }
 
+// Modifier computes the new state of a slot for Table.Modify. It may be
+// called several times for one Modify (once per CAS attempt), each time
+// with the state as it is then, and whether it is the rule's overflow slot;
+// it reports write false to leave the slot
+// as it is.
+type Modifier interface {
+	Modify(st limit.State, now int64, overflow bool) (next limit.State, expiry int64, write bool)
+}
+
+// Modify updates the state of client fp with m under the same CAS loop as
+// Update (the concurrency rules' transitions, which need more than
+// charge/refund). onlyOverflow addresses the rule's overflow slot of fp's
+// bucket directly: a client that was given the overflow slot must give its
+// slots back there even if a regular slot has freed since. A state whose
+// expiry has passed reads as the zero state.
+func (t *Table) Modify(fp, overflowFP uint64, onlyOverflow bool, now int64, m Modifier) (int, error) {
+	if fp == 0 {
+		fp = 1
+	}
+	key := t.bucketKey(fp)
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		val, cas, found, err := t.store.Get(key)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return 0, err
+		}
+		switch {
+		case !found:
+			val, cas = t.fresh[:], createCAS
+			clear(val)
+		case len(val) != BucketSize:
+			t.Stats.Corrupt++
+			val = t.fresh[:]
+			clear(val)
+		}
+		i, kind := SlotsPerBucket, SlotOverflow
+		if onlyOverflow {
+			s := val[i*slotSize:]
+			if f := getUint64(s[0:8]); f != overflowFP && f != 0 && int64(getUint64(s[8:16])) > now {
+				return kind, nil // taken over by another rule: nothing of ours is left
+			}
+		} else if i, kind = findSlot(val, fp, overflowFP, now); i < 0 {
+			t.Stats.Full++
+			return 0, ErrFull
+		}
+		s := val[i*slotSize : (i+1)*slotSize]
+		slotFP := fp
+		if kind == SlotOverflow {
+			slotFP = overflowFP
+		}
+		var st limit.State
+		if getUint64(s[0:8]) == slotFP && int64(getUint64(s[8:16])) > now {
+			st = limit.DecodeState(s[16:])
+		}
+		next, expiry, write := m.Modify(st, now, kind == SlotOverflow)
+		if !write || next == st {
+			if kind == SlotOverflow {
+				t.Stats.Overflow++
+			}
+			return kind, nil
+		}
+		putUint64(s[0:8], slotFP)
+		putUint64(s[8:16], uint64(expiry))
+		next.Encode(s[16:])
+		mismatch, err := t.store.Set(key, val, cas)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return kind, err
+		}
+		if mismatch {
+			t.Stats.CASRetries++
+			continue
+		}
+		if kind == SlotOverflow {
+			t.Stats.Overflow++
+		}
+		return kind, nil
+	}
+	t.Stats.CASExhausted++
+	return 0, ErrContention
+}
+
 // findSlot returns the slot for fp: its own, else the first free regular
 // slot, else the overflow slot if it is free or already overflowFP's.
 func findSlot(val []byte, fp, overflowFP uint64, now int64) (int, int) {
@@ -229,3 +312,76 @@ func (t *Table) bucketKey(fp uint64) string {
 func putUint64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
 
 func getUint64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// Lease applies fn to the lease state of fingerprint fp (a global rule's
+// client) with a CAS loop, and returns the state fn left. A lease lives in
+// a regular slot of its own (never an overflow slot: a lease is one
+// client's hits, it cannot be shared) until expiry, the end of its window:
+// a slot whose expiry has passed reads as a zero state and may be reused.
+// fn returns false to leave the store unchanged. ErrFull: no free slot.
+func (t *Table) Lease(fp uint64, now, expiry int64, fn func(*lease.State) bool) (lease.State, error) {
+	if fp == 0 {
+		fp = 1
+	}
+	key := t.bucketKey(fp)
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		val, cas, found, err := t.store.Get(key)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return lease.State{}, err
+		}
+		switch {
+		case !found:
+			val, cas = t.fresh[:], createCAS
+			clear(val)
+		case len(val) != BucketSize:
+			t.Stats.Corrupt++
+			val = t.fresh[:]
+			clear(val)
+		}
+		i := leaseSlot(val, fp, now)
+		if i < 0 {
+			t.Stats.Full++
+			return lease.State{}, ErrFull
+		}
+		s := val[i*slotSize : (i+1)*slotSize]
+		var st lease.State
+		if getUint64(s[0:8]) == fp && int64(getUint64(s[8:16])) > now {
+			st = lease.Decode(s[16:])
+		}
+		if !fn(&st) {
+			return st, nil
+		}
+		putUint64(s[0:8], fp)
+		putUint64(s[8:16], uint64(expiry))
+		st.Encode(s[16:])
+		mismatch, err := t.store.Set(key, val, cas)
+		if err != nil {
+			t.Stats.StoreErrors++
+			return lease.State{}, err
+		}
+		if mismatch {
+			t.Stats.CASRetries++
+			continue
+		}
+		return st, nil
+	}
+	t.Stats.CASExhausted++
+	return lease.State{}, ErrContention
+}
+
+// leaseSlot returns fp's own regular slot, else the first free one, else -1.
+func leaseSlot(val []byte, fp uint64, now int64) int {
+	free := -1
+	for i := 0; i < SlotsPerBucket; i++ {
+		s := val[i*slotSize:]
+		f := getUint64(s[0:8])
+		if f == fp {
+			return i
+		}
+		if free < 0 && (f == 0 || int64(getUint64(s[8:16])) <= now) {
+			free = i
+		}
+	}
+	return free
+}

@@ -71,15 +71,16 @@ func TestKeys(t *testing.T) {
 func TestClientIPFields(t *testing.T) {
 	h := newHost(t)
 	vms := workers(t, h, 2, `{"rules":[{"name":"r","limit":1,"window":"1m"}],
-		"client_ip":{"xff_trusted_hops":1,"ipv6_prefix":48},"exempt_cidrs":["192.168.0.0/16","2001:db8:ffff::/48"]}`)
+		"client_ip":{"xff_trusted_hops":2,"ipv6_prefix":48},"exempt_cidrs":["192.168.0.0/16","2001:db8:ffff::/48"]}`)
 	// The load balancer 10.0.0.254 connects to Envoy, which (with
-	// use_remote_address: true) appends it to what the balancer sent.
+	// use_remote_address: true) appends it to what the balancer sent: the
+	// balancer's own entry is the 2nd from the right.
 	peer := "10.0.0.254:9"
 	xff := func(v string) [2]string { return [2]string{"x-forwarded-for", v + ", 10.0.0.254"} }
 	if r := get(vms[0], "/", peer, xff("203.0.113.1")); r.Status != 200 {
 		t.Fatal(r.Status)
 	}
-	// Spoofed leading entries do not change the key (the rightmost is trusted).
+	// Spoofed leading entries do not change the key (the two rightmost are trusted).
 	if r := get(vms[1], "/", peer, xff("9.9.9.9, 203.0.113.1")); r.Status != 429 {
 		t.Errorf("spoofed XFF got a new budget: %d", r.Status)
 	}

@@ -93,10 +93,15 @@ func AppendSeconds(dst []byte, d time.Duration) []byte {
 
 // AppendPolicy appends a RateLimit-Policy item: "<name>";q=<limit>;w=<window seconds>.
 // A sub-second window is reported as w=1, the smallest the field can say.
+// A window <= 0 (a concurrency limit: q requests in flight, no window)
+// omits w, which the draft makes optional.
 func AppendPolicy(dst []byte, name string, limit int64, window time.Duration) []byte {
 	dst = appendName(dst, name)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, limit, 10)
+	if window <= 0 {
+		return dst
+	}
 	dst = append(dst, ";w="...)
 	w := CeilSeconds(window)
 	if w < 1 {

@@ -43,7 +43,7 @@ const (
 	LeakyBucket
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_window", "leaky_bucket"}
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_window", "leaky_bucket", "concurrency"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
@@ -200,6 +200,9 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 		md = 0
 	}
 	switch l.algorithm {
+	case Concurrency:
+		// Not a rate: see Acquire. Admitting keeps a misuse harmless.
+		return s, Decision{Allowed: true, Remaining: l.limit}
 	case FixedWindow:
 		return l.fixedWindow(s, now, n, md)
 	case SlidingWindow:
@@ -216,6 +219,8 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 // <= 0 means s may be discarded.
 func (l Limit) Reset(s State, now int64) time.Duration {
 	switch l.algorithm {
+	case Concurrency:
+		return time.Duration(DecodeSlots(s).Expiry(now) - now)
 	case FixedWindow:
 		if s.B <= 0 {
 			return 0
@@ -496,6 +501,8 @@ func (l Limit) Refund(s State, now int64, n int64) State {
 		n = 1
 	}
 	switch l.algorithm {
+	case Concurrency:
+		return s // see Release
 	case FixedWindow:
 		s.B -= n
 		if s.B < 0 {

@@ -1,0 +1,259 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+)
+
+// The fleet tests: three Envoys with Sluice behind a round-robin front
+// Envoy, global rules kept by the real envoyproxy/ratelimit service on a
+// real Redis (started by the test on loopback).
+
+// shippedRLSConfig is envoy/ratelimit/config/sluice.yaml: the service's
+// configuration that only declares the domain.
+func shippedRLSConfig(t testing.TB) string {
+	t.Helper()
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "envoy", "ratelimit", "config", "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// fleet is three Sluice Envoys and a front Envoy balancing over them.
+type fleet struct {
+	members []*envoytest.Envoy
+	front   *envoytest.Envoy
+}
+
+func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
+	t.Helper()
+	up, err := envoytest.StartUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	f := &fleet{}
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		e := envoytest.StartT(t, envoytest.Options{
+			Upstream:      up.Addr(),
+			Concurrency:   2,
+			Clusters:      map[string]string{"ratelimit": rls.GRPCAddr},
+			HTTP2Clusters: []string{"ratelimit"},
+			StartTimeout:  110 * time.Second, // V8 compiles the plugin once per Envoy: slow on a loaded machine
+			Wasm:          &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
+		})
+		f.members = append(f.members, e)
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(e.Port()))
+	}
+	f.front = envoytest.StartT(t, envoytest.Options{UpstreamEndpoints: addrs, Concurrency: 1})
+	return f
+}
+
+// sum adds a stat over the members.
+func (f *fleet) sum(t *testing.T, name string) uint64 {
+	var n uint64
+	for _, e := range f.members {
+		v, err := e.Stat(name)
+		if err != nil {
+			t.Fatalf("stat %s: %v", name, err)
+		}
+		n += v
+	}
+	return n
+}
+
+// inOneWindow waits, if needed, so that a run of up to need fits in the
+// current wall-clock minute (the service's fixed windows are aligned on
+// it), and returns the minute it starts in.
+func inOneWindow(t *testing.T, need time.Duration) int64 {
+	now := time.Now()
+	if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < need {
+		t.Logf("waiting %v for the next minute window", left.Round(time.Millisecond))
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	return time.Now().Unix() / 60
+}
+
+// send sends n requests for client to path through the front, with
+// workers concurrent senders, and returns the admitted count and one 429.
+func send(t *testing.T, f *fleet, path, client string, n, workers int) (int, *http.Response) {
+	t.Helper()
+	var admitted, next atomic.Int64
+	var mu sync.Mutex
+	var rejected *http.Response
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, _, err := f.front.Get(ctx, path, http.Header{"X-Client": {client}})
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch resp.StatusCode {
+				case 200:
+					admitted.Add(1)
+				case 429:
+					mu.Lock()
+					rejected = resp
+					mu.Unlock()
+				default:
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(admitted.Load()), rejected
+}
+
+const fleetConfig = `{
+  "rules": [
+    {"name": "global", "scope": "global", "match": {"path_prefix": "/global"}, "limit": 100, "window": "1m", "key": ["header:x-client"]},
+    {"name": "local", "algorithm": "fixed_window", "match": {"path_prefix": "/local"}, "limit": 100, "window": "1m", "key": ["header:x-client"]}
+  ],
+  "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "2s"}
+}`
+
+// TestFleetGlobalLimit: one client, 300 requests round-robin over three
+// Envoys: a global rule of 100 per minute admits between 90 and 100 of
+// them, sequentially and with 50 concurrent senders; a local rule of 100
+// per minute admits about 300 (each Envoy its own 100).
+func TestFleetGlobalLimit(t *testing.T) {
+	_, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	f := startFleet(t, rls, fleetConfig)
+	run := fmt.Sprint(time.Now().UnixNano())
+
+	for _, c := range []struct {
+		name    string
+		workers int
+	}{{"sequential", 1}, {"concurrent-50", 50}} {
+		minute := inOneWindow(t, 5*time.Second)
+		callsBefore := f.sum(t, "cluster.ratelimit.upstream_rq_total")
+		start := time.Now()
+		admitted, rej := send(t, f, "/global", run+c.name, 300, c.workers)
+		elapsed := time.Since(start)
+		if end := time.Now().Unix() / 60; end != minute {
+			t.Fatalf("%s: the run crossed a minute window (took %v)", c.name, elapsed)
+		}
+		calls := f.sum(t, "cluster.ratelimit.upstream_rq_total") - callsBefore
+		time.Sleep(1200 * time.Millisecond) // the plugin publishes its counters every second
+		if n := f.sum(t, "wasmcustom.sluice.on_error.allowed"); n > 0 {
+			t.Errorf("%s: %d requests decided by on_error (call failures: %d)", c.name, n, f.sum(t, "wasmcustom.sluice.global.call_failures"))
+		}
+		t.Logf("global 100/1m, %s: admitted %d of 300 in %v; %d calls to the service (%.3f per request)",
+			c.name, admitted, elapsed.Round(time.Millisecond), calls, float64(calls)/300)
+		if admitted < 90 || admitted > 100 {
+			t.Errorf("%s: admitted %d, want 90..100", c.name, admitted)
+		}
+		if rej == nil {
+			t.Fatalf("%s: no 429", c.name)
+		}
+		ra, err := strconv.Atoi(rej.Header.Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 60 {
+			t.Errorf("%s: Retry-After %q", c.name, rej.Header.Get("Retry-After"))
+		}
+		if got := rej.Header.Get("X-RateLimit-Limit"); got != "100" {
+			t.Errorf("%s: X-RateLimit-Limit %q", c.name, got)
+		}
+		if got := rej.Header.Get("RateLimit-Policy"); got != `"global";q=100;w=60` {
+			t.Errorf("%s: RateLimit-Policy %q", c.name, got)
+		}
+	}
+
+	minute := inOneWindow(t, 5*time.Second)
+	admitted, _ := send(t, f, "/local", run+"local", 300, 1)
+	if end := time.Now().Unix() / 60; end != minute {
+		t.Fatalf("local: the run crossed a minute window")
+	}
+	t.Logf("local 100/1m, sequential: admitted %d of 300 (each Envoy counts alone)", admitted)
+	if admitted < 270 {
+		t.Errorf("local: admitted %d, want about 300", admitted)
+	}
+}
+
+// TestFleetRedisDown: with Redis stopped mid-run no request waits longer
+// than the timeout, on_error decides and is counted; with Redis back the
+// global limit holds again within 5 s, without a restart.
+func TestFleetRedisDown(t *testing.T) {
+	redis, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	const timeout = 100 * time.Millisecond
+	cfg := `{
+  "rules": [{"name": "api", "scope": "global", "limit": 20, "window": "1m", "key": ["header:x-client"]}],
+  "global": {"cluster": "ratelimit", "timeout": "100ms"},
+  "on_error": "allow"
+}`
+	f := startFleet(t, rls, cfg)
+	run := fmt.Sprint(time.Now().UnixNano())
+	if a, _ := send(t, f, "/", run+"warm", 5, 1); a != 5 {
+		t.Fatalf("warm-up: admitted %d of 5", a)
+	}
+
+	redis.Stop()
+	var slowest time.Duration
+	admitted := 0
+	for i := 0; i < 60; i++ {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, _, err := f.front.Get(ctx, "/", http.Header{"X-Client": {fmt.Sprintf("%sdown%d", run, i%6)}})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(start))
+		if resp.StatusCode == 200 {
+			admitted++
+		}
+	}
+	time.Sleep(1200 * time.Millisecond)
+	onErr, failures, short := f.sum(t, "wasmcustom.sluice.on_error.allowed"), f.sum(t, "wasmcustom.sluice.global.call_failures"), f.sum(t, "wasmcustom.sluice.global.short_circuited")
+	t.Logf("Redis down: %d of 60 admitted by on_error allow, slowest request %v (timeout %v); on_error.allowed %d, call_failures %d, short_circuited %d",
+		admitted, slowest.Round(time.Millisecond), timeout, onErr, failures, short)
+	if admitted != 60 || onErr < 60 || failures == 0 {
+		t.Errorf("on_error not applied or not counted")
+	}
+	// The timeout plus what a loaded machine adds through two Envoys.
+	if slowest > timeout+150*time.Millisecond {
+		t.Errorf("a request waited %v, timeout %v", slowest, timeout)
+	}
+
+	// The recovery is measured within one minute window of the service.
+	inOneWindow(t, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := redis.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for i := 0; ; i++ {
+		a, rej := send(t, f, "/", fmt.Sprintf("%sback%d", run, i), 40, 1)
+		if a >= 18 && a <= 20 && rej != nil {
+			t.Logf("Redis back: the global limit holds again after %v (admitted %d of 40, limit 20)", time.Since(back).Round(time.Millisecond), a)
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("the global limit does not hold %v after Redis came back (admitted %d of 40, limit 20)", time.Since(back), a)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

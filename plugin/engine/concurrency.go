@@ -1,0 +1,479 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// Concurrency rules (algorithm "concurrency") hold a slot from admission
+// until the stream ends. The shared state and its leases are in
+// shared/limit (Slots); this file keeps what one worker knows:
+//
+//   - holdings: how many slots this worker holds per (rule, key) and the
+//     epoch they were last registered in. Tick renews them once per epoch,
+//     which is what keeps them alive in the shared count; a worker that
+//     vanishes stops renewing and its slots are dropped within
+//     2 × limit.Epoch.
+//   - waiters: requests of this worker that wait in a rule's queue
+//     (max_delay) with a ticket, in arrival order. Tick polls them; a
+//     ticket is admitted when fewer tickets wait ahead of it than slots are
+//     free, whichever worker holds the tickets ahead, so the queue is FIFO
+//     across workers (within limit.QueueWindow of its head).
+//   - hold: the observed mean time a slot is held, per rule, which
+//     estimates Retry-After, Reset and how long a queue may grow before its
+//     last ticket could not start within max_delay.
+
+// SlotRef is a concurrency slot held by a request, to be released when its
+// stream ends.
+type SlotRef struct {
+	Rule     int
+	FP       uint64
+	Overflow bool  // the slot is the rule's overflow slot of the bucket
+	Since    int64 // when it was acquired (ns)
+}
+
+type holdKey struct {
+	rule     int
+	fp       uint64
+	overflow bool
+}
+
+type holding struct {
+	n     int64
+	epoch uint16
+}
+
+// pendingConc is a concurrency rule still to be acquired by a request.
+type pendingConc struct {
+	rule int
+	fp   uint64
+}
+
+// Waiter is a request waiting in a concurrency rule's queue.
+type Waiter struct {
+	ID       uint32 // the stream
+	Deadline int64
+	arrived  int64
+	rule     int
+	fp       uint64
+	overflow bool
+	ticket   uint16
+	gone     bool // abandoned: the ticket must still leave the queue
+	rest     []pendingConc
+	charges  []charge
+	verdict  Verdict
+}
+
+// ConcEvent is what Poll decided for a waiting request.
+type ConcEvent struct {
+	ID      uint32
+	Verdict Verdict // Outcome Allow (resume, or Delay: hold then resume) or Reject
+	Waited  time.Duration
+}
+
+// concOp is the Modifier of every concurrency transition (one per engine,
+// so that no transition allocates).
+type concOp struct {
+	kind     uint8
+	lim      *limit.Limit
+	held     int64 // slots this worker holds in the slot modified
+	epoch    uint16
+	heldOv   int64 // for opAcquire: held and epoch if it is the overflow slot
+	epochOv  uint16
+	overflow bool // the slot modified was the overflow slot
+	ticket   uint16
+	queue    int64
+	out      limit.ConcDecision
+	left     bool
+	observed limit.Slots
+}
+
+const (
+	opAcquire = iota
+	opClaim
+	opLeave
+	opRelease
+	opRenew
+	opView
+)
+
+func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, int64, bool) {
+	var next limit.State
+	o.overflow = overflow
+	switch o.kind {
+	case opAcquire:
+		held, epoch := o.held, o.epoch
+		if overflow {
+			held, epoch = o.heldOv, o.epochOv
+		}
+		next, o.out = o.lim.Acquire(st, now, held, epoch, o.queue)
+	case opClaim:
+		next, o.out = o.lim.Claim(st, now, o.ticket, o.held, o.epoch)
+	case opLeave:
+		next, o.left = o.lim.Leave(st, now, o.ticket)
+	case opRelease:
+		next = o.lim.Release(st, now, o.held, o.epoch)
+	case opRenew:
+		next, o.out.Epoch = o.lim.Renew(st, now, o.held, o.epoch)
+	case opView:
+		o.observed = o.lim.View(st, now)
+		return st, 0, false
+	}
+	return next, limit.DecodeSlots(next).Expiry(now), true
+}
+
+// IsConcurrency reports whether rule r limits requests in flight.
+func IsConcurrency(r *config.Rule) bool { return r.Limit.Algorithm() == limit.Concurrency }
+
+// HasConcurrency reports whether any rule of c is a concurrency rule (the
+// plugin then ticks often enough to renew its slots every epoch).
+func HasConcurrency(c *config.Config) bool {
+	for i := range c.Rules {
+		if IsConcurrency(&c.Rules[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxWaiters bounds the requests one worker keeps waiting in queues.
+const MaxWaiters = 4096
+
+// holdEstimate is the observed mean slot hold time of rule i (0: none yet).
+func (e *Engine) holdEstimate(i int) time.Duration { return time.Duration(e.hold[i]) }
+
+// waitEstimate estimates how long a request with waiting tickets ahead of
+// it waits for a slot of rule i: slots free at about limit per hold time.
+func (e *Engine) waitEstimate(i int, waiting int64) time.Duration {
+	h := e.hold[i]
+	if h <= 0 {
+		return time.Second
+	}
+	return time.Duration((waiting + 1) * h / e.cfg.Rules[i].Limit.Limit())
+}
+
+// queueBound is how many tickets rule i's queue may hold: MaxQueue, or
+// fewer when the observed hold time says the last could not start within
+// max_delay.
+func (e *Engine) queueBound(i int) int64 {
+	r := &e.cfg.Rules[i]
+	if r.Shadow || r.MaxDelay <= 0 {
+		return 0
+	}
+	q := int64(limit.MaxQueue)
+	if h := e.hold[i]; h > 0 {
+		q = min(q, int64(r.MaxDelay)*r.Limit.Limit()/h)
+	}
+	return q
+}
+
+// acquire takes the concurrency slots of pending for the request being
+// decided (v), in order. It returns the index of the rule that rejected
+// the request (-1 if none), or queues the request (v.Outcome = Queue,
+// with a Waiter registered for id).
+func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges []charge, now int64) int {
+	for k, p := range pending {
+		r := &e.cfg.Rules[p.rule]
+		hk := holdKey{rule: p.rule, fp: p.fp}
+		op := &e.op
+		*op = concOp{kind: opAcquire, lim: &r.Limit, queue: e.queueBound(p.rule)}
+		if len(e.waiters) >= MaxWaiters {
+			op.queue = 0
+		}
+		if h := e.holdings[hk]; h != nil {
+			op.held, op.epoch = h.n, h.epoch
+		}
+		if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true}]; h != nil {
+			op.heldOv, op.epochOv = h.n, h.epoch
+		}
+		_, err := e.table.Modify(p.fp, e.overflowFPs[p.rule], false, now, op)
+		if err != nil {
+			v.Err, v.ErrRule = err, r
+			if e.cfg.OnErrorDeny && !r.Shadow {
+				e.Stats.OnErrorDenied++
+				e.releaseAll(v, now)
+				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+				return p.rule
+			}
+			e.Stats.OnErrorAllowed++
+			continue
+		}
+		d := op.out
+		hk.overflow = op.overflow
+		if h := e.holdings[hk]; h != nil {
+			h.epoch = d.Epoch // renewed on the way
+		}
+		st := &e.Stats.Rules[p.rule]
+		switch {
+		case d.Admitted:
+			if !r.Shadow {
+				st.Allowed++
+			}
+			e.hold1(hk, d.Epoch)
+			v.Slots = append(v.Slots, SlotRef{Rule: p.rule, FP: p.fp, Overflow: hk.overflow, Since: now})
+			rem := r.Limit.Limit() - d.InFlight
+			if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.holdEstimate(p.rule) > v.Reset) {
+				v.Report, v.Remaining, v.Reset = r, rem, e.holdEstimate(p.rule)
+			}
+		case d.Queued:
+			w := &Waiter{
+				ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: p.rule, fp: p.fp,
+				overflow: hk.overflow, ticket: d.Ticket, rest: append([]pendingConc(nil), pending[k+1:]...),
+				charges: append([]charge(nil), charges...), verdict: *v,
+			}
+			e.waiters = append(e.waiters, w)
+			v.Outcome = Queue
+			return -1
+		case r.Shadow:
+			st.ShadowRejected++
+			if v.Shadow == nil {
+				v.Shadow, v.ShadowRetryAfter = r, e.waitEstimate(p.rule, d.Waiting)
+			}
+		default:
+			st.Rejected++
+			e.releaseAll(v, now)
+			wait := e.waitEstimate(p.rule, d.Waiting)
+			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+			return p.rule
+		}
+	}
+	return -1
+}
+
+// hold1 counts one more slot held by this worker under hk.
+func (e *Engine) hold1(hk holdKey, epoch uint16) {
+	h := e.holdings[hk]
+	if h == nil {
+		h = &holding{}
+		e.holdings[hk] = h
+	}
+	h.n++
+	h.epoch = epoch
+}
+
+// releaseAll gives back the slots v holds.
+func (e *Engine) releaseAll(v *Verdict, now int64) {
+	e.Release(v.Slots, now)
+	v.Slots = v.Slots[:0]
+}
+
+// Release gives back the concurrency slots of a request whose stream ended
+// (response done, reset, client gone, another filter's local reply: Envoy
+// ends every stream the plugin saw).
+func (e *Engine) Release(slots []SlotRef, now int64) {
+	for _, s := range slots {
+		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow}
+		h := e.holdings[hk]
+		if h == nil {
+			continue
+		}
+		r := &e.cfg.Rules[s.Rule]
+		op := &e.op
+		*op = concOp{kind: opRelease, lim: &r.Limit, held: 1, epoch: h.epoch}
+		if _, err := e.table.Modify(s.FP, e.overflowFPs[s.Rule], s.Overflow, now, op); err != nil {
+			// The slot is dropped with its lease at the latest (2 epochs)
+			// once this worker stops renewing it, which it does now.
+			e.Stats.ReleaseErrors++
+		}
+		if h.n--; h.n <= 0 {
+			delete(e.holdings, hk)
+		}
+		if d := now - s.Since; d > 0 {
+			if e.hold[s.Rule] == 0 {
+				e.hold[s.Rule] = d
+			} else {
+				e.hold[s.Rule] += (d - e.hold[s.Rule]) / 8
+			}
+		}
+	}
+}
+
+// HeldSlots returns the number of concurrency slots this worker holds.
+func (e *Engine) HeldSlots() int64 {
+	var n int64
+	for _, h := range e.holdings {
+		n += h.n
+	}
+	return n
+}
+
+// Waiting returns the number of requests of this worker waiting in queues
+// (abandoned tickets not counted).
+func (e *Engine) Waiting() int {
+	n := 0
+	for _, w := range e.waiters {
+		if !w.gone {
+			n++
+		}
+	}
+	return n
+}
+
+// Abandon forgets the waiting request id (its stream ended); its ticket
+// leaves the queue on a later Poll if it cannot at once.
+func (e *Engine) Abandon(id uint32, now int64) {
+	for _, w := range e.waiters {
+		if w.ID == id && !w.gone {
+			w.gone = true
+			e.refund(w, now)
+			e.releaseAll(&w.verdict, now)
+			e.leave(w, now)
+			return
+		}
+	}
+}
+
+// refund gives back the rate charges of a waiter that will not be served.
+func (e *Engine) refund(w *Waiter, now int64) {
+	for _, c := range w.charges {
+		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+	}
+	w.charges = nil
+}
+
+// leave tries to take w's ticket out of its queue; it reports success (w
+// can then be dropped).
+func (e *Engine) leave(w *Waiter, now int64) bool {
+	op := &e.op
+	*op = concOp{kind: opLeave, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
+	if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err != nil {
+		return false
+	}
+	if op.left {
+		w.ID = 0
+	}
+	return op.left
+}
+
+// Poll advances the waiting requests at now: each live waiter, in arrival
+// order, claims a slot; a waiter past its deadline is rejected; abandoned
+// tickets leave. It appends what happened to requests to out.
+func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
+	keep := e.waiters[:0]
+	blocked := e.blocked[:0]
+	for _, w := range e.waiters {
+		id := w.ID
+		if w.gone {
+			if w.ID != 0 && !e.leave(w, now) {
+				keep = append(keep, w)
+			}
+			continue
+		}
+		r := &e.cfg.Rules[w.rule]
+		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}
+		granted := false
+		if !containsKey(blocked, key) {
+			hk := key
+			op := &e.op
+			*op = concOp{kind: opClaim, lim: &r.Limit, ticket: w.ticket}
+			h := e.holdings[hk]
+			if h != nil {
+				op.held, op.epoch = h.n, h.epoch
+			}
+			if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err == nil {
+				if h != nil {
+					h.epoch = op.out.Epoch
+				}
+				granted = op.out.Admitted
+				if granted {
+					e.hold1(hk, op.out.Epoch)
+					v := &w.verdict
+					v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now})
+					rem := r.Limit.Limit() - op.out.InFlight
+					if v.Report == nil || rem < v.Remaining {
+						v.Report, v.Remaining, v.Reset = r, rem, e.holdEstimate(w.rule)
+					}
+				}
+			}
+		}
+		if !granted {
+			if now >= w.Deadline {
+				e.Stats.Rules[w.rule].Rejected++
+				v := w.verdict
+				e.leave(w, now)
+				w.gone = true
+				e.refund(w, now)
+				e.releaseAll(&w.verdict, now)
+				wait := e.waitEstimate(w.rule, 0)
+				v.Outcome, v.Delay, v.Slots = Reject, 0, nil
+				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+				out = append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
+				if w.ID != 0 {
+					keep = append(keep, w) // the ticket has yet to leave
+				}
+				continue
+			}
+			// Later tickets of this queue on this worker wait behind it.
+			blocked = append(blocked, key)
+			keep = append(keep, w)
+			continue
+		}
+		e.Stats.Rules[w.rule].Delayed++
+		e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
+		v := &w.verdict
+		if len(w.rest) > 0 {
+			// More concurrency rules to pass: they may queue again.
+			v.Outcome = Allow
+			if e.acquire(w.ID, v, w.rest, w.charges, now) >= 0 {
+				e.refund(w, now)
+				v.Outcome, v.Delay = Reject, 0
+				out = append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
+				continue
+			}
+			if v.Outcome == Queue {
+				continue // a new Waiter took over
+			}
+		}
+		v.Outcome = Allow
+		if v.Delay > 0 {
+			v.Outcome = Delay
+		}
+		out = append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
+	}
+	clear(e.waiters[len(keep):])
+	e.waiters = keep
+	e.blocked = blocked
+	if ep := limit.EpochAt(now); ep != e.renewed {
+		e.renewed = ep
+		e.renew(now)
+	}
+	return out
+}
+
+func containsKey(ks []holdKey, k holdKey) bool {
+	for _, x := range ks {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// renew re-registers every slot this worker holds in the current epoch:
+// the lease that keeps them counted (see limit.Slots).
+func (e *Engine) renew(now int64) {
+	ep := limit.EpochAt(now)
+	for hk, h := range e.holdings {
+		if h.epoch == ep {
+			continue
+		}
+		op := &e.op
+		*op = concOp{kind: opRenew, lim: &e.cfg.Rules[hk.rule].Limit, held: h.n, epoch: h.epoch}
+		if _, err := e.table.Modify(hk.fp, e.overflowFPs[hk.rule], hk.overflow, now, op); err == nil {
+			h.epoch = op.out.Epoch
+		}
+	}
+}
+
+// InFlight returns the slots of rule i held for the key of fp, as shared
+// data says at now (all workers).
+func (e *Engine) InFlight(i int, fp uint64, now int64) (inFlight, waiting int64, err error) {
+	op := &e.op
+	*op = concOp{kind: opView, lim: &e.cfg.Rules[i].Limit}
+	if _, err := e.table.Modify(fp, e.overflowFPs[i], false, now, op); err != nil {
+		return 0, 0, err
+	}
+	return op.observed.InFlight(), op.observed.Queued(), nil
+}

@@ -1,0 +1,544 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/lease"
+	"github.com/sluicehq/sluice/shared/rls"
+)
+
+// Global rules: one budget across a fleet of Envoys, kept by a rate-limit
+// service (envoyproxy/ratelimit on Redis), decided locally.
+//
+// A worker that finds a client's lease empty asks the service for k hits in
+// one call (shared/lease sizes k) and pauses the request; the answer fills
+// the lease in shared data, where every worker of this Envoy admits from it
+// without a call. Requests of the same client and rule that arrive on the
+// same worker while a call is in flight wait for that call instead of
+// calling again; the answer serves them first, in arrival order, and what
+// is left stays in the lease. If they outnumber the hits granted, the rest
+// wait for one more call (sized for all of them) as long as their timeout
+// allows. Workers do not coordinate their calls: two workers of one Envoy
+// may each call for the same client at once, which only makes their leases
+// smaller (the service's remaining count falls twice as fast).
+//
+// A call that fails (timeout, the service or Redis down, a missing
+// cluster) leaves the decision to on_error, counted. After a failure the
+// worker's circuit opens: requests that need a call are decided by
+// on_error at once without waiting, except one probe call at a time after
+// a back-off that doubles from 100ms to 2s; a probe's success closes the
+// circuit. Leases already held keep serving meanwhile (their hits were
+// counted by the service before the failure).
+
+// Caller sends one call to the rate-limit service: a gRPC ShouldRateLimit
+// request (framed body) to cluster, answered through done within timeout.
+// The plugin implements it with DispatchHttpCall; done runs on the same
+// worker, later (never inside Call). An error means the call was not sent.
+type Caller interface {
+	Call(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
+}
+
+// Pending is a request waiting for a call to the rate-limit service. The
+// plugin keeps it to cancel it if the stream goes away.
+type Pending struct {
+	// Ctx is the plugin's handle on the request (its HTTP context).
+	Ctx any
+	// Arrival is when the request was decided first; Deadline the latest
+	// moment an answer may still admit it (Arrival + global.timeout).
+	Arrival, Deadline int64
+	verdict           Verdict
+	charged           []charge
+	globals           []globalRef // global rules of the request, in order
+	next              int         // index in globals of the rule waiting
+	cancelled         bool
+	persisted         *Pending // the heap copy of the engine's scratch Pending
+}
+
+// persist returns a Pending that outlives the current decision: the
+// engine's scratch Pending (which every decision reuses, so that requests
+// served from leases allocate nothing) is copied once a request waits.
+func (e *Engine) persist(p *Pending) *Pending {
+	if p != &e.scratch {
+		return p
+	}
+	c := *p
+	c.charged = append(make([]charge, 0, len(p.charged)+len(p.globals)), p.charged...)
+	c.globals = append([]globalRef(nil), p.globals...)
+	p.persisted = &c
+	return &c
+}
+
+// Cancel forgets p: its stream is gone, it takes no hit from an answer.
+func (p *Pending) Cancel() { p.cancelled = true }
+
+// globalRef is one global rule of a request: its index, the client's
+// fingerprint in this Envoy's table and its descriptor key at the service.
+type globalRef struct {
+	rule int
+	fp   uint64
+	key  string
+}
+
+// Decided is called by the engine when a request that waited for a call
+// is decided (Outcome Allow, Delay or Reject) after its answer.
+type Decided func(p *Pending, v *Verdict)
+
+// GlobalStats counts what global rules did.
+type GlobalStats struct {
+	Calls          uint64 // calls sent to the service
+	CallFailures   uint64 // calls that failed (timeout, error reply, not sent)
+	OverLimit      uint64 // calls answered OVER_LIMIT
+	LeaseAdmits    uint64 // requests admitted from a lease, without a call
+	Waited         uint64 // requests that waited for a call
+	ShortCircuited uint64 // requests decided by on_error without a call (circuit open)
+	Expired        uint64 // waiting requests whose timeout ran out before a hit came
+}
+
+type callKey struct {
+	rule int
+	fp   uint64
+}
+
+type inflight struct {
+	done    bool
+	sentAt  int64
+	timeout time.Duration
+	key     callKey
+	ref     globalRef
+	k       uint32
+	callAt  int64
+	noLease bool
+	waiters []*Pending
+}
+
+// circuit stops waiting on the service while it keeps failing.
+type circuit struct {
+	failures  int
+	openUntil int64
+	probing   bool
+}
+
+const (
+	circuitMinBackoff = 100 * time.Millisecond
+	circuitMaxBackoff = 2 * time.Second
+)
+
+// allow says whether a call may be sent at now: always while the circuit
+// is closed; once per back-off (a probe) while it is open.
+func (c *circuit) allow(now int64) bool {
+	if c.failures == 0 {
+		return true
+	}
+	if c.probing || now < c.openUntil {
+		return false
+	}
+	c.probing = true
+	return true
+}
+
+func (c *circuit) success() { c.failures, c.probing = 0, false }
+
+func (c *circuit) failure(now int64) {
+	c.failures++
+	c.probing = false
+	b := circuitMinBackoff << min(c.failures-1, 10)
+	c.openUntil = now + int64(min(b, circuitMaxBackoff))
+}
+
+// Open reports whether the worker's circuit to the service is open.
+func (e *Engine) CircuitOpen() bool { return e.circuit.failures > 0 }
+
+// SetGlobal gives the engine what global rules need: the caller of the
+// service and the function told of decisions made after a call.
+func (e *Engine) SetGlobal(c Caller, d Decided) {
+	e.caller, e.decided = c, d
+}
+
+// descriptorKey is the client's key at the service: the same on every
+// Envoy of the fleet (no per-process seed), and of fixed size whatever the
+// keyed header holds.
+func descriptorKey(keyBuf []byte) string {
+	sum := sha256.Sum256(keyBuf)
+	return hex.EncodeToString(sum[:16])
+}
+
+// decideGlobal evaluates the request's global rules from index from, on
+// verdict v (the local rules admitted it). It returns true when the
+// request now waits for a call (v.Outcome is Call and v.Pending set).
+func (e *Engine) decideGlobal(p *Pending, now int64) bool {
+	v := &p.verdict
+	for p.next < len(p.globals) {
+		g := p.globals[p.next]
+		r := &e.cfg.Rules[g.rule]
+		end := lease.WindowEnd(now, r.Limit.Window())
+		var admitted, exhausted bool
+		st, err := e.table.Lease(g.fp, now, end, func(s *lease.State) bool {
+			var ns lease.State
+			ns, admitted, exhausted = lease.Take(*s)
+			if !admitted {
+				return false
+			}
+			*s = ns
+			return true
+		})
+		noLease := false
+		if errors.Is(err, ErrFull) {
+			noLease, err = true, nil
+		}
+		if err != nil {
+			if e.onError(p, r, g.rule, err) {
+				return false
+			}
+			p.next++
+			continue
+		}
+		switch {
+		case admitted:
+			e.Global.LeaseAdmits++
+			e.admitGlobal(p, g, &st, now, end)
+			p.next++
+			continue
+		case exhausted:
+			e.rejectGlobal(p, g.rule, now, end)
+			return false
+		}
+		// The lease is empty: this request needs the service.
+		key := callKey{g.rule, g.fp}
+		if in, ok := e.calls[key]; ok {
+			q := e.persist(p)
+			q.verdict.Outcome = Call
+			in.waiters = append(in.waiters, q)
+			e.Global.Waited++
+			v.Outcome = Call
+			return true
+		}
+		if !e.circuit.allow(now) {
+			e.Global.ShortCircuited++
+			if e.onError(p, r, g.rule, errCircuitOpen) {
+				return false
+			}
+			p.next++
+			continue
+		}
+		k := uint32(1)
+		if !noLease {
+			k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
+		}
+		in := &inflight{key: key, ref: g, k: k, callAt: now, noLease: noLease}
+		if err := e.send(in, now, p.Deadline); err != nil {
+			e.circuit.failure(now)
+			if e.onError(p, r, g.rule, err) {
+				return false
+			}
+			p.next++
+			continue
+		}
+		q := e.persist(p)
+		q.verdict.Outcome = Call
+		in.waiters = []*Pending{q}
+		e.Global.Waited++
+		v.Outcome = Call
+		return true
+	}
+	// Every global rule admitted the request.
+	e.finishAdmit(p)
+	return false
+}
+
+var errCircuitOpen = errors.New("rate-limit service failing: circuit open, not waiting")
+
+// ErrTimeout: a waiting request's timeout ran out before the service gave
+// it a hit.
+var ErrTimeout = errors.New("rate-limit service did not answer within global.timeout")
+
+// send dispatches the call of in, which must answer by deadline.
+func (e *Engine) send(in *inflight, now, deadline int64) error {
+	r := &e.cfg.Rules[in.ref.rule]
+	g := e.cfg.Global
+	timeout := time.Duration(deadline - now)
+	if timeout < time.Millisecond {
+		return ErrTimeout
+	}
+	unit, _ := rls.UnitOf(r.Limit.Window())
+	req := rls.Request{
+		Domain:  g.Domain,
+		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: in.ref.key}},
+		Limit:   uint32(r.Limit.Limit()),
+		Unit:    unit,
+		Hits:    in.k,
+	}
+	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
+	e.Global.Calls++
+	in.sentAt, in.timeout = now, timeout
+	err := e.caller.Call(g.Cluster, e.callBuf, timeout, func(resp rls.Response, err error) {
+		e.answer(in, resp, err)
+	})
+	if err != nil {
+		e.Global.CallFailures++
+		return err
+	}
+	e.calls[in.key] = in
+	return nil
+}
+
+// Sweep fails calls that should have been answered by now. Envoy does not
+// deliver the answer of a call whose initiating stream is gone (the Go SDK
+// drops it), so without a sweep the other requests waiting for that call
+// would wait forever; the plugin calls Sweep from its tick.
+func (e *Engine) Sweep(now int64) {
+	for _, in := range e.calls {
+		if now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond) {
+			e.answer(in, rls.Response{}, ErrTimeout)
+		}
+	}
+}
+
+// Waiting returns the number of calls in flight on this worker.
+func (e *Engine) CallsInFlight() int { return len(e.calls) }
+
+// answer handles the reply to in's call.
+func (e *Engine) answer(in *inflight, resp rls.Response, err error) {
+	if in.done {
+		return // swept already
+	}
+	in.done = true
+	now := e.now()
+	if e.calls[in.key] == in {
+		delete(e.calls, in.key)
+	}
+	r := &e.cfg.Rules[in.ref.rule]
+	w := r.Limit.Window()
+	if err != nil {
+		e.Global.CallFailures++
+		e.circuit.failure(now)
+		for _, p := range in.waiters {
+			if p.cancelled {
+				continue
+			}
+			if !e.onError(p, r, in.ref.rule, err) {
+				p.next++
+				e.continueGlobal(p, now)
+				continue
+			}
+			e.decided(p, &p.verdict)
+		}
+		return
+	}
+	e.circuit.success()
+	end := lease.WindowEnd(now, w)
+	if lease.WindowStart(in.callAt, w) != lease.WindowStart(now, w) {
+		// The answer crossed a window boundary: the service may have counted
+		// the hits in either window. Use none of them (under-admission, at
+		// most k once per boundary) and ask again.
+		e.retry(in, in.waiters, now)
+		return
+	}
+	if resp.Code == rls.CodeOverLimit {
+		e.Global.OverLimit++
+	}
+	a := lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining}
+	waiting := 0
+	for _, p := range in.waiters {
+		if !p.cancelled {
+			waiting++
+		}
+	}
+	var granted uint32
+	st, lerr := e.table.Lease(in.ref.fp, now, end, func(s *lease.State) bool {
+		var g uint32
+		*s, g = lease.Grant(*s, a, w, now)
+		granted = g
+		s.Tokens += g - min(g, uint32(waiting))
+		return true
+	})
+	if lerr != nil {
+		// No room to keep the lease: the hits beyond the waiters are lost.
+		var s lease.State
+		s, granted = lease.Grant(s, a, w, now)
+		st = s
+	}
+	order := in.waiters
+	if granted > 0 && uint32(waiting) > granted && len(order) > 1 && !order[0].cancelled {
+		// Some requests will wait for one more call, which is sent from
+		// here: the Go SDK delivers its answer only while the stream that
+		// was active when it was sent lives, which is the request that sent
+		// this call (order[0]). Keep that one waiting and serve the others.
+		order = append(append(make([]*Pending, 0, len(order)), order[1:]...), order[0])
+	}
+	var rest []*Pending
+	for _, p := range order {
+		if p.cancelled {
+			continue
+		}
+		if granted > 0 {
+			granted--
+			e.admitGlobal(p, in.ref, &st, now, end)
+			p.next++
+			e.continueGlobal(p, now)
+			continue
+		}
+		if st.Exhausted || (!a.OK && in.k <= 1) {
+			e.rejectGlobal(p, in.ref.rule, now, end)
+			e.decided(p, &p.verdict)
+			continue
+		}
+		rest = append(rest, p)
+	}
+	if len(rest) > 0 {
+		e.retry(in, rest, now)
+	}
+}
+
+// retry sends one more call for the requests of in still waiting; those
+// whose timeout has run out are decided by on_error.
+func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
+	r := &e.cfg.Rules[in.ref.rule]
+	var live []*Pending
+	deadline := int64(0)
+	for _, p := range waiters {
+		if p.cancelled {
+			continue
+		}
+		if p.Deadline-now < int64(time.Millisecond) {
+			e.Global.Expired++
+			if !e.onError(p, r, in.ref.rule, ErrTimeout) {
+				p.next++
+				e.continueGlobal(p, now)
+				continue
+			}
+			e.decided(p, &p.verdict)
+			continue
+		}
+		if deadline == 0 || p.Deadline < deadline {
+			deadline = p.Deadline
+		}
+		live = append(live, p)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if old, ok := e.calls[in.key]; ok {
+		// Another call for this client started meanwhile: wait for it.
+		old.waiters = append(old.waiters, live...)
+		return
+	}
+	st, _ := e.table.Lease(in.ref.fp, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
+	k := uint32(1)
+	if !in.noLease {
+		k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, uint32(len(live)))
+	}
+	next := &inflight{key: in.key, ref: in.ref, k: k, callAt: now, noLease: in.noLease, waiters: live}
+	if err := e.send(next, now, deadline); err != nil {
+		e.circuit.failure(now)
+		for _, p := range live {
+			if !e.onError(p, r, in.ref.rule, err) {
+				p.next++
+				e.continueGlobal(p, now)
+				continue
+			}
+			e.decided(p, &p.verdict)
+		}
+	}
+}
+
+// continueGlobal goes on with p's next global rules after an answer, and
+// tells the plugin if p is decided.
+func (e *Engine) continueGlobal(p *Pending, now int64) {
+	if e.decideGlobal(p, now) {
+		return // waiting for another call
+	}
+	e.decided(p, &p.verdict)
+}
+
+// admitGlobal records that global rule g admitted p (lease state st).
+func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
+	r := &e.cfg.Rules[g.rule]
+	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp})
+	rem := int64(st.Tokens)
+	if st.Known {
+		rem += int64(st.Remaining)
+	} else {
+		rem = r.Limit.Limit() - 1
+	}
+	rem = min(rem, r.Limit.Limit()-1)
+	reset := time.Duration(end - now)
+	v := &p.verdict
+	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && reset > v.Reset) {
+		v.Report, v.Remaining, v.Reset = r, rem, reset
+	}
+}
+
+// rejectGlobal rejects p by global rule i (the service has nothing left
+// for the client until end) and refunds what p was charged.
+func (e *Engine) rejectGlobal(p *Pending, i int, now, end int64) {
+	r := &e.cfg.Rules[i]
+	e.Stats.Rules[i].Rejected++
+	v := &p.verdict
+	wait := time.Duration(end - now)
+	v.Outcome, v.Delay = Reject, 0
+	v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+	e.refundGlobal(p, now)
+}
+
+// onError applies on_error to p for rule r after err; true if p is now
+// rejected (decided), false if the rule is passed over.
+func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
+	v := &p.verdict
+	v.Err, v.ErrRule = err, r
+	if e.cfg.OnErrorDeny {
+		e.Stats.OnErrorDenied++
+		v.Outcome, v.Delay = Reject, 0
+		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+		e.refundGlobal(p, e.now())
+		return true
+	}
+	e.Stats.OnErrorAllowed++
+	return false
+}
+
+// refund gives back every charge p holds (local rules and global leases)
+// and the concurrency slots it took.
+func (e *Engine) refundGlobal(p *Pending, now int64) {
+	if len(p.verdict.Slots) > 0 {
+		e.releaseAll(&p.verdict, now)
+	}
+	for _, c := range p.charged {
+		r := &e.cfg.Rules[c.rule]
+		if !r.Global {
+			e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &r.Limit, now, 1, 0)
+			continue
+		}
+		end := lease.WindowEnd(now, r.Limit.Window())
+		e.table.Lease(c.fp, now, end, func(s *lease.State) bool {
+			if !s.Known && s.Tokens == 0 {
+				return false // another window: nothing to give back to
+			}
+			s.Tokens++
+			return true
+		})
+	}
+	p.charged = p.charged[:0]
+}
+
+// finishAdmit counts p's admission by every rule that charged it.
+func (e *Engine) finishAdmit(p *Pending) {
+	v := &p.verdict
+	v.Outcome = Allow
+	if v.Delay > 0 {
+		v.Outcome = Delay
+	}
+	for _, c := range p.charged {
+		if e.cfg.Rules[c.rule].Shadow {
+			continue
+		}
+		if v.Delay > 0 {
+			e.Stats.Rules[c.rule].Delayed++
+		} else {
+			e.Stats.Rules[c.rule].Allowed++
+		}
+	}
+}

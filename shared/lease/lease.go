@@ -1,0 +1,214 @@
+// Package lease is the arithmetic of global rules: how many hits of a
+// client's fleet-wide budget one Envoy takes from the rate-limit service in
+// one call, and how it serves requests from them.
+//
+// The service (envoyproxy/ratelimit on Redis) counts hits in fixed windows
+// aligned on the wall clock. An Envoy asks for k hits at once (hits_addend);
+// when the service answers OK, those k hits are already counted in Redis, so
+// the Envoy may admit k requests without asking again: tokens are taken from
+// the shared budget before they are used, and the fleet never admits more
+// than the limit in a window. The cost of leasing is the opposite error:
+// tokens leased but not used before the window ends are lost
+// (under-admission). Size keeps that loss small:
+//
+//   - a lease is at most a fair part of what the service last said was left,
+//     remaining / (2 × share), where share estimates how many Envoys draw on
+//     the same client's budget (learnt from how fast the service's remaining
+//     count falls between this Envoy's calls); a client near its limit is
+//     thus served one hit per call;
+//   - a lease is at most what this Envoy will use before the window ends at
+//     the rate its previous lease drained.
+//
+// The service increments its counter by k even when that crosses the limit
+// (it then answers OVER_LIMIT), so asking for more than is left would waste
+// the tail of the window: after an OVER_LIMIT for k > 1 the next call asks
+// for a single hit, and only an OVER_LIMIT for a single hit marks the
+// client exhausted until the window ends (no further calls in the window).
+//
+// Everything here is a pure function of the state, the limit, the window
+// and the time, which is passed explicitly (nanoseconds since the Unix
+// epoch, the clock the service aligns its windows on).
+package lease
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// StateSize is the size of an encoded State.
+const StateSize = 16
+
+// Limits of the fields.
+const (
+	MaxK     = 1<<24 - 1 // largest lease (LastK has 24 bits)
+	MaxShare = 31
+	// DefaultShare is the share assumed before the first answer of a
+	// window: a first lease is limit / (2 × DefaultShare).
+	DefaultShare = 4
+)
+
+// State is one client's lease at one Envoy under one global rule, valid in
+// one window (the table slot that holds it expires at the window's end, so
+// a state from an earlier window is never read as current).
+type State struct {
+	// Tokens are hits leased from the service and not used yet.
+	Tokens uint32
+	// Remaining is what the service said was left after this Envoy's last
+	// grant in the window (valid if Known).
+	Remaining uint32
+	// GrantAt is when the last grant arrived, in milliseconds since the
+	// window's start; LastK its size. They give the drain rate.
+	GrantAt uint32
+	LastK   uint32
+	// Share estimates how many Envoys draw on this budget (1..MaxShare; 0:
+	// unknown).
+	Share uint8
+	// Known: Remaining holds an answer from this window.
+	Known bool
+	// Exhausted: the service refused a single hit; reject until the window
+	// ends without asking.
+	Exhausted bool
+	// Shrink: the last call was refused for k > 1; ask for one hit next.
+	Shrink bool
+}
+
+// Encode writes s into b (StateSize bytes).
+func (s *State) Encode(b []byte) {
+	_ = b[StateSize-1]
+	binary.LittleEndian.PutUint32(b[0:], s.Tokens)
+	binary.LittleEndian.PutUint32(b[4:], s.Remaining)
+	binary.LittleEndian.PutUint32(b[8:], s.GrantAt)
+	k := min(s.LastK, MaxK)
+	b[12], b[13], b[14] = byte(k), byte(k>>8), byte(k>>16)
+	f := min(s.Share, MaxShare) << 2
+	if s.Known {
+		f |= 1
+	}
+	if s.Exhausted {
+		f |= 2
+	}
+	if s.Shrink {
+		f |= 0x80
+	}
+	b[15] = f
+}
+
+// Decode reads a State written by Encode.
+func Decode(b []byte) State {
+	_ = b[StateSize-1]
+	return State{
+		Tokens:    binary.LittleEndian.Uint32(b[0:]),
+		Remaining: binary.LittleEndian.Uint32(b[4:]),
+		GrantAt:   binary.LittleEndian.Uint32(b[8:]),
+		LastK:     uint32(b[12]) | uint32(b[13])<<8 | uint32(b[14])<<16,
+		Share:     (b[15] >> 2) & MaxShare,
+		Known:     b[15]&1 != 0,
+		Exhausted: b[15]&2 != 0,
+		Shrink:    b[15]&0x80 != 0,
+	}
+}
+
+// WindowStart returns the start of the fixed window of length w holding
+// now, aligned on the Unix epoch as the service aligns it.
+func WindowStart(now int64, w time.Duration) int64 {
+	return now - now%int64(w)
+}
+
+// WindowEnd returns the end of the window holding now.
+func WindowEnd(now int64, w time.Duration) int64 {
+	return WindowStart(now, w) + int64(w)
+}
+
+// Take admits one request from the lease if it can. It returns the new
+// state and whether the request was admitted; when it was not, exhausted
+// says the service has nothing left this window (reject), otherwise a call
+// is needed.
+func Take(s State) (State, bool, bool) {
+	if s.Tokens > 0 {
+		s.Tokens--
+		return s, true, false
+	}
+	return s, false, s.Exhausted
+}
+
+// Size returns how many hits to ask for in the next call of the window
+// holding now, for a rule of limit per window w. need is the number of
+// requests already waiting for this call (at least 1).
+func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32 {
+	need = max(need, 1)
+	if s.Shrink {
+		return 1
+	}
+	rem := limit
+	if s.Known {
+		rem = s.Remaining
+	}
+	share := uint32(s.Share)
+	if share == 0 {
+		share = DefaultShare
+	}
+	// A fair part of what is left: near the limit this is one hit per call.
+	k := rem / (2 * share)
+	if s.Known && s.LastK > 0 {
+		// At the rate the last lease drained, what this Envoy uses until the
+		// window ends.
+		startMS := WindowStart(now, w) / int64(time.Millisecond)
+		elapsed := max(now/int64(time.Millisecond)-startMS-int64(s.GrantAt), 1)
+		left := max((WindowEnd(now, w)-now)/int64(time.Millisecond), 1)
+		want := (int64(s.LastK)*left + elapsed - 1) / elapsed
+		if want < int64(k) {
+			k = uint32(max(want, 1))
+		}
+	}
+	k = max(k, need)
+	if k > rem && rem > 0 {
+		// Never ask for more than the service last said was left; with
+		// waiters beyond that, the rest of them learn the answer next call.
+		k = rem
+	}
+	return min(max(k, 1), MaxK)
+}
+
+// Answer is what the service said to a call for K hits.
+type Answer struct {
+	K  uint32
+	OK bool // OK: the K hits are counted and ours
+	// Remaining after the call (limit_remaining).
+	Remaining uint32
+}
+
+// Grant merges the answer to a call made at callAt into s at now (both in
+// the same window; an answer arriving in a later window is not granted by
+// the caller). It returns the new state and the hits granted, which the
+// caller hands to the waiting requests first and adds to Tokens for the
+// rest.
+func Grant(s State, a Answer, w time.Duration, now int64) (State, uint32) {
+	if !a.OK {
+		if a.K <= 1 {
+			s.Exhausted = true
+			s.Shrink = false
+		} else {
+			s.Shrink = true
+		}
+		s.Known, s.Remaining = true, 0
+		return s, 0
+	}
+	// The share: how much the budget fell while this Envoy used its last
+	// lease, over what this Envoy used.
+	if s.Known && s.LastK > 0 && s.Remaining >= a.Remaining+a.K {
+		others := s.Remaining - a.Remaining - a.K
+		est := 1 + (others+s.LastK/2)/s.LastK
+		old := uint32(s.Share)
+		if old == 0 {
+			old = est
+		}
+		s.Share = uint8(min((old+est+1)/2, MaxShare))
+	} else if s.Share == 0 {
+		s.Share = DefaultShare
+	}
+	s.Known, s.Shrink, s.Exhausted = true, false, false
+	s.Remaining = a.Remaining
+	s.LastK = min(a.K, MaxK)
+	s.GrantAt = uint32((now - WindowStart(now, w)) / int64(time.Millisecond))
+	return s, a.K
+}

@@ -1,0 +1,172 @@
+package lease
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestEncodeDecode(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 10000; i++ {
+		s := State{Tokens: r.Uint32(), Remaining: r.Uint32(), GrantAt: r.Uint32(), LastK: r.Uint32N(MaxK + 1),
+			Share: uint8(r.UintN(MaxShare + 1)), Known: r.IntN(2) == 0, Exhausted: r.IntN(2) == 0, Shrink: r.IntN(2) == 0}
+		var b [StateSize]byte
+		s.Encode(b[:])
+		if got := Decode(b[:]); got != s {
+			t.Fatalf("%+v -> %+v", s, got)
+		}
+	}
+}
+
+// service models envoyproxy/ratelimit on Redis for one key: INCRBY k in the
+// current fixed window, OVER_LIMIT when the count passes the limit (the
+// count still grows: what the service does for a single descriptor).
+type service struct {
+	limit  uint32
+	w      time.Duration
+	window int64
+	count  uint64
+	calls  int
+}
+
+func (s *service) call(k uint32, now int64) Answer {
+	s.calls++
+	if ws := WindowStart(now, s.w); ws != s.window {
+		s.window, s.count = ws, 0
+	}
+	s.count += uint64(k)
+	if s.count > uint64(s.limit) {
+		return Answer{K: k}
+	}
+	return Answer{K: k, OK: true, Remaining: uint32(uint64(s.limit) - s.count)}
+}
+
+// envoy is one Envoy's lease for the client, as the plugin keeps it: a
+// state valid until the end of its window.
+type envoy struct {
+	st  State
+	end int64
+}
+
+// decide serves one request at now the way the plugin does: from the
+// lease, else a call (and one retry for a single hit after an OVER_LIMIT
+// for more).
+func (e *envoy) decide(svc *service, now int64) bool {
+	if now >= e.end {
+		e.st = State{Share: e.st.Share}
+		e.st.Known = false
+		e.end = WindowEnd(now, svc.w)
+	}
+	st, ok, exhausted := Take(e.st)
+	e.st = st
+	if ok {
+		return true
+	}
+	if exhausted {
+		return false
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		k := Size(e.st, svc.limit, svc.w, now, 1)
+		a := svc.call(k, now)
+		var g uint32
+		e.st, g = Grant(e.st, a, svc.w, now)
+		if g > 0 {
+			e.st.Tokens += g - 1
+			return true
+		}
+		if !e.st.Shrink {
+			return false
+		}
+	}
+	return false
+}
+
+// simulate sends n requests spread over one window, each to a random Envoy
+// of a fleet of size fleet, and returns admitted and calls.
+func simulate(r *rand.Rand, fleet int, limit uint32, n int, w time.Duration) (int, int) {
+	svc := &service{limit: limit, w: w}
+	envoys := make([]envoy, fleet)
+	start := int64(1_700_000_000) * int64(time.Second)
+	start = WindowStart(start, w)
+	admitted := 0
+	times := make([]int64, n)
+	for i := range times {
+		times[i] = start + r.Int64N(int64(w))
+	}
+	// Arrivals in time order.
+	slices.Sort(times)
+	for _, now := range times {
+		if envoys[r.IntN(fleet)].decide(svc, now) {
+			admitted++
+		}
+	}
+	return admitted, svc.calls
+}
+
+// TestFleetNeverExceeds: whatever the fleet size, limit and demand, the
+// fleet admits at most limit in a window; under sustained demand above the
+// limit it admits at least 90% of it.
+func TestFleetNeverExceeds(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	for trial := 0; trial < 300; trial++ {
+		fleet := 1 + r.IntN(10)
+		limit := uint32(1 + r.IntN(2000))
+		n := r.IntN(4 * int(limit))
+		admitted, _ := simulate(r, fleet, limit, n, time.Minute)
+		if admitted > int(limit) {
+			t.Fatalf("fleet %d limit %d demand %d: admitted %d", fleet, limit, n, admitted)
+		}
+		if n >= 2*int(limit) && limit >= 20 && admitted < int(limit)*9/10 {
+			t.Errorf("fleet %d limit %d demand %d: admitted only %d", fleet, limit, n, admitted)
+		}
+	}
+}
+
+// TestThreeEnvoys100: the scenario, round-robin over three Envoys.
+func TestThreeEnvoys100(t *testing.T) {
+	svc := &service{limit: 100, w: time.Minute}
+	envoys := make([]envoy, 3)
+	now := WindowStart(int64(1_700_000_000)*int64(time.Second), time.Minute)
+	admitted := 0
+	for i := 0; i < 300; i++ {
+		now += int64(time.Millisecond)
+		if envoys[i%3].decide(svc, now) {
+			admitted++
+		}
+	}
+	t.Logf("admitted %d of 300, %d calls", admitted, svc.calls)
+	if admitted < 90 || admitted > 100 {
+		t.Fatalf("admitted %d", admitted)
+	}
+}
+
+// TestFarUnderLimitFewCalls: a client well under its limit costs far fewer
+// than one call per request.
+func TestFarUnderLimitFewCalls(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	admitted, calls := simulate(r, 3, 1000, 200, time.Minute)
+	t.Logf("admitted %d, %d calls", admitted, calls)
+	if admitted != 200 || float64(calls)/200 > 0.1 {
+		t.Fatalf("admitted %d with %d calls", admitted, calls)
+	}
+}
+
+// TestNearLimitOneByOne: once the service says little is left, leases are
+// single hits.
+func TestNearLimitOneByOne(t *testing.T) {
+	s := State{Known: true, Remaining: 3, Share: 2, LastK: 10, GrantAt: 1}
+	now := WindowStart(int64(1e18), time.Minute) + int64(10*time.Second)
+	if k := Size(s, 100, time.Minute, now, 1); k != 1 {
+		t.Fatalf("k = %d", k)
+	}
+	s, g := Grant(s, Answer{K: 5}, time.Minute, now)
+	if g != 0 || !s.Shrink || s.Exhausted || Size(s, 100, time.Minute, now, 3) != 1 {
+		t.Fatalf("after OVER_LIMIT for 5: %+v", s)
+	}
+	s, _ = Grant(s, Answer{K: 1}, time.Minute, now)
+	if _, ok, exhausted := Take(s); ok || !exhausted {
+		t.Fatalf("after OVER_LIMIT for 1: %+v", s)
+	}
+}

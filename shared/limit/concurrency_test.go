@@ -1,0 +1,208 @@
+package limit
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func mustConc(t *testing.T, n int64) Limit {
+	t.Helper()
+	l, err := NewConcurrency(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestSlotsEncodeRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 1000; i++ {
+		s := Slots{Epoch: uint16(r.Uint32()), Cur: uint16(r.Uint32()), Prev: uint16(r.Uint32()),
+			Head: uint16(r.Uint32()), Tail: uint16(r.Uint32()), Done: uint16(r.Uint32()), Last: r.Uint32()}
+		if got := DecodeSlots(EncodeSlots(s)); got != s {
+			t.Fatalf("%+v -> %+v", s, got)
+		}
+	}
+	if DecodeSlots(State{}) != (Slots{}) || !DecodeSlots(State{}).Idle() {
+		t.Fatal("the zero State is not an idle key")
+	}
+}
+
+func TestNewConcurrencyRange(t *testing.T) {
+	for _, n := range []int64{0, -1, MaxConcurrency + 1} {
+		if _, err := NewConcurrency(n); err == nil {
+			t.Errorf("NewConcurrency(%d) accepted", n)
+		}
+	}
+	l := mustConc(t, MaxConcurrency)
+	if l.Algorithm() != Concurrency || l.Algorithm().String() != "concurrency" || l.Window() != 0 {
+		t.Fatalf("%v %v %v", l.Algorithm(), l.Algorithm().String(), l.Window())
+	}
+	if a, ok := ParseAlgorithm("concurrency"); !ok || a != Concurrency {
+		t.Fatal("ParseAlgorithm(concurrency)")
+	}
+}
+
+// TestConcurrencyAdmitsUpToLimit: limit admissions, then rejections; a
+// release admits one more.
+func TestConcurrencyAdmitsUpToLimit(t *testing.T) {
+	l := mustConc(t, 3)
+	now := 10 * sec
+	var st State
+	var d ConcDecision
+	for i := 0; i < 3; i++ {
+		if st, d = l.Acquire(st, now, 0, 0, 0); !d.Admitted || d.InFlight != int64(i+1) {
+			t.Fatalf("acquire %d: %+v", i, d)
+		}
+	}
+	if st2, d := l.Acquire(st, now, 0, 0, 0); d.Admitted || d.Queued || st2 != st {
+		t.Fatalf("fourth: %+v (state changed: %v)", d, st2 != st)
+	}
+	st = l.Release(st, now+1, 1, d.Epoch)
+	if _, d := l.Acquire(st, now+2, 0, 0, 0); !d.Admitted {
+		t.Fatal("not admitted after a release")
+	}
+}
+
+// TestConcurrencyLeases: slots nobody renews are dropped when the state
+// enters the second epoch after their registration; renewed ones stay;
+// releasing dropped slots changes nothing.
+func TestConcurrencyLeases(t *testing.T) {
+	l := mustConc(t, 10)
+	t0 := 100*sec + sec/2
+	var st State
+	var dead, live ConcDecision
+	for i := 0; i < 4; i++ {
+		st, dead = l.Acquire(st, t0, 0, 0, 0) // a worker that will vanish
+	}
+	st, live = l.Acquire(st, t0, 0, 0, 0) // a worker that renews
+	var liveEpoch uint16
+	st, liveEpoch = l.Renew(st, t0+sec, 1, live.Epoch) // epoch +1: renewed
+	if v := l.View(st, t0+sec); v.InFlight() != 5 {
+		t.Fatalf("one epoch on: %d in flight, want 5", v.InFlight())
+	}
+	// Epochs are aligned on the clock: registered in epoch 100 (t0 is
+	// 100.5 s), dropped when the state enters epoch 102.
+	if v := l.View(st, 102*sec-1); v.InFlight() != 5 {
+		t.Fatalf("just before the second epoch: %d", v.InFlight())
+	}
+	if v := l.View(st, 102*sec); v.InFlight() != 1 {
+		t.Fatalf("second epoch: %d in flight, want 1 (the renewed slot)", v.InFlight())
+	}
+	st, liveEpoch = l.Renew(st, t0+2*sec, 1, liveEpoch)
+	// The vanished worker's release, were it to come, changes nothing.
+	if st2 := l.Release(st, t0+2*sec, 4, dead.Epoch); l.View(st2, t0+2*sec).InFlight() != 1 {
+		t.Fatal("a release of dropped slots changed the count")
+	}
+	st = l.Release(st, t0+3*sec, 1, liveEpoch)
+	if v := l.View(st, t0+3*sec); !v.Idle() {
+		t.Fatalf("after the last release: %+v", v)
+	}
+	// A worker alive after all (late renewal) puts its slots back.
+	st, _ = l.Renew(st, t0+5*sec, 2, dead.Epoch)
+	if v := l.View(st, t0+5*sec); v.InFlight() != 2 {
+		t.Fatalf("late renewal: %d", v.InFlight())
+	}
+}
+
+// TestConcurrencyQueueOrder: tickets are admitted in order as slots free;
+// a ticket cannot pass the tickets ahead of it, an abandoned ticket does not
+// block, and a queue stuck on a vanished worker's tickets is skipped after
+// Stall.
+func TestConcurrencyQueueOrder(t *testing.T) {
+	l := mustConc(t, 1)
+	now := 50 * sec
+	st, first := l.Acquire(State{}, now, 0, 0, 10)
+	var tickets []uint16
+	for i := 0; i < 4; i++ {
+		var d ConcDecision
+		st, d = l.Acquire(st, now, 0, 0, 10)
+		if !d.Queued || d.Admitted {
+			t.Fatalf("waiter %d: %+v", i, d)
+		}
+		tickets = append(tickets, d.Ticket)
+	}
+	st = l.Release(st, now+1, 1, first.Epoch)
+	// Ticket 1 cannot take the slot: ticket 0 waits ahead of it.
+	if _, d := l.Claim(st, now+2, tickets[1], 0, 0); d.Admitted {
+		t.Fatal("ticket 1 passed ticket 0")
+	}
+	// Ticket 0 leaves (its client went away): ticket 1 may go.
+	st, ok := l.Leave(st, now+3, tickets[0])
+	if !ok {
+		t.Fatal("leave")
+	}
+	st, d := l.Claim(st, now+4, tickets[1], 0, 0)
+	if !d.Admitted {
+		t.Fatal("ticket 1 not admitted after ticket 0 left")
+	}
+	if _, d := l.Claim(st, now+5, tickets[2], 0, 0); d.Admitted {
+		t.Fatal("ticket 2 admitted with no slot free")
+	}
+	st = l.Release(st, now+6, 1, d.Epoch)
+	// Tickets 2 and 3 belong to a worker that vanished: nobody claims. A
+	// newcomer queues behind them...
+	st, nd := l.Acquire(st, now+7, 0, 0, 10)
+	if !nd.Queued {
+		t.Fatalf("newcomer: %+v", nd)
+	}
+	if _, d := l.Claim(st, now+8, nd.Ticket, 0, 0); d.Admitted {
+		t.Fatal("newcomer passed waiting tickets")
+	}
+	// ...until Head has not moved for Stall with a slot free.
+	if _, d := l.Claim(st, now+6+int64(Stall)+int64(time.Millisecond)*2, nd.Ticket, 0, 0); !d.Admitted {
+		t.Fatal("stuck queue not skipped after Stall")
+	}
+}
+
+// TestConcurrencyQueueBound: a queue takes at most queue tickets.
+func TestConcurrencyQueueBound(t *testing.T) {
+	l := mustConc(t, 1)
+	st, _ := l.Acquire(State{}, sec, 0, 0, 2)
+	for i := 0; i < 2; i++ {
+		var d ConcDecision
+		if st, d = l.Acquire(st, sec, 0, 0, 2); !d.Queued {
+			t.Fatalf("waiter %d not queued", i)
+		}
+	}
+	if _, d := l.Acquire(st, sec, 0, 0, 2); d.Queued || d.Admitted || d.Waiting != 2 {
+		t.Fatalf("third waiter: %+v", d)
+	}
+}
+
+// TestConcurrencyNeverOverAdmits: random acquire/release by live workers
+// that renew every epoch never holds more than limit slots at once.
+func TestConcurrencyNeverOverAdmits(t *testing.T) {
+	l := mustConc(t, 5)
+	r := rand.New(rand.NewPCG(7, 8))
+	var st State
+	type held struct{ epoch uint16 }
+	var hs []held
+	now := 1000 * sec
+	for i := 0; i < 20000; i++ {
+		now += r.Int64N(int64(50 * time.Millisecond))
+		// Renew at every epoch change (one holder record per slot here).
+		for j := range hs {
+			if hs[j].epoch != EpochAt(now) {
+				st, hs[j].epoch = l.Renew(st, now, 1, hs[j].epoch)
+			}
+		}
+		if r.IntN(2) == 0 || len(hs) == 0 {
+			var d ConcDecision
+			if st, d = l.Acquire(st, now, 0, 0, 0); d.Admitted {
+				hs = append(hs, held{d.Epoch})
+			}
+		} else {
+			k := r.IntN(len(hs))
+			st = l.Release(st, now, 1, hs[k].epoch)
+			hs = append(hs[:k], hs[k+1:]...)
+		}
+		if len(hs) > 5 {
+			t.Fatalf("step %d: %d held", i, len(hs))
+		}
+		if v := l.View(st, now); v.InFlight() != int64(len(hs)) {
+			t.Fatalf("step %d: state counts %d, %d held", i, v.InFlight(), len(hs))
+		}
+	}
+}
