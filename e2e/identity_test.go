@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/envoytest"
 	"github.com/sluicehq/sluice/internal/envoyconf"
+	"github.com/sluicehq/sluice/plugin/config"
 )
 
 // TestClientIdentityMatrix proves, against the real Envoy, who a rule keyed
@@ -44,8 +47,9 @@ func TestClientIdentityMatrix(t *testing.T) {
 	type row struct {
 		setting  envoyconf.Setting
 		proxies  int
-		attacker int // requests of the attacker admitted
-		client2  int // requests of a second client admitted (-1: not measured)
+		attacker int  // requests of the attacker admitted
+		client2  int  // requests of a second client admitted (-1: not measured)
+		warned   bool // sluice validate -envoy -proxies <proxies> warns
 	}
 	var rows []row
 	start := time.Now()
@@ -71,8 +75,17 @@ func TestClientIdentityMatrix(t *testing.T) {
 					t.Fatal(err)
 				}
 				set := envoyconf.Setting{UseRemoteAddress: ura, XFFNumTrustedHops: uint32(h), SluiceHops: s}
+				// What sluice validate -envoy says of the LDS file this Envoy
+				// runs, for each number of proxies in front.
+				filter := readSluiceFilter(t, filepath.Join(e.Dir(), "lds.yaml"))
+				if got, _ := filter.SettingOf(s); got != set {
+					t.Fatalf("envoyconf reads the setting %+v from the LDS file, want %+v", got, set)
+				}
 				for p := 0; p <= 2; p++ {
 					r := row{setting: set, proxies: p, client2: -1}
+					for _, f := range envoyconf.Judge(filter, s, true, p) {
+						r.warned = r.warned || f.Warning
+					}
 					// The proxies' entries: the first proxy appends the
 					// client's address, each next one the previous proxy's.
 					trusted := func(client string) []string {
@@ -101,6 +114,9 @@ func TestClientIdentityMatrix(t *testing.T) {
 	for _, r := range rows {
 		k := r.setting.ProxiesTrusted()
 		outcome := "held"
+		if r.warned != (r.attacker > burst) {
+			t.Errorf("%+v behind %d proxies: the attacker got %d admitted (one budget is %d), and sluice validate -proxies %d warned: %v", r.setting, r.proxies, r.attacker, burst, r.proxies, r.warned)
+		}
 		switch {
 		case r.proxies < k:
 			outcome = "warned"
@@ -197,4 +213,65 @@ func admitted(t *testing.T, e *envoytest.Envoy, reqs [][]string, n int) int {
 		}
 	}
 	return ok
+}
+
+// readSluiceFilter reads an Envoy file as sluice validate -envoy does and
+// returns its one wasm filter.
+func readSluiceFilter(t *testing.T, file string) envoyconf.Filter {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := envoyconf.Read(src)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	if len(f.Filters) != 1 || f.Filters[0].Err != nil || f.Filters[0].Listener != envoytest.ListenerName {
+		t.Fatalf("%s: want one readable wasm filter in listener %s, got %+v", file, envoytest.ListenerName, f.Filters)
+	}
+	return f.Filters[0]
+}
+
+// Every configuration form the harness renders for the tests (bootstrap
+// with a static listener, bootstrap with file-based LDS, the LDS document;
+// wasm, local_ratelimit, Struct configuration) is read by envoyconf as
+// Envoy's own types, the way sluice validate -envoy reads it.
+func TestHarnessConfigsReadAsEnvoy(t *testing.T) {
+	wasm := &envoytest.Wasm{File: "/x/sluice.wasm", Config: identityConfig(0, 2)}
+	structCfg := &envoytest.Wasm{File: "/x/sluice.wasm", Config: identityConfig(1, 2), ConfigAsStruct: true, FailurePolicy: "FAIL_OPEN", Env: map[string]string{"A": "b"}}
+	for i, o := range []envoytest.Options{
+		{Wasm: wasm},
+		{Wasm: structCfg, XFFNumTrustedHops: 1},
+		{LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, PerClientIP: true, Headers: true}},
+		{Wasm: wasm, DynamicListeners: true, Clusters: map[string]string{"ratelimit": "127.0.0.1:8081"}},
+	} {
+		boot, err := envoytest.RenderBootstrap(o, "127.0.0.1:9", 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := []string{boot}
+		if o.DynamicListeners {
+			lds, err := envoytest.RenderLDS(o, 10000, "1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, lds)
+		}
+		for _, d := range docs {
+			f, err := envoyconf.Read([]byte(d))
+			if err != nil {
+				t.Errorf("options %d: %v\n%s", i, err, d)
+				continue
+			}
+			for _, w := range f.Filters {
+				if w.Err != nil {
+					t.Errorf("options %d: %v", i, w.Err)
+				}
+				if _, err := config.Parse(w.Config); err != nil {
+					t.Errorf("options %d: %v", i, err)
+				}
+			}
+		}
+	}
 }

@@ -43,6 +43,7 @@ type fleetMetrics struct {
 type ruleMetrics struct {
 	allowed, rejected, delayed, shadowRejected proxywasm.MetricCounter
 	waitMS                                     proxywasm.MetricCounter // concurrency rules only
+	holdMS                                     proxywasm.MetricGauge   // concurrency rules only
 	waitNS                                     uint64                  // published so far, in ns
 }
 
@@ -59,6 +60,10 @@ func newMetrics(cfg *config.Config) *metrics {
 		if engine.IsConcurrency(&cfg.Rules[i]) {
 			// Total queue wait: wait_ms / delayed is the mean wait.
 			m.rules[i].waitMS = proxywasm.DefineCounterMetric(p + "wait_ms")
+			// The observed mean time a request holds a slot (what
+			// Retry-After, Reset and the queue bound are estimated from),
+			// as the last worker to publish saw it.
+			m.rules[i].holdMS = proxywasm.DefineGaugeMetric(p + "hold_ms")
 		}
 	}
 	g := &m.global
@@ -104,6 +109,11 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(m.rules[i].rejected, cur.Rejected, &last.Rejected)
 		addDelta(m.rules[i].delayed, cur.Delayed, &last.Delayed)
 		addDelta(m.rules[i].shadowRejected, cur.ShadowRejected, &last.ShadowRejected)
+		if rm := &m.rules[i]; rm.holdMS != 0 {
+			if h := e.HoldEstimate(i).Milliseconds(); h > 0 && h != rm.holdMS.Value() {
+				rm.holdMS.Add(h - rm.holdMS.Value())
+			}
+		}
 		if rm := &m.rules[i]; rm.waitMS != 0 {
 			if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
 				rm.waitMS.Increment(ms)

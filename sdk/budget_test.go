@@ -220,3 +220,76 @@ func TestRetryStorm(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryStormLoopback is TestRetryStorm on real sockets and the real
+// clock, shortened: 100 goroutines against an httptest server on loopback
+// that answers 503 for 1 s. It asserts counts only (never timings), with a
+// budget whose burst is small, so that the 10% share is what bounds it.
+func TestRetryStormLoopback(t *testing.T) {
+	const outage, run, think = time.Second, 1500 * time.Millisecond, 20 * time.Millisecond
+	start := time.Now()
+	recovered := start.Add(outage)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var first, retries int
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		id := req.URL.Query().Get("id")
+		down := time.Now().Before(recovered)
+		mu.Lock()
+		if down {
+			if seen[id] {
+				retries++
+			} else {
+				first++
+			}
+		}
+		seen[id] = true
+		mu.Unlock()
+		if down {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	budget := RetryBudget{Ratio: 0.1, MinPerSecond: 1, Burst: 10}
+	base := &http.Transport{MaxIdleConnsPerHost: 100}
+	defer base.CloseIdleConnections()
+	c := &http.Client{Transport: NewTransport(base, WithRetryBudget(&budget), WithBackOff(func() backoff.BackOff {
+		return backoff.NewConstantBackOff(50 * time.Millisecond) // several retries fit in the outage
+	}))}
+	var after, afterOK atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 100; g++ {
+		wg.Go(func() {
+			for i := 0; time.Since(start) < run; i++ {
+				sent := time.Now()
+				resp, err := c.Get(fmt.Sprintf("%s/?id=%d-%d", srv.URL, g, i))
+				ok := err == nil && resp.StatusCode == 200
+				if err == nil {
+					resp.Body.Close()
+				}
+				if !sent.Before(recovered) {
+					after.Add(1)
+					if ok {
+						afterOK.Add(1)
+					}
+				}
+				time.Sleep(think)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	// The requests in flight at the recovery (at most one per goroutine)
+	// earned their share during the outage but reached the server after it.
+	bound := budget.Ratio*float64(first+100) + budget.MinPerSecond*time.Since(start).Seconds() + float64(budget.Burst)
+	t.Logf("loopback: during the 1 s outage %d requests and %d retries (%.2fx, bound %.0f); after it %d/%d succeeded",
+		first, retries, float64(retries)/float64(first), bound, afterOK.Load(), after.Load())
+	if float64(retries) > bound {
+		t.Errorf("%d retries for %d requests, want at most %.0f", retries, first, bound)
+	}
+	if after.Load() == 0 || afterOK.Load() != after.Load() {
+		t.Errorf("%d of %d requests sent after the recovery succeeded, want all", afterOK.Load(), after.Load())
+	}
+}

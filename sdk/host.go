@@ -83,7 +83,6 @@ type host struct {
 
 	mu       sync.Mutex
 	policies map[string]*view
-	nextID   uint64
 	multi    atomic.Bool          // the host has named two policies or more
 	single   atomic.Pointer[view] // its only policy, while not multi
 }
@@ -113,8 +112,7 @@ func (h *host) policy(name string, now time.Time) *view {
 			return nil
 		}
 	}
-	h.nextID++
-	v := &view{name: strings.Clone(name), id: h.nextID, budget: -1, crowd: -1}
+	v := &view{name: strings.Clone(name), id: viewIDs.Add(1), host: h.id, budget: -1, crowd: -1}
 	h.policies[v.name] = v
 	switch {
 	case h.multi.Load():
@@ -170,7 +168,8 @@ func (h *host) idle(now time.Time) bool {
 // slows a host that sends no rate-limit headers.
 type view struct {
 	name    string      // the policy's name; "" for the host-level view
-	id      uint64      // lock order within a host
+	id      uint64      // lock order: policies by id, after the host-level view
+	host    uint64      // the id of the host whose policy this is
 	retired atomic.Bool // forgotten by its host: routes may drop it
 
 	mu        sync.Mutex
@@ -183,6 +182,7 @@ type view struct {
 	explicit  bool          // window came from the policy's w parameter
 	throttled bool          // the host has limited this client: pace
 	pacer     *rate.Limiter // nil until throttled with a known rate
+	pacing    atomic.Bool   // pacer != nil, read without the lock
 	seq       uint64        // requests admitted so far
 	lastSend  time.Time     // when the latest of them was admitted
 	inflight  int           // admitted and not answered yet
@@ -213,6 +213,9 @@ const orderGap = 10 * time.Millisecond
 // (not throttled, rate unknown, or the request must wait for the reset
 // anyway, after which it is paced).
 func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserved bool) {
+	if !v.pacing.Load() {
+		return 0, nil, false // most views never pace: no lock
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.pacer == nil || now.Before(v.blocked) || (v.budget == 0 && now.Before(v.resetAt)) {
@@ -224,6 +227,10 @@ func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserv
 	}
 	return r.DelayFrom(now), r, true
 }
+
+// viewIDs numbers policy views across every host and Transport, so that
+// the lock order is one total order.
+var viewIDs atomic.Uint64
 
 // maxViews is the most views that hold one request: the host's and its
 // route's policies.
@@ -252,6 +259,9 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 		return false
 	}
 	for _, v := range r.views[:r.n] {
+		if v.host != h.id {
+			continue // another host's route with the same hash
+		}
 		i := g.n
 		for ; i > 1 && g.vs[i-1].id > v.id; i-- {
 			g.vs[i] = g.vs[i-1]
@@ -502,6 +512,7 @@ func (v *view) tune(now time.Time) {
 	burst := max(c-2, 1)
 	if v.pacer == nil {
 		v.pacer = rate.NewLimiter(every, burst)
+		v.pacing.Store(true)
 		return
 	}
 	if v.pacer.Limit() != every {

@@ -76,12 +76,19 @@ func do(t *testing.T, c *http.Client, method, url string) *http.Response {
 // /checkout (2 per 10 s) keeps the checkout policy in cool-down for a
 // minute; its /browse requests meanwhile are never held and take exactly
 // the network's time.
+//
+// For contrast, a server that names no policy (legacy headers) gets one
+// view per host, and there /browse waits for /checkout's cool-downs.
 func TestPolicyCoolDownHoldsOnlyItsRoutes(t *testing.T) {
-	for _, warm := range []bool{true, false} {
-		t.Run(fmt.Sprintf("warm=%v", warm), func(t *testing.T) {
+	for _, tc := range []struct {
+		warm bool
+		st   style
+	}{{true, sluiceStyle}, {false, sluiceStyle}, {true, draftStyle}, {true, legacyStyle}} {
+		warm := tc.warm
+		t.Run(fmt.Sprintf("%v/warm=%v", tc.st, warm), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				checkout := &api{now: time.Now, algo: &fixedWindow{limit: 2, window: 10 * time.Second}, style: sluiceStyle, name: "checkout"}
-				browse := &api{now: time.Now, algo: &fixedWindow{limit: 1000, window: 10 * time.Second}, style: sluiceStyle, name: "browse"}
+				checkout := &api{now: time.Now, algo: &fixedWindow{limit: 2, window: 10 * time.Second}, style: tc.st, name: "checkout"}
+				browse := &api{now: time.Now, algo: &fixedWindow{limit: 1000, window: 10 * time.Second}, style: tc.st, name: "browse"}
 				const latency = 2 * time.Millisecond
 				log := newHoldLog()
 				c := &http.Client{Transport: NewTransport(handlerRT{h: routed{"/checkout": checkout, "/browse": browse}, latency: latency},
@@ -117,6 +124,13 @@ func TestPolicyCoolDownHoldsOnlyItsRoutes(t *testing.T) {
 				cn, cwaited, cby := log.get("/checkout")
 				t.Logf("browse: %d requests held (%v) by %v; checkout: %d requests held (%v) by %v; checkout answered %d 429s of %d",
 					n, waited, by, cn, cwaited, cby, checkout.count(429), len(checkout.Hits()))
+				if tc.st == legacyStyle {
+					// One view per host: the contrast, and the fallback.
+					if n == 0 || !by[""] {
+						t.Errorf("legacy headers: /browse held %d times by %v, want held by the host's view", n, by)
+					}
+					return
+				}
 				if len(slow) > 0 {
 					t.Errorf("/browse requests took %v, want %v each: held by the checkout policy", slow, latency)
 				}

@@ -52,7 +52,7 @@ func routeOf(host uint64, method, path string) routeKey {
 			j++
 		}
 		if seg := path[i:j]; identifier(seg) {
-			h = fnvByte(h, 0) // no path byte is 0: the template's {}
+			h = fnvByte(h, 0) // the template's {} (a 0 byte in a path is all but unheard of)
 		} else {
 			h = fnvString(h, seg)
 		}

@@ -1,13 +1,15 @@
 // Command sluice checks Sluice plugin configurations without Envoy.
 //
 //	sluice validate FILE...                 check plugin configuration documents (JSON); - reads stdin
-//	sluice validate -envoy envoy.yaml       check the Sluice configuration inside an Envoy configuration
+//	sluice validate -envoy envoy.yaml       check the Sluice configuration inside an Envoy configuration,
+//	                                        and whether clients can choose the address rules key on
 //	sluice schema                           print the JSON Schema of the plugin configuration
 //
 // validate runs the plugin's own parser (plugin/config), so a document it
 // accepts is one the plugin starts with, and its errors are the log line the
 // plugin would print, naming the field: "rules[1].window: ...". It prints one
 // line per configuration and exits 1 if any is invalid, 2 on a usage error.
+// Envoy files are read as Envoy's own v3 types (internal/envoyconf).
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/envoyconf"
 	"github.com/sluicehq/sluice/plugin/config"
 )
 
@@ -26,13 +29,17 @@ func main() {
 }
 
 const usage = `usage:
-  sluice validate [-envoy FILE]... [-name NAME] [FILE...]
+  sluice validate [-envoy FILE]... [-name NAME] [-proxies N] [-strict] [FILE...]
         check Sluice plugin configurations (JSON documents; - reads standard input)
-        without Envoy. -envoy FILE checks the configuration of every wasm HTTP
-        filter in an Envoy configuration (YAML or JSON); -name keeps only the
-        filters whose plugin name (config.name) is NAME.
-        Prints "FILE: ok (N rules)" or "FILE: field: problem" for each one and
-        exits 1 if any is invalid.
+        without Envoy. -envoy FILE reads an Envoy bootstrap, listener or LDS file
+        (YAML or JSON) as Envoy does and checks the configuration of every wasm
+        HTTP filter in it; -name keeps only the filters whose plugin name
+        (config.name) is NAME. It warns when the HTTP connection manager hosting
+        Sluice lets clients choose the address rules are keyed by; -proxies N
+        says how many proxies in front of Envoy append to X-Forwarded-For
+        (default: unknown). Prints "FILE: ok (N rules)" or "FILE: field: problem"
+        for each one, and "...: warning: ..." lines; exits 1 if any is invalid
+        (or, with -strict, if there is a warning).
   sluice schema
         print the JSON Schema (draft 2020-12) of the plugin configuration.
 `
@@ -76,6 +83,8 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var envoyFiles listFlag
 	fs.Var(&envoyFiles, "envoy", "an Envoy configuration (YAML or JSON) whose wasm filter configurations to check (repeatable)")
 	name := fs.String("name", "", "with -envoy, check only the wasm filters whose config.name is `NAME`")
+	proxies := fs.Int("proxies", -1, "with -envoy, the number `N` of proxies in front of Envoy that append to X-Forwarded-For (-1: unknown)")
+	strict := fs.Bool("strict", false, "exit 1 on warnings too")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -92,15 +101,16 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	failed := false
-	report := func(label string, doc []byte) {
+	failed, warned := false, false
+	report := func(label string, doc []byte) *config.Config {
 		c, err := config.Parse(doc)
 		if err != nil {
 			failed = true
 			fmt.Fprintf(stdout, "%s: %v\n", label, err)
-			return
+			return nil
 		}
 		fmt.Fprintf(stdout, "%s: ok (%s)\n", label, plural(len(c.Rules), "rule"))
+		return c
 	}
 	read := func(file string) ([]byte, string, error) {
 		if file == "-" {
@@ -127,37 +137,57 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s: cannot read: %v\n", label, unwrapPath(err))
 			continue
 		}
-		found, err := extractEnvoy(src)
+		ef, err := envoyconf.Read(src)
 		if err != nil {
-			// Report it, and check the configurations that could be read.
 			failed = true
 			fmt.Fprintf(stdout, "%s: %v\n", label, err)
+			continue
+		}
+		for _, u := range ef.Unchecked {
+			fmt.Fprintf(stdout, "%s: note: typed_config %s not checked (a type sluice validate does not know)\n", label, u)
 		}
 		checked := 0
-		for _, f := range found {
-			if *name != "" && f.name != *name {
+		for _, f := range ef.Filters {
+			if *name != "" && f.Name != *name {
 				continue
 			}
 			checked++
-			where := fmt.Sprintf("%s:%d", label, f.line)
-			if f.name != "" {
-				where += " (" + f.name + ")"
+			where := label
+			if f.Line > 0 {
+				where = fmt.Sprintf("%s:%d", label, f.Line)
 			}
-			if f.err != nil {
+			if f.Name != "" {
+				where += " (" + f.Name + ")"
+			}
+			if f.Err != nil {
 				failed = true
-				fmt.Fprintf(stdout, "%s: %v\n", where, f.err)
+				fmt.Fprintf(stdout, "%s: %v\n", where, f.Err)
 				continue
 			}
-			report(where, f.doc)
+			c := report(where, f.Config)
+			if c == nil {
+				continue
+			}
+			for _, j := range envoyconf.Judge(f, c.ClientIP.XFFTrustedHops, keyedByAddress(c), *proxies) {
+				kind := "note"
+				if j.Warning {
+					kind = "warning"
+					warned = true
+				}
+				fmt.Fprintf(stdout, "%s: %s: %s\n", where, kind, j.Text)
+			}
 		}
-		if checked == 0 && err == nil {
+		if checked == 0 {
 			failed = true
 			what := "no envoy.filters.http.wasm filter configuration found"
 			if *name != "" {
-				what = fmt.Sprintf("no wasm filter named %q found (%s in the file)", *name, plural(len(found), "wasm filter"))
+				what = fmt.Sprintf("no wasm filter named %q found (%s in the file)", *name, plural(len(ef.Filters), "wasm filter"))
 			}
 			fmt.Fprintf(stdout, "%s: %s\n", label, what)
 		}
+	}
+	if warned && *strict {
+		failed = true
 	}
 	if failed {
 		return 1
@@ -179,4 +209,21 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// keyedByAddress reports whether the client address decides some budget: a
+// rule keyed by client_ip, or by a header (requests without it fall back to
+// the client address), or exempt ranges.
+func keyedByAddress(c *config.Config) bool {
+	if len(c.Exempt) > 0 {
+		return true
+	}
+	for _, r := range c.Rules {
+		for _, k := range r.Key {
+			if k.Kind == config.KeyClientIP || k.Kind == config.KeyHeader {
+				return true
+			}
+		}
+	}
+	return false
 }

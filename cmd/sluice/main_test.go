@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,8 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/internal/envoyconf"
 	"github.com/sluicehq/sluice/plugin/config"
 )
 
@@ -126,39 +128,70 @@ func TestValidateCorpus(t *testing.T) {
 }
 
 func TestValidateEnvoy(t *testing.T) {
+	// The connection managers of these files keep Envoy's defaults, so each
+	// configuration keyed by client IP is warned about.
+	warn := func(file string, line int, name, listener string) string {
+		return fmt.Sprintf("%s:%d (%s): warning: listener %q (use_remote_address false, xff_num_trusted_hops 0, Sluice client_ip.xff_trusted_hops 0): rules keyed by client IP key on source.address, which Envoy takes from X-Forwarded-For entry 1 from the right, the client's own address only behind exactly 1 proxy (that append to X-Forwarded-For); behind fewer, a client chooses its address, and a new budget per request, by writing X-Forwarded-For. Fix: set the connection manager's use_remote_address: true and xff_num_trusted_hops to the number of proxies in front of Envoy that append to X-Forwarded-For (0 if clients connect directly), and Sluice's client_ip.xff_trusted_hops to 0; or, if exactly that many always stand in front, say so with -proxies 1", file, line, name, listener)
+	}
+	forms := "testdata/envoy-forms.yaml"
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"-envoy", "testdata/envoy-forms.yaml"}, 1, `
+		{[]string{"-envoy", forms}, 1, `
 testdata/envoy-forms.yaml:30 (literal): ok (1 rule)
+` + warn(forms, 30, "literal", "one") + `
 testdata/envoy-forms.yaml:47 (folded): ok (1 rule)
-testdata/envoy-forms.yaml:72 (single-quoted): rules[0].name: "it's-not-valid" must match [a-z0-9_-]+ (at most 64 characters)
-testdata/envoy-forms.yaml:81 (double-quoted): ok (1 rule)
-testdata/envoy-forms.yaml:91 (explicit-indent): ok (1 rule)`},
-		{[]string{"-envoy", "testdata/envoy-forms.yaml", "-name", "folded"}, 0, `
+` + warn(forms, 47, "folded", "one") + `
+testdata/envoy-forms.yaml:73 (single-quoted): rules[0].name: "it's-not-valid" must match [a-z0-9_-]+ (at most 64 characters)
+testdata/envoy-forms.yaml:82 (double-quoted): ok (1 rule)
+` + warn(forms, 82, "double-quoted", "two") + `
+testdata/envoy-forms.yaml:92 (explicit-indent): ok (1 rule)
+` + warn(forms, 92, "explicit-indent", "two")},
+		{[]string{"-envoy", forms, "-name", "folded", "-proxies", "1"}, 0, `
 testdata/envoy-forms.yaml:47 (folded): ok (1 rule)`},
-		{[]string{"-envoy", "testdata/envoy-forms.yaml", "-name", "sluice"}, 1, `
+		{[]string{"-envoy", forms, "-name", "folded", "-proxies", "1", "-strict"}, 0, `
+testdata/envoy-forms.yaml:47 (folded): ok (1 rule)`},
+		{[]string{"-envoy", forms, "-name", "folded", "-strict"}, 1, `
+testdata/envoy-forms.yaml:47 (folded): ok (1 rule)
+` + warn(forms, 47, "folded", "one")},
+		{[]string{"-envoy", forms, "-name", "sluice"}, 1, `
 testdata/envoy-forms.yaml: no wasm filter named "sluice" found (5 wasm filters in the file)`},
 		{[]string{"-envoy", "testdata/envoy-errors.yaml"}, 1, `
-testdata/envoy-errors.yaml: 1 wasm filter of type envoy.extensions.filters.http.wasm.v3.Wasm written in a form sluice validate cannot read (flow style {...}?): write its typed_config in block style, or check its configuration as a JSON file
-testdata/envoy-errors.yaml:10 (bad-window): rules[1].window: "1 minute" is not a duration (use a Go duration like "1s", "1m", "250ms")
-testdata/envoy-errors.yaml:20 (struct): the configuration is a google.protobuf.Struct written in YAML, which sluice validate cannot convert to JSON without a YAML parser: use the StringValue form, or run sluice validate on the JSON document
-testdata/envoy-errors.yaml:26 (missing): the wasm filter has no configuration (config.configuration)
-testdata/envoy-errors.yaml:36 (flow-value): the value is a YAML flow collection, not a string: quote the JSON ('{...}') or write it as a block (value: | then the JSON)`},
-		{[]string{"-envoy", "testdata/envoy.json"}, 1, `
-testdata/envoy.json:15 (string): ok (1 rule)
-testdata/envoy.json:20 (struct): ok (2 rules)
-testdata/envoy.json:25 (struct-bad): rules[0].burst: must be > 0, got 0`},
-		{[]string{"-envoy", "../../envoy/docker-compose.yaml"}, 1, `
-../../envoy/docker-compose.yaml: no envoy.filters.http.wasm filter configuration found`},
+testdata/envoy-errors.yaml:23 (bad-window): rules[1].window: "1 minute" is not a duration (use a Go duration like "1s", "1m", "250ms")
+testdata/envoy-errors.yaml:33 (struct): ok (1 rule)
+testdata/envoy-errors.yaml:39 (missing): the wasm filter has no configuration (config.configuration)
+testdata/envoy-errors.yaml:49 (bytes): the configuration is a google.protobuf.BytesValue: use google.protobuf.StringValue (a JSON document) or google.protobuf.Struct
+testdata/envoy-errors.yaml:51 (flow): ok (1 rule)`},
+		{[]string{"-envoy", "testdata/envoy-unknown.yaml"}, 1, `
+testdata/envoy-unknown.yaml: line 22: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.vm_confg: unknown field "vm_confg" (Envoy: no such field: 'vm_confg', has unknown fields) (as envoy.config.bootstrap.v3.Bootstrap)`},
+		{[]string{"-envoy", "testdata/envoy-flow-value.yaml"}, 1, `
+testdata/envoy-flow-value.yaml: line 20: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.configuration.value: invalid value for string field value: { (as envoy.config.bootstrap.v3.Bootstrap)`},
+		{[]string{"-envoy", "testdata/envoy.json", "-proxies", "1"}, 1, `
+testdata/envoy.json:16 (string): ok (1 rule)
+testdata/envoy.json:21 (struct): ok (2 rules)
+testdata/envoy.json:26 (struct-bad): rules[0].burst: must be > 0, got 0`},
+		// Issue 11: Envoy's defaults and xff_trusted_hops 1.
+		{[]string{"-envoy", "testdata/issue11.yaml", "-proxies", "0", "-strict"}, 1, `
+testdata/issue11.yaml:24 (sluice): ok (1 rule)
+testdata/issue11.yaml:24 (sluice): warning: listener "sidecar" (use_remote_address false, xff_num_trusted_hops 0, Sluice client_ip.xff_trusted_hops 1): rules keyed by client IP key on X-Forwarded-For entry 1 from the right as the filter sees it, which behind 0 proxies (that append to X-Forwarded-For) is written by the client: a client chooses its address, and a new budget per request. Fix: set the connection manager's use_remote_address: true and xff_num_trusted_hops: 0, and Sluice's client_ip.xff_trusted_hops to 0`},
 	} {
 		code, out, errOut := sluice(t, "", append([]string{"validate"}, c.args...)...)
 		want := strings.TrimPrefix(c.want, "\n") + "\n"
 		if code != c.code || out != want || errOut != "" {
 			t.Errorf("validate %q: code %d (want %d), stderr %q, stdout:\n%s\nwant:\n%s", c.args, code, c.code, errOut, out, want)
 		}
+	}
+}
+
+// A file that is not an Envoy configuration (a docker-compose file) is
+// refused as Envoy would refuse it as a bootstrap.
+func TestValidateNotEnvoy(t *testing.T) {
+	code, out, _ := sluice(t, "", "validate", "-envoy", "../../envoy/docker-compose.yaml")
+	want := regexp.MustCompile(`^\.\./\.\./envoy/docker-compose\.yaml: line [0-9]+: services: unknown field "services" \(Envoy: no such field: 'services', has unknown fields\) \(as envoy\.config\.bootstrap\.v3\.Bootstrap\)\n$`)
+	if code != 1 || !want.MatchString(out) {
+		t.Errorf("code %d, stdout %q", code, out)
 	}
 }
 
@@ -183,9 +216,9 @@ func TestValidateProjectEnvoyConfig(t *testing.T) {
 	}
 }
 
-// The line scanner finds what a real YAML parser finds: the same wasm
-// filters, the same names and lines, and the same JSON documents.
-func TestScannerAgreesWithYAMLParser(t *testing.T) {
+// envoyconf (protojson over sigs.k8s.io/yaml) finds what a walk of the
+// YAML tree finds: the same wasm filters, names, lines and documents.
+func TestReaderAgreesWithYAMLTree(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.yaml")
 	files = append(files, "../../envoy/envoy.yaml")
 	for _, file := range files {
@@ -198,42 +231,34 @@ func TestScannerAgreesWithYAMLParser(t *testing.T) {
 			t.Fatalf("%s: %v", file, err)
 		}
 		parsed := yamlWasmConfigs(&root)
-		scanned, scanErr := extractEnvoy(src)
-		byName := map[string]found{}
-		for _, f := range scanned {
-			byName[f.name] = f
+		ef, err := envoyconf.Read(src)
+		if err != nil {
+			// Files Envoy refuses.
+			if !strings.Contains(file, "unknown") && !strings.Contains(file, "flow-value") {
+				t.Errorf("%s: %v", file, err)
+			}
+			continue
 		}
-		if len(parsed) == 0 {
-			t.Fatalf("%s: yaml.v3 finds no wasm filter", file)
+		byName := map[string]envoyconf.Filter{}
+		for _, f := range ef.Filters {
+			byName[f.Name] = f
+		}
+		if len(parsed) == 0 || len(parsed) != len(ef.Filters) {
+			t.Fatalf("%s: yaml.v3 finds %d wasm filters, envoyconf %d", file, len(parsed), len(ef.Filters))
 		}
 		for _, p := range parsed {
 			s, ok := byName[p.name]
 			if !ok {
-				// Only a flow-style typed_config may be missed, and then
-				// extractEnvoy says so.
-				if scanErr == nil || !strings.Contains(scanErr.Error(), "flow style") {
-					t.Errorf("%s: the scanner misses wasm filter %q (line %d) without an error", file, p.name, p.line)
-				}
+				t.Errorf("%s: envoyconf misses wasm filter %q (line %d)", file, p.name, p.line)
 				continue
 			}
-			if s.line != p.line {
-				t.Errorf("%s %s: scanner line %d, yaml.v3 line %d", file, p.name, s.line, p.line)
+			if s.Line != p.line {
+				t.Errorf("%s %s: envoyconf line %d, yaml.v3 line %d", file, p.name, s.Line, p.line)
 			}
-			switch {
-			case p.doc == nil: // not a string in YAML: the scanner must refuse
-				if s.err == nil {
-					t.Errorf("%s %s: yaml.v3 finds no string configuration, the scanner reads %q", file, p.name, s.doc)
-				}
-			case s.err != nil:
-				t.Errorf("%s %s: the scanner fails (%v), yaml.v3 reads %q", file, p.name, s.err, p.doc)
-			case !sameJSON(s.doc, p.doc):
-				t.Errorf("%s %s: documents differ\nscanner: %q\nyaml.v3: %q", file, p.name, s.doc, p.doc)
+			if p.doc != nil && !sameJSON(s.Config, p.doc) {
+				t.Errorf("%s %s: documents differ\nenvoyconf: %q\nyaml.v3: %q", file, p.name, s.Config, p.doc)
 			}
 		}
-		if len(scanned) > len(parsed) {
-			t.Errorf("%s: the scanner finds %d wasm filters, yaml.v3 %d", file, len(scanned), len(parsed))
-		}
-		t.Logf("%s: yaml.v3 finds %d wasm filters, the scanner %d", file, len(parsed), len(scanned))
 	}
 }
 
@@ -246,6 +271,17 @@ func sameJSON(a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+type found struct {
+	line int
+	name string
+	doc  []byte
+}
+
+const (
+	wasmFilterType = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+	stringType     = "type.googleapis.com/google.protobuf.StringValue"
+)
 
 // yamlWasmConfigs finds the wasm filters' configurations with yaml.v3.
 func yamlWasmConfigs(n *yaml.Node) []found {
@@ -292,8 +328,11 @@ func yamlWasmConfigs(n *yaml.Node) []found {
 	return out
 }
 
+// FuzzExtractEnvoy: reading any input as an Envoy configuration never
+// panics, and every line it reports is in the input.
 func FuzzExtractEnvoy(f *testing.F) {
-	for _, file := range []string{"testdata/envoy-forms.yaml", "testdata/envoy-errors.yaml", "testdata/envoy.json", "../../envoy/envoy.yaml"} {
+	files, _ := filepath.Glob("testdata/*")
+	for _, file := range append(files, "../../envoy/envoy.yaml") {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)
@@ -302,12 +341,56 @@ func FuzzExtractEnvoy(f *testing.F) {
 	}
 	f.Add([]byte("config:\n  configuration:\n    value: \"\\"))
 	f.Add([]byte("- - x: '\n"))
+	f.Add([]byte("{\"static_resources\": {\"listeners\": [{\"name\": 1}]}}"))
 	f.Fuzz(func(t *testing.T, src []byte) {
-		found, _ := extractEnvoy(src) // must not panic
-		for _, c := range found {
-			if c.line < 1 || c.line > bytes.Count(src, []byte("\n"))+1 {
-				t.Fatalf("line %d out of range", c.line)
+		ef, err := envoyconf.Read(src) // must not panic
+		if err != nil {
+			return
+		}
+		for _, c := range ef.Filters {
+			if c.Line < 0 || c.Line > bytes.Count(src, []byte("\n"))+1 {
+				t.Fatalf("line %d out of range", c.Line)
+			}
+			for _, j := range envoyconf.Judge(c, 1, true, -1) {
+				if j.Text == "" {
+					t.Fatal("empty finding")
+				}
 			}
 		}
 	})
+}
+
+// Every Envoy file the project ships or its tests use is read as Envoy's own
+// types, and each Sluice configuration in it is valid.
+func TestValidateEveryEnvoyFile(t *testing.T) {
+	var files []string
+	for _, g := range []string{"../../envoy/*.yaml", "../../envoy/*/*.yaml", "../../examples/*/envoy*.yaml", "../../e2e/*/testdata/*.yaml"} {
+		m, _ := filepath.Glob(g)
+		files = append(files, m...)
+	}
+	checked := 0
+	for _, file := range files {
+		src, _ := os.ReadFile(file)
+		if bytes.Contains(src, []byte("\nservices:")) || bytes.Contains(src, []byte("\napiVersion:")) {
+			continue // not an Envoy configuration (docker-compose files, Kubernetes manifests)
+		}
+		ef, err := envoyconf.Read(src)
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		checked++
+		if len(ef.Filters) == 0 {
+			t.Logf("%s: %s, no wasm filter", file, ef.Kind)
+			continue // e.g. the rate-limit service's cluster entry
+		}
+		code, out, _ := sluice(t, "", "validate", "-envoy", file, "-strict")
+		if code != 0 {
+			t.Errorf("%s: code %d\n%s", file, code, out)
+		}
+		t.Logf("%s", strings.TrimSpace(out))
+	}
+	if checked == 0 {
+		t.Fatal("no Envoy file found")
+	}
 }

@@ -462,7 +462,7 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 		return x.ir - y.ir, true
 	}
 	var b strings.Builder
-	b.WriteString("## 6. Cost breakdown: instructions per request in Envoy (callgrind)\n\n")
+	b.WriteString("## 7. Cost breakdown: instructions per request in Envoy (callgrind)\n\n")
 	b.WriteString("| variant | what it does per request | instructions/request | minus no filter | minus no-op Go filter | in V8-compiled code (wasm, Go) | in Envoy's binary (Envoy, V8 runtime, proxy-wasm host) | in libraries (libc, kernel entry) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range vs {
 		dn, okN := diff(v.key, "none")

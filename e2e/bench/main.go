@@ -1,7 +1,7 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, memory
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, memory
 //	go run ./e2e/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
@@ -12,12 +12,17 @@
 //	         response headers, to split Sluice's cost in Envoy
 //	inproc   the plugin's per-request cost in the wazero host (internal/wasmhost)
 //	gobench  go test -bench of shared/... and plugin/engine
+//	fleet    three Envoys behind a front, 1,000 clients: Sluice local and global
+//	         rules and Envoy's native global rate-limit filter against
+//	         envoyproxy/ratelimit on Redis (calls per request, latency)
 //	memory   Envoy RSS with no filter, the no-op Go filter and Sluice at
 //	         --concurrency 1 and 8
 //	flood    N distinct client addresses through Envoy with max_keys 100000:
 //	         memory, states per MB, fairness, contention (-flood N)
 //	exact    5,000 simultaneous requests from one client at Envoy concurrency 2
 //	         and 4, and a 30-second overload at twice the rate
+//	conc     the concurrency rule: cost per request of a slot and of the
+//	         queue in-process, the queue in Envoy, the slot-leak bound
 //	probe    (only when named) single proxy-wasm operations in Envoy's V8:
 //	         the probe filter (e2e/bench/testdata/probe) doing one operation
 //	         per request, against the no-op Go filter
@@ -47,17 +52,19 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-var sectionOrder = []string{"envoy", "inproc", "gobench", "memory", "flood", "exact"}
+var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "memory"}
 
 var sectionTitles = map[string]string{
 	"envoy":     "1. Envoy: throughput and latency",
 	"inproc":    "2. Plugin cost per request in-process",
 	"gobench":   "3. Go benchmarks",
+	"fleet":     "3b. Fleet: global rules against envoyproxy/ratelimit, side by side with Envoy's native global filter",
 	"flood":     "4a. Flood of distinct clients: memory, fairness, contention",
 	"exact":     "4b. Exactness under contention and overload",
 	"probe":     "5. Probe: single proxy-wasm operations in Envoy's V8",
-	"callgrind": "6. Cost breakdown: instructions per request in Envoy (callgrind)",
-	"memory":    "7. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice",
+	"conc":      "6. Concurrency rule: queue cost and slot-leak bound",
+	"callgrind": "7. Cost breakdown: instructions per request in Envoy (callgrind)",
+	"memory":    "8. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice",
 }
 
 // extraSections run only when named in -run and appear in the report only
@@ -94,7 +101,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(append(slices.Clone(sectionOrder), extraSections...), ",")+
-		" (default envoy,inproc,gobench,memory; plus flood with -flood N, exact with -exact)")
+		" (default envoy,inproc,gobench,fleet,conc,memory; plus flood with -flood N, exact with -exact)")
 	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
 	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
 	flag.IntVar(&o.clients, "clients", 256, "envoy: distinct client addresses (X-Forwarded-For) the requests rotate through")
@@ -122,7 +129,7 @@ func main() {
 
 	run := map[string]bool{}
 	if o.run == "" {
-		run["envoy"], run["inproc"], run["gobench"], run["memory"] = true, true, true, true
+		run["envoy"], run["inproc"], run["gobench"], run["fleet"], run["conc"], run["memory"] = true, true, true, true, true, true
 	} else {
 		for _, s := range strings.Split(o.run, ",") {
 			s = strings.TrimSpace(s)
@@ -153,7 +160,7 @@ func main() {
 	}
 	mach := describeMachine(ctx, root)
 	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
-	needEnvoy := run["envoy"] || run["memory"] || run["flood"] || run["exact"] || run["probe"] || run["callgrind"]
+	needEnvoy := run["envoy"] || run["fleet"] || run["flood"] || run["exact"] || run["probe"] || run["conc"] || run["memory"] || run["callgrind"]
 	if needEnvoy {
 		if _, err := envoytest.FindEnvoy(); err != nil {
 			fatalf("%v", err)
@@ -185,12 +192,16 @@ func main() {
 			body, err = inprocSection(ctx, root, o.inprocN)
 		case "gobench":
 			body, err = gobenchSection(ctx, root, o.benchtime)
+		case "fleet":
+			body, err = fleetSection(ctx, o)
 		case "flood":
 			body, err = floodSection(ctx, o)
 		case "exact":
 			body, err = exactSection(ctx, o)
 		case "probe":
 			body, err = probeSection(ctx, o)
+		case "conc":
+			body, err = concSection(ctx, root, o)
 		case "memory":
 			body, err = memorySection(ctx, o)
 		case "callgrind":
@@ -236,7 +247,7 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3 and 7; `make bench-cost` section 6; "+
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6 and 8; `make bench-cost` section 7; "+
 		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",

@@ -109,7 +109,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 		return rows[i]
 	}
 	var b strings.Builder
-	b.WriteString("## 7. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice\n\n")
+	b.WriteString("## 8. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice\n\n")
 	b.WriteString("| filter | RSS at --concurrency 1 | over no filter | of which Envoy's heap | RSS at --concurrency 8 | over no filter | of which Envoy's heap | per extra worker |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, f := range filters {
 		r1, r8 := find(f.key, 1), find(f.key, 8)

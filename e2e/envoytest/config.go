@@ -44,6 +44,10 @@ type Options struct {
 	// HTTP2Clusters names clusters of Clusters that speak HTTP/2 (gRPC,
 	// e.g. the rate-limit service of global rules).
 	HTTP2Clusters []string
+	// ExtraClustersYAML is a YAML list of Cluster entries appended verbatim
+	// to static_resources.clusters (e.g. the shipped
+	// envoy/ratelimit/cluster.yaml, its address rewritten).
+	ExtraClustersYAML string
 	// Routes in match order. Empty: one route {Name: "default", Prefix: "/"}.
 	Routes []Route
 
@@ -57,6 +61,12 @@ type Options struct {
 	// which Envoy appends nothing to X-Forwarded-For and takes source.address
 	// from it.
 	UseRemoteAddress *bool
+
+	// StartTimeHeader, if set, names a request header Envoy adds to every
+	// request it forwards: the time it received the request
+	// (%START_TIME(%s.%6f)%, seconds since the epoch), so that the Upstream
+	// can tell the order in which requests reached Envoy (Arrivals).
+	StartTimeHeader string
 
 	// At most one of Wasm and LocalRateLimit may be set; neither means no HTTP
 	// filter but the router.
@@ -90,7 +100,9 @@ type Options struct {
 	// filter chain stay open. Default 1s.
 	DrainTime time.Duration
 	// StartTimeout bounds the wait for /ready (and listener port discovery).
-	// Default 60s. The context given to Start can cut it shorter.
+	// Default 2 minutes (V8 compiles a Go plugin in seconds, but in over a
+	// minute on a loaded machine). The context given to Start can cut it
+	// shorter.
 	StartTimeout time.Duration
 	// ExtraArgs are appended to Envoy's command line.
 	ExtraArgs []string
@@ -168,6 +180,9 @@ type GlobalRateLimit struct {
 	// FailureModeDeny rejects requests when the service cannot answer
 	// (Envoy's default allows them).
 	FailureModeDeny bool
+	// Header, if set, makes the descriptor [<Header>: <its value>] (a
+	// request_headers action) instead of [remote_address: <client IP>].
+	Header string
 }
 
 var routeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
@@ -188,7 +203,7 @@ func (o Options) normalized() (Options, error) {
 		o.DrainTime = time.Second
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = 60 * time.Second
+		o.StartTimeout = 2 * time.Minute
 	}
 	if o.XFFNumTrustedHops < 0 {
 		return o, errors.New("envoytest: XFFNumTrustedHops < 0")
@@ -366,6 +381,11 @@ filter_chains:
         virtual_hosts:
         - name: all
           domains: ["*"]
+{{- if .O.StartTimeHeader}}
+          request_headers_to_add:
+          - header: {key: {{q .O.StartTimeHeader}}, value: "%START_TIME(%s.%6f)%"}
+            append_action: OVERWRITE_IF_EXISTS_OR_ADD
+{{- end}}
           routes:
 {{- range .O.Routes}}
           - name: {{q .Name}}
@@ -374,7 +394,11 @@ filter_chains:
               cluster: {{q .Cluster}}
 {{- if $.O.GlobalRateLimit}}
               rate_limits:
+{{- if $.O.GlobalRateLimit.Header}}
+              - actions: [{request_headers: {header_name: {{q $.O.GlobalRateLimit.Header}}, descriptor_key: {{q $.O.GlobalRateLimit.Header}}}}]
+{{- else}}
               - actions: [{remote_address: {}}]
+{{- end}}
 {{- end}}
 {{- end}}
       http_filters:
@@ -501,6 +525,9 @@ static_resources:
               socket_address: {address: {{q .Host}}, port_value: {{.Port}}}
 {{- end}}
 {{- end}}
+{{- if .ExtraClusters}}
+  {{.ExtraClusters}}
+{{- end}}
 `))
 
 var ldsTmpl = template.Must(template.New("lds").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/e2e/envoytest.
@@ -576,10 +603,21 @@ func renderBootstrap(o Options, upstream string, port int, ldsPath string) (stri
 		return "", err
 	}
 	data := struct {
-		Clusters     []clusterData
-		LDSPath      string
-		ListenerYAML string
+		Clusters      []clusterData
+		LDSPath       string
+		ListenerYAML  string
+		ExtraClusters string
 	}{Clusters: cl, LDSPath: ldsPath}
+	if x := strings.TrimSpace(o.ExtraClustersYAML); x != "" {
+		var lines []string
+		for _, l := range strings.Split(x, "\n") {
+			if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
+				continue
+			}
+			lines = append(lines, l)
+		}
+		data.ExtraClusters = indent(strings.Join(lines, "\n"), "  ")
+	}
 	if ldsPath == "" {
 		if data.ListenerYAML, err = renderListener(o, port, "    "); err != nil {
 			return "", err

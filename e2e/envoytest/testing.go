@@ -51,7 +51,7 @@ func StartT(t testing.TB, o Options) *Envoy {
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e, err := Start(ctx, o)
 	if err != nil {

@@ -17,7 +17,10 @@ const UpstreamBody = "ok\n"
 // with 200 and UpstreamBody and counts the requests that reach it per path,
 // so a test can tell how many requests Envoy let through. Each response
 // carries "X-Upstream-Forwarded-For", the X-Forwarded-For header the request
-// arrived with. Its methods are safe for concurrent use.
+// arrived with. It also measures the requests it is working on at once
+// (InFlight), which is what a concurrency limit in front of it bounds, and
+// records the X-Seq header of each request in arrival order (Arrivals).
+// Its methods are safe for concurrent use.
 type Upstream struct {
 	srv   *http.Server
 	ln    net.Listener
@@ -25,6 +28,43 @@ type Upstream struct {
 	count map[string]int
 	total int
 	delay time.Duration
+
+	inflight, maxInflight int
+	lastChange            time.Time
+	levels                []time.Duration // time spent at each in-flight level since ResetInFlight
+	arrivals              []Arrival
+}
+
+// Arrival is one request that carried X-Seq, in the order it reached the
+// Upstream.
+type Arrival struct {
+	Seq string
+	// EnvoyStart is the value of the X-Envoy-Start header (see
+	// Options.StartTimeHeader): when Envoy received the request.
+	EnvoyStart string
+}
+
+// InFlightStats is what the Upstream saw of requests in progress at once
+// since ResetInFlight.
+type InFlightStats struct {
+	Now, Max int
+	// At[n] is how long exactly n requests were in progress; Busy is the
+	// time at least one was.
+	At   []time.Duration
+	Busy time.Duration
+}
+
+// AtLeast returns the share of the busy time with at least n requests in
+// progress.
+func (s InFlightStats) AtLeast(n int) float64 {
+	if s.Busy <= 0 {
+		return 0
+	}
+	var d time.Duration
+	for i := n; i < len(s.At); i++ {
+		d += s.At[i]
+	}
+	return float64(d) / float64(s.Busy)
 }
 
 // StartUpstream starts an Upstream on 127.0.0.1 with a kernel-chosen port.
@@ -49,7 +89,16 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.count[r.URL.Path]++
 	u.total++
 	d := u.delay
+	if seq := r.Header.Get("X-Seq"); seq != "" {
+		u.arrivals = append(u.arrivals, Arrival{Seq: seq, EnvoyStart: r.Header.Get("X-Envoy-Start")})
+	}
+	u.changeInFlight(+1)
 	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		u.changeInFlight(-1)
+		u.mu.Unlock()
+	}()
 	if d > 0 {
 		select {
 		case <-time.After(d):
@@ -64,6 +113,50 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(UpstreamBody))
+}
+
+// changeInFlight accounts the time spent at the current level and moves to
+// the next (u.mu held).
+func (u *Upstream) changeInFlight(delta int) {
+	now := time.Now()
+	if !u.lastChange.IsZero() {
+		for len(u.levels) <= u.inflight {
+			u.levels = append(u.levels, 0)
+		}
+		u.levels[u.inflight] += now.Sub(u.lastChange)
+	}
+	u.lastChange = now
+	u.inflight += delta
+	u.maxInflight = max(u.maxInflight, u.inflight)
+}
+
+// InFlight returns what the Upstream saw of requests in progress at once
+// since ResetInFlight (or its start).
+func (u *Upstream) InFlight() InFlightStats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.changeInFlight(0)
+	s := InFlightStats{Now: u.inflight, Max: u.maxInflight, At: append([]time.Duration(nil), u.levels...)}
+	for i := 1; i < len(s.At); i++ {
+		s.Busy += s.At[i]
+	}
+	return s
+}
+
+// ResetInFlight starts the in-flight measurements and the arrival record
+// afresh (the requests in progress stay counted).
+func (u *Upstream) ResetInFlight() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.maxInflight, u.levels, u.lastChange, u.arrivals = u.inflight, nil, time.Time{}, nil
+}
+
+// Arrivals returns the requests with an X-Seq header received since
+// ResetInFlight, in arrival order.
+func (u *Upstream) Arrivals() []Arrival {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]Arrival(nil), u.arrivals...)
 }
 
 // Addr returns the host:port the Upstream listens on.

@@ -28,9 +28,71 @@ type RunResult struct {
 	Records []Record
 	// Store is the store's metrics at the end of the run.
 	Store store.Metrics
+	// Timeline samples the store every 10 ms (may be empty).
+	Timeline []StoreSample
 	// Notes are extra facts about the run printed under the table, such as
 	// Envoy's own counters.
 	Notes []string
+}
+
+// StoreSample is the store's state at one moment of a run.
+type StoreSample struct {
+	At                        time.Duration // since the start of the run
+	InService, Queued, Orders int64
+}
+
+// LaunchStats is what the store did during the launch seconds: from the
+// launch to the last press of Buy.
+type LaunchStats struct {
+	From, To time.Duration
+	// Utilization is the mean share of the store's slots in use.
+	Utilization float64
+	// Orders is the orders placed in the window; Capacity what the store's
+	// slots could place in it if they did nothing but buys (slots × window /
+	// mean buy service time).
+	Orders   int64
+	Capacity float64
+	// QueueMax is the longest store queue seen in the window (sampled).
+	QueueMax int64
+}
+
+// Launch computes the launch-window statistics of r (false: no launch or
+// no samples).
+func (r *RunResult) Launch() (LaunchStats, bool) {
+	presses := buyerPresses(r.Scenario)
+	if len(presses) == 0 || len(r.Timeline) < 2 {
+		return LaunchStats{}, false
+	}
+	ls := LaunchStats{From: r.Scenario.LaunchAt, To: r.Scenario.LaunchAt + presses[len(presses)-1].at}
+	var busy float64
+	var span time.Duration
+	var first, last *StoreSample
+	for i := 1; i < len(r.Timeline); i++ {
+		s := &r.Timeline[i]
+		if s.At < ls.From || s.At > ls.To {
+			continue
+		}
+		if first == nil {
+			first = &r.Timeline[i-1]
+		}
+		last = s
+		dt := s.At - r.Timeline[i-1].At
+		busy += float64(r.Timeline[i-1].InService) * dt.Seconds()
+		span += dt
+		ls.QueueMax = max(ls.QueueMax, s.Queued)
+	}
+	if first == nil || span <= 0 {
+		return LaunchStats{}, false
+	}
+	workers := r.Store.Workers
+	if workers <= 0 {
+		workers = store.DefaultWorkers
+	}
+	bt := store.DefaultServiceTimes().Buy
+	ls.Utilization = busy / (float64(workers) * span.Seconds())
+	ls.Orders = last.Orders - first.Orders
+	ls.Capacity = float64(workers) * (ls.To - ls.From).Seconds() / ((bt.Min + bt.Max) / 2).Seconds()
+	return ls, true
 }
 
 // EndpointStats summarizes the requests of one endpoint in one run.
@@ -253,6 +315,11 @@ func WriteTable(w io.Writer, runs []*RunResult) {
 		m := r.Store
 		fmt.Fprintf(w, "  store during %s: %d worker slots, utilization %.0f%%, most requests queued at once %s, orders placed %s\n",
 			r.Name, m.Workers, 100*m.Utilization, fmtCount(m.QueueDepthMax), fmtCount(m.Orders))
+		if ls, ok := r.Launch(); ok {
+			fmt.Fprintf(w, "  store during %s, launch seconds %s-%s: utilization %.0f%%, orders placed %s of the %s its slots could serve (%.0f%%), store queue at most %s\n",
+				r.Name, fmtSeconds(ls.From), fmtSeconds(ls.To), 100*ls.Utilization, fmtCount(ls.Orders), fmtCount(int64(ls.Capacity)),
+				100*float64(ls.Orders)/ls.Capacity, fmtCount(ls.QueueMax))
+		}
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "  %s: %s\n", r.Name, n)
 		}
@@ -276,6 +343,15 @@ func Headlines(noLimits, sluice, baseline *RunResult) []string {
 			fmtCount(int64(bb.Outcomes[Succeeded])), fmtCount(int64(bb.Outcomes[Limited])), fmtLatency(bb.LimitedP50), fmtLatency(bb.LimitedP99),
 			fmtPercent(ratio(bb.LimitedWithRetryAfter, bb.Outcomes[Limited])), fmtCount(int64(bb.Outcomes[TimedOut]))),
 	}
+	if la, ok := noLimits.Launch(); ok {
+		if lb, ok := sluice.Launch(); ok {
+			lines = append(lines, fmt.Sprintf("launch seconds %s-%s: orders placed %s without limits -> %s with Sluice, of the %s the store's slots could serve (%.0f%% -> %.0f%%); store utilization %.0f%% -> %.0f%%; store queue at most %s -> %s (%d slots)",
+				fmtSeconds(lb.From), fmtSeconds(lb.To), fmtCount(la.Orders), fmtCount(lb.Orders), fmtCount(int64(lb.Capacity)),
+				100*float64(la.Orders)/la.Capacity, 100*float64(lb.Orders)/lb.Capacity, 100*la.Utilization, 100*lb.Utilization,
+				fmtCount(la.QueueMax), fmtCount(lb.QueueMax), sluice.Store.Workers))
+		}
+	}
+	lines = append(lines, fmt.Sprintf("orders placed over the whole run: %s without limits, %s with Sluice", fmtCount(noLimits.Store.Orders), fmtCount(sluice.Store.Orders)))
 	if baseline != nil {
 		l0 := Summarize(baseline.Records)[Login]
 		verdict := "within"

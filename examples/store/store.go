@@ -292,6 +292,17 @@ func (s *Store) Metrics() Metrics {
 	return m
 }
 
+// Gauges are the store's instantaneous counters, cheap enough to sample
+// every few milliseconds.
+type Gauges struct {
+	InService, Queued, Orders int64
+}
+
+// Snapshot returns the store's gauges now.
+func (s *Store) Snapshot() Gauges {
+	return Gauges{InService: s.inService.Load(), Queued: s.queued.Load(), Orders: s.orders.Load()}
+}
+
 // Endpoints returns the "METHOD /path" names of the shop routes, in a fixed
 // order.
 func (s *Store) Endpoints() []string {

@@ -152,6 +152,7 @@ var invalidCorpus = map[string]invalidCase{
 	"max-delay-sliding-window.json":    {field: "rules[0].max_delay"},
 	"shadow-string.json":               {field: "rules[0].shadow"},
 	"concurrency-window.json":          {field: "rules[0].window"},
+	"concurrency-global.json":          {field: "rules[0].algorithm"},
 	"concurrency-burst.json":           {field: "rules[0].burst"},
 	"concurrency-limit-too-large.json": {field: "rules[0].limit"},
 	"concurrency-max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +

@@ -97,6 +97,7 @@ const (
 	opRelease
 	opRenew
 	opView
+	opExpire
 )
 
 func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, int64, bool) {
@@ -113,6 +114,8 @@ func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, 
 		next, o.out = o.lim.Claim(st, now, o.ticket, o.held, o.epoch)
 	case opLeave:
 		next, o.left = o.lim.Leave(st, now, o.ticket)
+	case opExpire:
+		next = o.lim.Expire(st, now, o.ticket)
 	case opRelease:
 		next = o.lim.Release(st, now, o.held, o.epoch)
 	case opRenew:
@@ -141,8 +144,17 @@ func HasConcurrency(c *config.Config) bool {
 // MaxWaiters bounds the requests one worker keeps waiting in queues.
 const MaxWaiters = 4096
 
+// MaxPollsPerTick bounds the queues (distinct keys) one tick polls: with
+// per-client queues, thousands of waiting keys would otherwise cost
+// thousands of shared-data reads every 5 ms. The oldest waiters go first.
+const MaxPollsPerTick = 256
+
 // holdEstimate is the observed mean slot hold time of rule i (0: none yet).
 func (e *Engine) holdEstimate(i int) time.Duration { return time.Duration(e.hold[i]) }
+
+// HoldEstimate returns the mean time requests of concurrency rule i held
+// their slot on this worker (0 until one has ended).
+func (e *Engine) HoldEstimate(i int) time.Duration { return e.holdEstimate(i) }
 
 // waitEstimate estimates how long a request with waiting tickets ahead of
 // it waits for a slot of rule i: slots free at about limit per hold time.
@@ -347,72 +359,82 @@ func (e *Engine) leave(w *Waiter, now int64) bool {
 	return op.left
 }
 
-// Poll advances the waiting requests at now: each live waiter, in arrival
-// order, claims a slot; a waiter past its deadline is rejected; abandoned
-// tickets leave. It appends what happened to requests to out.
+// Poll advances the waiting requests at now: a waiter past its deadline is
+// rejected (and every ticket up to its own leaves the queue: they have timed
+// out too); each other live waiter, in arrival order, claims a slot;
+// abandoned tickets leave. One shared-data read per queue (key) and tick at
+// most, however many wait in it: the first waiter of a key that cannot go
+// blocks the younger ones until the next tick. It appends what happened to
+// requests to out.
 func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 	keep := e.waiters[:0]
-	blocked := e.blocked[:0]
+	if e.blocked == nil {
+		e.blocked = map[holdKey]bool{}
+	}
+	clear(e.blocked)
+	polls := 0
 	for _, w := range e.waiters {
 		id := w.ID
+		r := &e.cfg.Rules[w.rule]
+		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}
+		if now >= w.Deadline {
+			if w.ID != 0 {
+				e.expire(w, now)
+			}
+			if w.gone {
+				continue
+			}
+			w.gone = true
+			e.Stats.Rules[w.rule].Rejected++
+			v := w.verdict
+			e.refund(w, now)
+			e.releaseAll(&w.verdict, now)
+			wait := e.waitEstimate(w.rule, 0)
+			v.Outcome, v.Delay, v.Slots = Reject, 0, nil
+			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+			out = append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
+			continue
+		}
+		if e.blocked[key] || polls >= MaxPollsPerTick {
+			keep = append(keep, w)
+			continue
+		}
+		polls++
 		if w.gone {
 			if w.ID != 0 && !e.leave(w, now) {
+				e.blocked[key] = true
 				keep = append(keep, w)
 			}
 			continue
 		}
-		r := &e.cfg.Rules[w.rule]
-		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}
+		hk := key
+		op := &e.op
+		*op = concOp{kind: opClaim, lim: &r.Limit, ticket: w.ticket}
+		h := e.holdings[hk]
+		if h != nil {
+			op.held, op.epoch = h.n, h.epoch
+		}
 		granted := false
-		if !containsKey(blocked, key) {
-			hk := key
-			op := &e.op
-			*op = concOp{kind: opClaim, lim: &r.Limit, ticket: w.ticket}
-			h := e.holdings[hk]
+		if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err == nil {
 			if h != nil {
-				op.held, op.epoch = h.n, h.epoch
+				h.epoch = op.out.Epoch
 			}
-			if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err == nil {
-				if h != nil {
-					h.epoch = op.out.Epoch
-				}
-				granted = op.out.Admitted
-				if granted {
-					e.hold1(hk, op.out.Epoch)
-					v := &w.verdict
-					v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now})
-					rem := r.Limit.Limit() - op.out.InFlight
-					if v.Report == nil || rem < v.Remaining {
-						v.Report, v.Remaining, v.Reset = r, rem, e.holdEstimate(w.rule)
-					}
-				}
-			}
+			granted = op.out.Admitted
 		}
 		if !granted {
-			if now >= w.Deadline {
-				e.Stats.Rules[w.rule].Rejected++
-				v := w.verdict
-				e.leave(w, now)
-				w.gone = true
-				e.refund(w, now)
-				e.releaseAll(&w.verdict, now)
-				wait := e.waitEstimate(w.rule, 0)
-				v.Outcome, v.Delay, v.Slots = Reject, 0, nil
-				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
-				out = append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
-				if w.ID != 0 {
-					keep = append(keep, w) // the ticket has yet to leave
-				}
-				continue
-			}
 			// Later tickets of this queue on this worker wait behind it.
-			blocked = append(blocked, key)
+			e.blocked[key] = true
 			keep = append(keep, w)
 			continue
 		}
+		e.hold1(hk, op.out.Epoch)
+		v := &w.verdict
+		v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now})
+		if rem := r.Limit.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
+			v.Report, v.Remaining, v.Reset = r, rem, e.holdEstimate(w.rule)
+		}
 		e.Stats.Rules[w.rule].Delayed++
 		e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
-		v := &w.verdict
 		if len(w.rest) > 0 {
 			// More concurrency rules to pass: they may queue again.
 			v.Outcome = Allow
@@ -434,7 +456,6 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 	}
 	clear(e.waiters[len(keep):])
 	e.waiters = keep
-	e.blocked = blocked
 	if ep := limit.EpochAt(now); ep != e.renewed {
 		e.renewed = ep
 		e.renew(now)
@@ -442,13 +463,13 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 	return out
 }
 
-func containsKey(ks []holdKey, k holdKey) bool {
-	for _, x := range ks {
-		if x == k {
-			return true
-		}
-	}
-	return false
+// expire takes w's ticket, and every older one, out of its queue (w's
+// deadline passed).
+func (e *Engine) expire(w *Waiter, now int64) {
+	op := &e.op
+	*op = concOp{kind: opExpire, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
+	_, _ = e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op)
+	w.ID = 0
 }
 
 // renew re-registers every slot this worker holds in the current epoch:

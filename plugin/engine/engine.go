@@ -118,12 +118,18 @@ type Engine struct {
 	callBuf []byte
 	scratch Pending
 	globals []globalRef
+	gkeys   []byte
+	// ctxOwner is the request whose stream is the current proxy-wasm
+	// context while an answer is handled (nil: the root context); inDecide
+	// is set while Decide runs (the deciding request's stream is current).
+	ctxOwner *Pending
+	inDecide bool
 	// concurrency rules (concurrency.go)
 	pending  []pendingConc
 	op       concOp
 	holdings map[holdKey]*holding
 	waiters  []*Waiter
-	blocked  []holdKey
+	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
@@ -255,6 +261,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	}
 	e.charged = e.charged[:0]
 	e.globals = e.globals[:0]
+	e.gkeys = e.gkeys[:0]
 	e.pending = e.pending[:0]
 	rejected := -1
 	for _, i := range e.matched {
@@ -263,7 +270,12 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if r.Global {
 			// Global rules are decided after every local rule admitted the
 			// request: a call is made only for requests that can pass.
-			e.globals = append(e.globals, globalRef{rule: i, fp: fp, key: descriptorKey(e.keyBuf)})
+			// The client's key bytes are kept (in a reused buffer) for the
+			// descriptor of a call; most requests are served from the lease
+			// and never need it.
+			off := len(e.gkeys)
+			e.gkeys = append(e.gkeys, e.keyBuf...)
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf)})
 			continue
 		}
 		if IsConcurrency(r) {
@@ -324,8 +336,10 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	if rejected < 0 && len(e.globals) > 0 {
 		v.Client = ri.client
 		p := &e.scratch
-		*p = Pending{verdict: v, charged: e.charged, globals: e.globals, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
+		*p = Pending{verdict: v, charged: e.charged, globals: e.globals, keys: e.gkeys, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
+		e.inDecide = true
 		waiting := e.decideGlobal(p, now)
+		e.inDecide = false
 		v = p.verdict
 		e.charged = p.charged[:0]
 		if waiting {

@@ -53,6 +53,7 @@ type Pending struct {
 	verdict           Verdict
 	charged           []charge
 	globals           []globalRef // global rules of the request, in order
+	keys              []byte      // the key bytes of globals
 	next              int         // index in globals of the rule waiting
 	cancelled         bool
 	persisted         *Pending // the heap copy of the engine's scratch Pending
@@ -68,6 +69,7 @@ func (e *Engine) persist(p *Pending) *Pending {
 	c := *p
 	c.charged = append(make([]charge, 0, len(p.charged)+len(p.globals)), p.charged...)
 	c.globals = append([]globalRef(nil), p.globals...)
+	c.keys = append([]byte(nil), p.keys...)
 	p.persisted = &c
 	return &c
 }
@@ -78,9 +80,9 @@ func (p *Pending) Cancel() { p.cancelled = true }
 // globalRef is one global rule of a request: its index, the client's
 // fingerprint in this Envoy's table and its descriptor key at the service.
 type globalRef struct {
-	rule int
-	fp   uint64
-	key  string
+	rule   int
+	fp     uint64
+	off, n int // the client's key bytes in Pending.keys
 }
 
 // Decided is called by the engine when a request that waited for a call
@@ -104,15 +106,23 @@ type callKey struct {
 }
 
 type inflight struct {
-	done    bool
-	sentAt  int64
-	timeout time.Duration
-	key     callKey
-	ref     globalRef
-	k       uint32
-	callAt  int64
-	noLease bool
-	waiters []*Pending
+	// owner is the request whose stream was the proxy-wasm context when
+	// the call was sent (nil: the plugin's root context, from the tick).
+	// The Go SDK delivers the answer only while that stream lives.
+	owner *Pending
+	// deferred: to be sent from the next tick (see sendOrDefer).
+	deferred bool
+	deadline int64
+	desc     string // the client's descriptor key at the service
+	done     bool
+	sentAt   int64
+	timeout  time.Duration
+	key      callKey
+	ref      globalRef
+	k        uint32
+	callAt   int64
+	noLease  bool
+	waiters  []*Pending
 }
 
 // circuit stops waiting on the service while it keeps failing.
@@ -228,8 +238,9 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		if !noLease {
 			k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
 		}
-		in := &inflight{key: key, ref: g, k: k, callAt: now, noLease: noLease}
-		if err := e.send(in, now, p.Deadline); err != nil {
+		in := &inflight{key: key, ref: g, k: k, callAt: now, noLease: noLease, desc: descriptorKey(p.keys[g.off : g.off+g.n])}
+		deciding := e.inDecide
+		if err := e.sendOrDefer(in, now, p.Deadline, deciding); err != nil {
 			e.circuit.failure(now)
 			if e.onError(p, r, g.rule, err) {
 				return false
@@ -240,6 +251,9 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		q := e.persist(p)
 		q.verdict.Outcome = Call
 		in.waiters = []*Pending{q}
+		if deciding {
+			in.owner = q
+		}
 		e.Global.Waited++
 		v.Outcome = Call
 		return true
@@ -255,6 +269,35 @@ var errCircuitOpen = errors.New("rate-limit service failing: circuit open, not w
 // it a hit.
 var ErrTimeout = errors.New("rate-limit service did not answer within global.timeout")
 
+// sendOrDefer sends in now if its answer will be delivered: when the
+// current proxy-wasm context is the request deciding (own), the plugin's
+// root context (e.ctxOwner nil), or a request that waits for this very
+// call. Otherwise (a call started while answering another call, for
+// requests that do not include the answered call's owner) it is sent from
+// the next tick, in the root context; meanwhile it is registered, so that
+// requests of the same client wait for it.
+func (e *Engine) sendOrDefer(in *inflight, now, deadline int64, own bool, waiters ...*Pending) error {
+	if own || e.ctxOwner == nil {
+		if !own {
+			in.owner = nil
+		}
+		return e.send(in, now, deadline)
+	}
+	for _, p := range waiters {
+		if p == e.ctxOwner {
+			in.owner = p
+			return e.send(in, now, deadline)
+		}
+	}
+	if deadline-now < int64(time.Millisecond) {
+		return ErrTimeout
+	}
+	in.deferred, in.deadline = true, deadline
+	in.sentAt, in.timeout = now, time.Duration(deadline-now)
+	e.calls[in.key] = in
+	return nil
+}
+
 // send dispatches the call of in, which must answer by deadline.
 func (e *Engine) send(in *inflight, now, deadline int64) error {
 	r := &e.cfg.Rules[in.ref.rule]
@@ -266,7 +309,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 	unit, _ := rls.UnitOf(r.Limit.Window())
 	req := rls.Request{
 		Domain:  g.Domain,
-		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: in.ref.key}},
+		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: in.desc}},
 		Limit:   uint32(r.Limit.Limit()),
 		Unit:    unit,
 		Hits:    in.k,
@@ -275,7 +318,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 	e.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
 	err := e.caller.Call(g.Cluster, e.callBuf, timeout, func(resp rls.Response, err error) {
-		e.answer(in, resp, err)
+		e.answer(in, resp, err, false)
 	})
 	if err != nil {
 		e.Global.CallFailures++
@@ -290,9 +333,18 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // drops it), so without a sweep the other requests waiting for that call
 // would wait forever; the plugin calls Sweep from its tick.
 func (e *Engine) Sweep(now int64) {
+	e.ctxOwner = nil // the tick runs in the root context
 	for _, in := range e.calls {
+		if in.deferred {
+			in.deferred = false
+			if err := e.send(in, now, in.deadline); err != nil {
+				e.circuit.failure(now)
+				e.answer(in, rls.Response{}, err, true)
+			}
+			continue
+		}
 		if now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond) {
-			e.answer(in, rls.Response{}, ErrTimeout)
+			e.answer(in, rls.Response{}, ErrTimeout, true)
 		}
 	}
 }
@@ -301,11 +353,19 @@ func (e *Engine) Sweep(now int64) {
 func (e *Engine) CallsInFlight() int { return len(e.calls) }
 
 // answer handles the reply to in's call.
-func (e *Engine) answer(in *inflight, resp rls.Response, err error) {
+func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick bool) {
 	if in.done {
 		return // swept already
 	}
 	in.done = true
+	// Calls sent while handling this answer are registered with the
+	// current proxy-wasm context: the owner of this call's stream, or the
+	// root context on the tick.
+	e.ctxOwner = in.owner
+	if fromTick {
+		e.ctxOwner = nil
+	}
+	defer func() { e.ctxOwner = nil }()
 	now := e.now()
 	if e.calls[in.key] == in {
 		delete(e.calls, in.key)
@@ -362,12 +422,19 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error) {
 		st = s
 	}
 	order := in.waiters
-	if granted > 0 && uint32(waiting) > granted && len(order) > 1 && !order[0].cancelled {
+	if o := e.ctxOwner; o != nil && !o.cancelled && granted > 0 && uint32(waiting) > granted {
 		// Some requests will wait for one more call, which is sent from
-		// here: the Go SDK delivers its answer only while the stream that
-		// was active when it was sent lives, which is the request that sent
-		// this call (order[0]). Keep that one waiting and serve the others.
-		order = append(append(make([]*Pending, 0, len(order)), order[1:]...), order[0])
+		// here, in the context of this call's owner: keep the owner waiting
+		// (served last) so that the next answer is delivered.
+		order = make([]*Pending, 0, len(in.waiters))
+		for _, p := range in.waiters {
+			if p != o {
+				order = append(order, p)
+			}
+		}
+		if len(order) < len(in.waiters) {
+			order = append(order, o)
+		}
 	}
 	var rest []*Pending
 	for _, p := range order {
@@ -431,8 +498,8 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 	if !in.noLease {
 		k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, uint32(len(live)))
 	}
-	next := &inflight{key: in.key, ref: in.ref, k: k, callAt: now, noLease: in.noLease, waiters: live}
-	if err := e.send(next, now, deadline); err != nil {
+	next := &inflight{key: in.key, ref: in.ref, k: k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc}
+	if err := e.sendOrDefer(next, now, deadline, false, live...); err != nil {
 		e.circuit.failure(now)
 		for _, p := range live {
 			if !e.onError(p, r, in.ref.rule, err) {

@@ -193,6 +193,10 @@ func TestConcurrencyQueueFIFOAcrossWorkers(t *testing.T) {
 	if got := h.Metrics().Counter("sluice.rule.store.wait_ms"); got < 6*50 {
 		t.Errorf("wait_ms counter %d, want at least 300 (each waited 50ms or more)", got)
 	}
+	// Each held its slot 20 ms (one AdvanceClock step) or 50+20 ms.
+	if got := h.Metrics().Gauge("sluice.rule.store.hold_ms"); got < 20 || got > 80 {
+		t.Errorf("hold_ms gauge %d, want 20..80", got)
+	}
 }
 
 // TestConcurrencyQueueTimeoutAndAbandon: a waiter that cannot start within

@@ -11,6 +11,8 @@
 // tokens leased but not used before the window ends are lost
 // (under-admission). Size keeps that loss small:
 //
+//   - the first call of a window asks only for the requests waiting for it
+//     (usually one): it learns what is left and starts the drain-rate clock;
 //   - a lease is at most a fair part of what the service last said was left,
 //     remaining / (2 × share), where share estimates how many Envoys draw on
 //     the same client's budget (learnt from how fast the service's remaining
@@ -41,10 +43,16 @@ const StateSize = 16
 // Limits of the fields.
 const (
 	MaxK     = 1<<24 - 1 // largest lease (LastK has 24 bits)
-	MaxShare = 31
-	// DefaultShare is the share assumed before the first answer of a
-	// window: a first lease is limit / (2 × DefaultShare).
-	DefaultShare = 4
+	MaxShare = 255
+	// maxGrantAt: GrantAt has 27 bits (a day is 86,400,000 ms).
+	maxGrantAt = 1<<27 - 1
+	// DefaultShare is the share assumed until calls teach the real one. It
+	// is large on purpose: before it knows better, an Envoy must not lease
+	// a big part of the budget (in a fleet of many Envoys all of them would
+	// at once); a small fleet learns its share within a few calls. With 32,
+	// simulated fleets of 1 to 100 Envoys under demand of 2-4x the limit
+	// admit at least 98% of it (TestFleetNeverExceeds).
+	DefaultShare = 32
 )
 
 // State is one client's lease at one Envoy under one global rule, valid in
@@ -72,39 +80,40 @@ type State struct {
 	Shrink bool
 }
 
-// Encode writes s into b (StateSize bytes).
+// Encode writes s into b (StateSize bytes): Tokens, Remaining, then
+// GrantAt (27 bits) with the three flags, then LastK (24 bits) with Share.
 func (s *State) Encode(b []byte) {
 	_ = b[StateSize-1]
 	binary.LittleEndian.PutUint32(b[0:], s.Tokens)
 	binary.LittleEndian.PutUint32(b[4:], s.Remaining)
-	binary.LittleEndian.PutUint32(b[8:], s.GrantAt)
-	k := min(s.LastK, MaxK)
-	b[12], b[13], b[14] = byte(k), byte(k>>8), byte(k>>16)
-	f := min(s.Share, MaxShare) << 2
+	w := min(s.GrantAt, maxGrantAt)
 	if s.Known {
-		f |= 1
+		w |= 1 << 27
 	}
 	if s.Exhausted {
-		f |= 2
+		w |= 1 << 28
 	}
 	if s.Shrink {
-		f |= 0x80
+		w |= 1 << 29
 	}
-	b[15] = f
+	binary.LittleEndian.PutUint32(b[8:], w)
+	binary.LittleEndian.PutUint32(b[12:], min(s.LastK, MaxK)|uint32(s.Share)<<24)
 }
 
 // Decode reads a State written by Encode.
 func Decode(b []byte) State {
 	_ = b[StateSize-1]
+	w := binary.LittleEndian.Uint32(b[8:])
+	k := binary.LittleEndian.Uint32(b[12:])
 	return State{
 		Tokens:    binary.LittleEndian.Uint32(b[0:]),
 		Remaining: binary.LittleEndian.Uint32(b[4:]),
-		GrantAt:   binary.LittleEndian.Uint32(b[8:]),
-		LastK:     uint32(b[12]) | uint32(b[13])<<8 | uint32(b[14])<<16,
-		Share:     (b[15] >> 2) & MaxShare,
-		Known:     b[15]&1 != 0,
-		Exhausted: b[15]&2 != 0,
-		Shrink:    b[15]&0x80 != 0,
+		GrantAt:   w & maxGrantAt,
+		LastK:     k & MaxK,
+		Share:     uint8(k >> 24),
+		Known:     w&(1<<27) != 0,
+		Exhausted: w&(1<<28) != 0,
+		Shrink:    w&(1<<29) != 0,
 	}
 }
 
@@ -139,14 +148,24 @@ func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32
 	if s.Shrink {
 		return 1
 	}
-	rem := limit
-	if s.Known {
-		rem = s.Remaining
+	if !s.Known {
+		// The first call of a window asks only for what is waiting: nothing
+		// is known yet of the client's rate at this Envoy or of what is left,
+		// and a fleet of many Envoys that each took a fixed part of the
+		// limit on a client's first request would lease its whole budget to
+		// Envoys that may never see the client again.
+		return min(need, limit, MaxK)
 	}
 	share := uint32(s.Share)
 	if share == 0 {
 		share = DefaultShare
 	}
+	// What is left now: the service's last answer, less what the fleet has
+	// probably drawn since, share times what this Envoy drew (its last
+	// lease, now used up). Without this, an Envoy whose last call is old
+	// would size its lease on a stale count and overshoot the tail.
+	rem := s.Remaining
+	rem -= min(rem, uint32(min(uint64(share)*uint64(s.LastK), 1<<32-1)))
 	// A fair part of what is left: near the limit this is one hit per call.
 	k := rem / (2 * share)
 	if s.Known && s.LastK > 0 {
@@ -161,12 +180,13 @@ func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32
 		}
 	}
 	k = max(k, need)
-	if k > rem && rem > 0 {
-		// Never ask for more than the service last said was left; with
-		// waiters beyond that, the rest of them learn the answer next call.
-		k = rem
+	if k > rem {
+		// Never ask for more than is probably left (an OVER_LIMIT for k
+		// wastes what was left); waiters beyond it learn the answer of the
+		// next call.
+		k = max(rem, 1)
 	}
-	return min(max(k, 1), MaxK)
+	return min(k, MaxK)
 }
 
 // Answer is what the service said to a call for K hits.

@@ -10,7 +10,7 @@ import (
 func TestEncodeDecode(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 10000; i++ {
-		s := State{Tokens: r.Uint32(), Remaining: r.Uint32(), GrantAt: r.Uint32(), LastK: r.Uint32N(MaxK + 1),
+		s := State{Tokens: r.Uint32(), Remaining: r.Uint32(), GrantAt: r.Uint32N(maxGrantAt + 1), LastK: r.Uint32N(MaxK + 1),
 			Share: uint8(r.UintN(MaxShare + 1)), Known: r.IntN(2) == 0, Exhausted: r.IntN(2) == 0, Shrink: r.IntN(2) == 0}
 		var b [StateSize]byte
 		s.Encode(b[:])
@@ -83,6 +83,9 @@ func (e *envoy) decide(svc *service, now int64) bool {
 	return false
 }
 
+var lastCount uint64
+var lastUnused uint32
+
 // simulate sends n requests spread over one window, each to a random Envoy
 // of a fleet of size fleet, and returns admitted and calls.
 func simulate(r *rand.Rand, fleet int, limit uint32, n int, w time.Duration) (int, int) {
@@ -102,26 +105,41 @@ func simulate(r *rand.Rand, fleet int, limit uint32, n int, w time.Duration) (in
 			admitted++
 		}
 	}
+	lastCount, lastUnused = svc.count, 0
+	for _, e := range envoys {
+		lastUnused += e.st.Tokens
+	}
 	return admitted, svc.calls
 }
 
-// TestFleetNeverExceeds: whatever the fleet size, limit and demand, the
-// fleet admits at most limit in a window; under sustained demand above the
-// limit it admits at least 90% of it.
+// TestFleetNeverExceeds: whatever the fleet size (1 to 100 Envoys), limit
+// and demand, the fleet admits at most limit in a window; under demand of
+// at least twice the limit, spread over the window and the Envoys at
+// random, it admits at least 90% of it (the loss is leases wasted by an
+// OVER_LIMIT for more than was left).
 func TestFleetNeverExceeds(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
-	for trial := 0; trial < 300; trial++ {
+	worst := 1.0
+	for trial := 0; trial < 400; trial++ {
 		fleet := 1 + r.IntN(10)
+		if trial%4 == 0 {
+			fleet = 1 + r.IntN(100)
+		}
 		limit := uint32(1 + r.IntN(2000))
 		n := r.IntN(4 * int(limit))
 		admitted, _ := simulate(r, fleet, limit, n, time.Minute)
 		if admitted > int(limit) {
 			t.Fatalf("fleet %d limit %d demand %d: admitted %d", fleet, limit, n, admitted)
 		}
-		if n >= 2*int(limit) && limit >= 20 && admitted < int(limit)*9/10 {
-			t.Errorf("fleet %d limit %d demand %d: admitted only %d", fleet, limit, n, admitted)
+		if n >= 2*int(limit) && limit >= 20 {
+			ratio := float64(admitted) / float64(limit)
+			worst = min(worst, ratio)
+			if ratio < 0.9 {
+				t.Errorf("fleet %d limit %d demand %d: admitted only %d (service count %d, unused %d)", fleet, limit, n, admitted, lastCount, lastUnused)
+			}
 		}
 	}
+	t.Logf("worst admitted/limit under demand >= 2x limit: %.3f", worst)
 }
 
 // TestThreeEnvoys100: the scenario, round-robin over three Envoys.

@@ -174,7 +174,9 @@ func (s *Slots) register(n int64, held uint16) {
 // stall skips a queue whose Head has not moved for Stall while slots were
 // free: its tickets belong to a worker that vanished.
 func (s *Slots) stall(now int64, lim int64) {
-	if s.Head != s.Tail && s.InFlight() < lim && int64(msAt(now)-s.Last) > int64(Stall/time.Millisecond) {
+	// Signed: a worker's now may be a little older than the Last another
+	// worker wrote (each reads the clock before its CAS).
+	if s.Head != s.Tail && s.InFlight() < lim && int32(msAt(now)-s.Last) > int32(Stall/time.Millisecond) {
 		s.Head, s.Done, s.Last = s.Tail, 0, msAt(now)
 	}
 }
@@ -293,6 +295,33 @@ func (l Limit) Leave(st State, now int64, ticket uint16) (State, bool) {
 	}
 	s.leave(ticket, now)
 	return EncodeSlots(s), true
+}
+
+// Expire is a waiting ticket's timeout (its max_delay passed, or it was
+// abandoned and would have by now): every ticket up to it has timed out too
+// (tickets are issued in arrival order and share the rule's max_delay) or
+// been served, so Head moves past it at once. A ticket of another worker
+// that Head passes this way and that has not yet noticed its own timeout
+// finds itself passed; its worker checks the deadline before claiming.
+func (l Limit) Expire(st State, now int64, ticket uint16) State {
+	s := DecodeSlots(st)
+	s.roll(now)
+	i := ticket - s.Head
+	if i >= 1<<15 || s.Head == s.Tail {
+		return EncodeSlots(s) // already passed
+	}
+	if i+1 >= QueueWindow {
+		s.Done = 0
+	} else {
+		s.Done >>= i + 1
+	}
+	s.Head = ticket + 1
+	s.Last = msAt(now)
+	for s.Done&1 != 0 && s.Head != s.Tail {
+		s.Done >>= 1
+		s.Head++
+	}
+	return EncodeSlots(s)
 }
 
 // Release gives back n slots last registered in epoch heldEpoch.

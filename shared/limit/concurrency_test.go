@@ -206,3 +206,51 @@ func TestConcurrencyNeverOverAdmits(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyExpirePassesOlderTickets: a ticket's timeout moves Head
+// past it and every older ticket (they timed out too, or were served), so
+// abandoned tickets never clog the queue for longer than max_delay.
+func TestConcurrencyExpirePassesOlderTickets(t *testing.T) {
+	l := mustConc(t, 1)
+	now := 20 * sec
+	st, first := l.Acquire(State{}, now, 0, 0, 100)
+	var tickets []uint16
+	for i := 0; i < 40; i++ {
+		var d ConcDecision
+		st, d = l.Acquire(st, now, 0, 0, 100)
+		tickets = append(tickets, d.Ticket)
+	}
+	// Ticket 30 times out: 0..30 leave at once, far beyond QueueWindow.
+	st = l.Expire(st, now+sec, tickets[30])
+	if v := l.View(st, now+sec); v.Head != tickets[31] || v.Queued() != 9 {
+		t.Fatalf("after the timeout of ticket 30: head %d (want %d), %d queued", v.Head, tickets[31], v.Queued())
+	}
+	st = l.Release(st, now+sec, 1, first.Epoch)
+	if _, d := l.Claim(st, now+sec, tickets[31], 0, 0); !d.Admitted {
+		t.Fatal("ticket 31 not admitted once the older tickets timed out")
+	}
+	// An older ticket whose holder has not noticed its timeout finds
+	// itself passed (its worker checks the deadline before claiming).
+	if _, d := l.Claim(st, now+sec, tickets[3], 0, 0); !d.Admitted {
+		t.Fatal("a passed ticket is admitted first when a slot is free")
+	}
+}
+
+// TestConcurrencyStaleClockIsNotAStall: a worker whose now is a little
+// older than the Last another worker wrote must not take the queue for
+// stuck (a stall skip serves the waiting tickets in any order).
+func TestConcurrencyStaleClockIsNotAStall(t *testing.T) {
+	l := mustConc(t, 1)
+	now := 30 * sec
+	st, first := l.Acquire(State{}, now, 0, 0, 10)
+	st, a := l.Acquire(st, now+10*int64(time.Millisecond), 0, 0, 10)
+	st, b := l.Acquire(st, now+10*int64(time.Millisecond), 0, 0, 10)
+	st = l.Release(st, now+20*int64(time.Millisecond), 1, first.Epoch)
+	// Ticket b's worker polls with a clock read 5 ms before Last.
+	if _, d := l.Claim(st, now+5*int64(time.Millisecond), b.Ticket, 0, 0); d.Admitted {
+		t.Fatal("ticket b passed ticket a: a stale clock was taken for a stall")
+	}
+	if _, d := l.Claim(st, now+20*int64(time.Millisecond), a.Ticket, 0, 0); !d.Admitted {
+		t.Fatal("ticket a not admitted")
+	}
+}

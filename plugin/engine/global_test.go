@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/rls"
+)
+
+// fakeService answers calls like envoyproxy/ratelimit for one window: it
+// counts hits and says OVER_LIMIT past the limit. Answers are delivered
+// when the test calls deliver, as Envoy delivers them later.
+type fakeService struct {
+	limit   uint32
+	count   uint32
+	down    bool
+	calls   []uint32 // hits asked per call
+	bodies  [][]byte
+	pending []func()
+}
+
+func (s *fakeService) Call(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error {
+	if cluster != "ratelimit" || len(body) < 5 {
+		return errors.New("bad call")
+	}
+	k := hitsOf(body)
+	s.bodies = append(s.bodies, append([]byte(nil), body...))
+	s.calls = append(s.calls, k)
+	s.pending = append(s.pending, func() {
+		if s.down {
+			done(rls.Response{}, &rls.CallError{HTTPStatus: "200", GRPCStatus: 14})
+			return
+		}
+		s.count += k
+		if s.count > s.limit {
+			done(rls.Response{Code: rls.CodeOverLimit, Reset: time.Minute}, nil)
+			return
+		}
+		done(rls.Response{Code: rls.CodeOK, Remaining: s.limit - s.count}, nil)
+	})
+	return nil
+}
+
+// hitsOf reads hits_addend (field 3, varint) from the framed request.
+func hitsOf(b []byte) uint32 {
+	m := b[5:]
+	for i := 0; i < len(m); {
+		tag := m[i]
+		i++
+		switch tag & 7 {
+		case 0:
+			var v uint64
+			for s := 0; ; s += 7 {
+				c := m[i]
+				i++
+				v |= uint64(c&0x7f) << s
+				if c < 0x80 {
+					break
+				}
+			}
+			if tag>>3 == 3 {
+				return uint32(v)
+			}
+		case 2:
+			n := int(m[i])
+			i += 1 + n
+		}
+	}
+	return 1
+}
+
+func (s *fakeService) deliver() {
+	p := s.pending
+	s.pending = nil
+	for _, f := range p {
+		f()
+	}
+}
+
+const globalDoc = `{"rules":[{"name":"g","scope":"global","limit":%d,"window":"1m","key":["header:x-client"]}],
+ "global":{"cluster":"ratelimit","timeout":"50ms"},"on_error":"%s"}`
+
+func globalEngine(t *testing.T, limit int, onError string) (*Engine, *fakeService, *[]*Verdict, *int64) {
+	t.Helper()
+	now := new(int64)
+	*now = t0 + int64(time.Second)
+	e := New(mustConfig(t, fmt.Sprintf(globalDoc, limit, onError)), newMemStore(), 7)
+	svc := &fakeService{limit: uint32(limit)}
+	var decided []*Verdict
+	e.SetGlobal(svc, func(p *Pending, v *Verdict) { c := *v; decided = append(decided, &c) })
+	e.Now = func() int64 { return *now }
+	return e, svc, &decided, now
+}
+
+func TestGlobalLeaseServesWithoutCalls(t *testing.T) {
+	e, svc, decided, now := globalEngine(t, 100, "allow")
+	r := req("/", "GET", "10.0.0.1:1", "x-client", "a")
+	v := e.Decide(r, *now)
+	if v.Outcome != Call || v.Pending == nil {
+		t.Fatalf("first request: %+v", v)
+	}
+	// Two more requests of the client on this worker wait for the same call.
+	for i := 0; i < 2; i++ {
+		if v := e.Decide(r, *now); v.Outcome != Call {
+			t.Fatalf("waiter %d: %v", i, v.Outcome)
+		}
+	}
+	if len(svc.calls) != 1 || svc.calls[0] != 1 {
+		t.Fatalf("calls %v, want one call for 1 hit (the first call of a window asks for what waits when it is sent)", svc.calls)
+	}
+	svc.deliver()
+	// The answer served one; the two others wait for one more call, sized
+	// for both.
+	if len(svc.calls) != 2 || svc.calls[1] < 2 {
+		t.Fatalf("calls %v", svc.calls)
+	}
+	svc.deliver()
+	if len(*decided) != 3 {
+		t.Fatalf("%d decided", len(*decided))
+	}
+	for _, d := range *decided {
+		if d.Outcome != Allow || d.Report == nil || d.Report.Name != "g" {
+			t.Fatalf("decided %+v", d)
+		}
+	}
+	k := svc.calls[0] + svc.calls[1]
+	// The rest of the lease admits without calls.
+	for i := uint32(0); i < k-3; i++ {
+		if v := e.Decide(r, *now); v.Outcome != Allow {
+			t.Fatalf("lease request %d: %v", i, v.Outcome)
+		}
+	}
+	if len(svc.calls) != 2 || e.Global.LeaseAdmits != uint64(k-3) {
+		t.Fatalf("calls %d, lease admits %d (k %d)", len(svc.calls), e.Global.LeaseAdmits, k)
+	}
+}
+
+// TestGlobalNeverExceeds drives one worker to the limit: exactly limit
+// admitted, the tail at one hit per call, then rejections without calls.
+func TestGlobalNeverExceeds(t *testing.T) {
+	e, svc, decided, now := globalEngine(t, 50, "allow")
+	r := req("/", "GET", "10.0.0.1:1", "x-client", "a")
+	admitted, rejected := 0, 0
+	for i := 0; i < 200; i++ {
+		*now += int64(time.Millisecond)
+		v := e.Decide(r, *now)
+		if v.Outcome == Call {
+			svc.deliver()
+			d := (*decided)[len(*decided)-1]
+			v = *d
+		}
+		switch v.Outcome {
+		case Allow:
+			admitted++
+		case Reject:
+			rejected++
+			if v.RetryAfter <= 0 || v.RetryAfter > time.Minute {
+				t.Fatalf("Retry-After %v", v.RetryAfter)
+			}
+		}
+	}
+	calls := len(svc.calls)
+	if admitted != 50 || rejected != 150 {
+		t.Fatalf("admitted %d, rejected %d", admitted, rejected)
+	}
+	if last := svc.calls[calls-1]; last != 1 {
+		t.Errorf("the last call asked %d hits, want 1", last)
+	}
+	if calls > 30 {
+		t.Errorf("%d calls for 200 requests", calls)
+	}
+	t.Logf("calls: %v", svc.calls)
+}
+
+// TestGlobalFailureCircuit: a failed call lets on_error decide; while the
+// circuit is open requests are decided without waiting; a probe after the
+// back-off closes it when the service is back.
+func TestGlobalFailureCircuit(t *testing.T) {
+	e, svc, decided, now := globalEngine(t, 100, "deny")
+	svc.down = true
+	v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "a"), *now)
+	if v.Outcome != Call {
+		t.Fatal(v.Outcome)
+	}
+	svc.deliver()
+	if d := (*decided)[0]; d.Outcome != Reject || d.Err == nil || e.Stats.OnErrorDenied != 1 {
+		t.Fatalf("on_error deny not applied: %+v", d)
+	}
+	if !e.CircuitOpen() {
+		t.Fatal("circuit closed after a failure")
+	}
+	// Open: decided at once, no call.
+	v = e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "b"), *now)
+	if v.Outcome != Reject || len(svc.calls) != 1 || e.Global.ShortCircuited != 1 {
+		t.Fatalf("open circuit: %v, %d calls", v.Outcome, len(svc.calls))
+	}
+	// After the back-off one probe goes out; the service is back.
+	svc.down = false
+	*now += int64(circuitMinBackoff)
+	if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "c"), *now); v.Outcome != Call {
+		t.Fatalf("probe: %v", v.Outcome)
+	}
+	if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "d"), *now); v.Outcome != Reject {
+		t.Fatalf("second request during the probe: %v", v.Outcome)
+	}
+	svc.deliver()
+	if e.CircuitOpen() {
+		t.Fatal("circuit still open after a successful probe")
+	}
+	if d := (*decided)[len(*decided)-1]; d.Outcome != Allow {
+		t.Fatalf("probe request: %v", d.Outcome)
+	}
+}
+
+// TestGlobalSweep: an answer Envoy never delivers is failed by Sweep after
+// the timeout, and its waiters are decided.
+func TestGlobalSweep(t *testing.T) {
+	e, svc, decided, now := globalEngine(t, 100, "allow")
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "a"), *now)
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "a"), *now)
+	svc.pending = nil // lost
+	e.Sweep(*now + int64(20*time.Millisecond))
+	if len(*decided) != 0 {
+		t.Fatal("swept before the timeout")
+	}
+	*now += int64(100 * time.Millisecond)
+	e.Sweep(*now)
+	if len(*decided) != 2 || e.CallsInFlight() != 0 || e.Stats.OnErrorAllowed != 2 {
+		t.Fatalf("decided %d, in flight %d", len(*decided), e.CallsInFlight())
+	}
+}
+
+// TestGlobalDescriptorFleetStable: Envoys with different fingerprint seeds
+// (every Envoy process has its own) name a client identically at the
+// service, and different clients differently.
+func TestGlobalDescriptorFleetStable(t *testing.T) {
+	call := func(seed uint64, client string) string {
+		e := New(mustConfig(t, fmt.Sprintf(globalDoc, 100, "allow")), newMemStore(), seed)
+		svc := &fakeService{limit: 100}
+		e.SetGlobal(svc, func(*Pending, *Verdict) {})
+		e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", client), t0)
+		if len(svc.bodies) != 1 {
+			t.Fatal("no call")
+		}
+		return string(svc.bodies[0])
+	}
+	a1, a2, b := call(1, "a"), call(2, "a"), call(1, "b")
+	if a1 != a2 {
+		t.Error("one client, two seeds: different requests to the service")
+	}
+	if a1 == b {
+		t.Error("two clients: the same request to the service")
+	}
+}
