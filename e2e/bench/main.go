@@ -96,6 +96,7 @@ type options struct {
 	cgWasm      string
 	cgBaseline  string
 	cgParallel  int
+	memWasm     string
 }
 
 func main() {
@@ -125,6 +126,7 @@ func main() {
 	flag.StringVar(&o.cgWasm, "callgrind-wasm", "build/sluice.wasm", "callgrind: the Sluice module to count (e.g. an older build to compare)")
 	flag.StringVar(&o.cgBaseline, "callgrind-baseline", "", "callgrind: also count this older Sluice module (rows sluice-base, sluice-base-reject)")
 	flag.IntVar(&o.cgParallel, "callgrind-parallel", 2, "callgrind: Envoys counted at once (counts do not depend on it)")
+	flag.StringVar(&o.memWasm, "memory-wasm", "build/sluice.wasm", "memory: the Sluice module to measure (e.g. an older build)")
 	flag.Parse()
 
 	run := map[string]bool{}

@@ -46,7 +46,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	if err := buildGoWasm(ctx, "./e2e/bench/testdata/confignoop", confNoop); err != nil {
 		return "", err
 	}
-	sluice, _ := filepath.Abs("build/sluice.wasm")
+	sluice, _ := filepath.Abs(o.memWasm)
 	filters := []struct {
 		key  string
 		wasm *envoytest.Wasm
