@@ -103,7 +103,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := nowNanos()
-	if p.engine.CallsInFlight() > 0 {
+	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() {
 		p.engine.Sweep(now)
 	}
 	p.held.release(now, func(id uint32) {
@@ -295,8 +295,16 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		p.engine.Release(h.verdict.Slots, time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		p.engine.Release(h.verdict.Slots, now)
 		h.verdict.Slots = nil
+		if len(p.waiting) > 0 {
+			// The freed slot may be for a waiter of this worker: hand it
+			// over now rather than at the next tick, which comes late when
+			// the worker is busy (the resume takes effect after this
+			// callback, as from a tick).
+			p.pollQueues(now)
+		}
 	}
 }
 

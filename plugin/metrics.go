@@ -35,9 +35,9 @@ type metrics struct {
 
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
-	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired proxywasm.MetricCounter
-	circuitOpen                                                                  proxywasm.MetricGauge
-	open                                                                         bool
+	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes proxywasm.MetricCounter
+	circuitOpen                                                                          proxywasm.MetricGauge
+	open                                                                                 bool
 }
 
 type ruleMetrics struct {
@@ -89,6 +89,7 @@ func newMetrics(cfg *config.Config) *metrics {
 		f.waited = proxywasm.DefineCounterMetric("sluice.global.waited")
 		f.shortCircuited = proxywasm.DefineCounterMetric("sluice.global.short_circuited")
 		f.expired = proxywasm.DefineCounterMetric("sluice.global.expired")
+		f.probes = proxywasm.DefineCounterMetric("sluice.global.probes")
 		f.circuitOpen = proxywasm.DefineGaugeMetric("sluice.global.circuit_open")
 		m.fleet = f
 	}
@@ -152,6 +153,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(f.waited, cur.Waited, &last.Waited)
 		addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
 		addDelta(f.expired, cur.Expired, &last.Expired)
+		addDelta(f.probes, cur.Probes, &last.Probes)
 		// Workers whose circuit is open, process-wide: each adds its change.
 		if open := e.CircuitOpen(); open != f.open {
 			f.open = open

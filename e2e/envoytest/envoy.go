@@ -629,12 +629,9 @@ func (e *Envoy) Stop() error {
 		case <-e.done:
 			exitErr = e.waitErr
 		default:
-			if e.container != "" {
-				// Envoy, not the attached client, gets the signal.
-				dockerSignal(e.container, "TERM")
-			} else {
-				_ = e.cmd.Process.Signal(syscall.SIGTERM)
-			}
+			// In docker mode the attached `docker run` hands the signal to
+			// the container's Envoy (--sig-proxy, the default).
+			_ = e.cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-e.done:
 			case <-time.After(10 * time.Second):
@@ -646,9 +643,9 @@ func (e *Envoy) Stop() error {
 			}
 		}
 	}
-	if e.container != "" {
-		// --rm removes it when it exits; this covers a client that died
-		// before its container.
+	if e.container != "" && e.waitErr != nil {
+		// --rm removed it if Envoy exited cleanly (the client waits for
+		// that); otherwise the client may have died before its container.
 		dockerRemove(e.container)
 	}
 	liveMu.Lock()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -198,6 +199,7 @@ func (s *RLS) Logs() string {
 // Stop kills the service and waits for it to exit.
 func (s *RLS) Stop() {
 	if s.cmd.Process != nil {
+		_ = s.Thaw()
 		_ = s.cmd.Process.Kill()
 	}
 	<-s.done
@@ -247,3 +249,10 @@ func FleetT(t testing.TB, configs map[string]string) (*Redis, *RLS) {
 	})
 	return r, s
 }
+
+// Freeze stops the service process (SIGSTOP): it keeps its sockets but
+// answers nothing, like a service that hangs. Thaw resumes it.
+func (s *RLS) Freeze() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen service (SIGCONT).
+func (s *RLS) Thaw() error { return s.cmd.Process.Signal(syscall.SIGCONT) }

@@ -29,9 +29,9 @@ import (
 // A call that fails (timeout, the service or Redis down, a missing
 // cluster) leaves the decision to on_error, counted. After a failure the
 // worker's circuit opens: requests that need a call are decided by
-// on_error at once without waiting, except one probe call at a time after
-// a back-off that doubles from 100ms to 2s; a probe's success closes the
-// circuit. Leases already held keep serving meanwhile (their hits were
+// on_error at once without waiting, and the worker's tick sends probe calls
+// (no request waits for them) after a back-off that doubles from 100ms to
+// 500ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
 // counted by the service before the failure).
 
 // Caller sends one call to the rate-limit service: a gRPC ShouldRateLimit
@@ -97,6 +97,7 @@ type GlobalStats struct {
 	LeaseAdmits    uint64 // requests admitted from a lease, without a call
 	Waited         uint64 // requests that waited for a call
 	ShortCircuited uint64 // requests decided by on_error without a call (circuit open)
+	Probes         uint64 // calls sent by the tick to learn whether a failing service is back
 	Expired        uint64 // waiting requests whose timeout ran out before a hit came
 }
 
@@ -134,16 +135,17 @@ type circuit struct {
 
 const (
 	circuitMinBackoff = 100 * time.Millisecond
-	circuitMaxBackoff = 2 * time.Second
+	circuitMaxBackoff = 500 * time.Millisecond
 )
 
-// allow says whether a call may be sent at now: always while the circuit
-// is closed; once per back-off (a probe) while it is open.
-func (c *circuit) allow(now int64) bool {
-	if c.failures == 0 {
-		return true
-	}
-	if c.probing || now < c.openUntil {
+// allow says whether a request may call the service: only while the
+// circuit is closed. While it is open no request waits: the tick probes
+// the service (Sweep) and closes the circuit when it answers.
+func (c *circuit) allow(int64) bool { return c.failures == 0 }
+
+// probeDue says whether the tick should send a probe at now.
+func (c *circuit) probeDue(now int64) bool {
+	if c.failures == 0 || c.probing || now < c.openUntil {
 		return false
 	}
 	c.probing = true
@@ -334,6 +336,9 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // would wait forever; the plugin calls Sweep from its tick.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
+	if e.circuit.probeDue(now) {
+		e.probe(now)
+	}
 	for _, in := range e.calls {
 		if in.deferred {
 			in.deferred = false
@@ -346,6 +351,32 @@ func (e *Engine) Sweep(now int64) {
 		if now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond) {
 			e.answer(in, rls.Response{}, ErrTimeout, true)
 		}
+	}
+}
+
+// probe sends a call that no request waits for, to learn whether the
+// service answers again: one hit on a descriptor of its own (its counter
+// is never near its limit), from the tick, so in the root context.
+func (e *Engine) probe(now int64) {
+	g := e.cfg.Global
+	req := rls.Request{
+		Domain:  g.Domain,
+		Entries: []rls.Entry{{Key: "sluice_probe", Value: "1"}},
+		Limit:   1<<32 - 1,
+		Unit:    rls.UnitSecond,
+		Hits:    1,
+	}
+	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
+	e.Global.Probes++
+	err := e.caller.Call(g.Cluster, e.callBuf, g.Timeout, func(resp rls.Response, err error) {
+		if err != nil {
+			e.circuit.failure(e.now())
+			return
+		}
+		e.circuit.success()
+	})
+	if err != nil {
+		e.circuit.failure(now)
 	}
 }
 

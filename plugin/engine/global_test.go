@@ -196,21 +196,28 @@ func TestGlobalFailureCircuit(t *testing.T) {
 	if v.Outcome != Reject || len(svc.calls) != 1 || e.Global.ShortCircuited != 1 {
 		t.Fatalf("open circuit: %v, %d calls", v.Outcome, len(svc.calls))
 	}
-	// After the back-off one probe goes out; the service is back.
+	// The tick sends no probe before the back-off, one after it (no request
+	// waits for it); the service is back.
 	svc.down = false
+	e.Sweep(*now)
+	if len(svc.calls) != 1 {
+		t.Fatalf("probe before the back-off")
+	}
 	*now += int64(circuitMinBackoff)
-	if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "c"), *now); v.Outcome != Call {
-		t.Fatalf("probe: %v", v.Outcome)
+	e.Sweep(*now)
+	e.Sweep(*now)
+	if len(svc.calls) != 2 || e.Global.Probes != 1 {
+		t.Fatalf("calls %d, probes %d: want one probe", len(svc.calls), e.Global.Probes)
 	}
 	if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "d"), *now); v.Outcome != Reject {
-		t.Fatalf("second request during the probe: %v", v.Outcome)
+		t.Fatalf("request during the probe: %v, want on_error deny at once", v.Outcome)
 	}
 	svc.deliver()
 	if e.CircuitOpen() {
 		t.Fatal("circuit still open after a successful probe")
 	}
-	if d := (*decided)[len(*decided)-1]; d.Outcome != Allow {
-		t.Fatalf("probe request: %v", d.Outcome)
+	if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "e"), *now); v.Outcome != Call {
+		t.Fatalf("after recovery: %v, want a call", v.Outcome)
 	}
 }
 
