@@ -261,7 +261,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	return types.ActionContinue
 }
 
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
 		return types.ActionContinue
 	}
@@ -270,12 +270,51 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	for _, kv := range p.headers.List() {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
 	}
+	if endOfStream {
+		h.responseDone()
+	}
 	return types.ActionContinue
+}
+
+func (h *httpContext) OnHttpResponseBody(_ int, endOfStream bool) types.Action {
+	if endOfStream {
+		h.responseDone()
+	}
+	return types.ActionContinue
+}
+
+// responseDone gives back the concurrency slots of a request whose upstream
+// response is complete: the backend's work is done, and waiting for the
+// stream's end would also count the time Envoy takes to write the response
+// to the client (long when its workers are busy), during which the backend
+// sits idle. OnHttpStreamDone still releases whatever is left (a stream
+// that ends without a complete response); the slots are released once.
+func (h *httpContext) responseDone() {
+	if !h.decided || len(h.verdict.Slots) == 0 || h.verdict.Outcome == engine.Queue {
+		return
+	}
+	h.releaseSlots(time.Now().UnixNano())
+}
+
+// releaseSlots gives back the slots h holds, exactly once (they are
+// forgotten), and hands freed slots to this worker's waiters.
+func (h *httpContext) releaseSlots(now int64) {
+	p := h.plugin
+	p.engine.Release(h.verdict.Slots, now)
+	h.verdict.Slots = nil
+	if len(p.waiting) > 0 {
+		// The freed slot may be for a waiter of this worker: hand it over
+		// now rather than at the next tick, which comes late when the
+		// worker is busy (the resume takes effect after this callback, as
+		// from a tick).
+		p.pollQueues(now)
+	}
 }
 
 // OnHttpStreamDone runs for every stream the plugin saw, whatever ended it
 // (response done, reset, client gone, a local reply of another filter):
-// the one place concurrency slots are given back.
+// concurrency slots not given back at the response's end are given back
+// here.
 func (h *httpContext) OnHttpStreamDone() {
 	h.gone = true
 	if h.pending != nil {
@@ -295,16 +334,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		now := time.Now().UnixNano()
-		p.engine.Release(h.verdict.Slots, now)
-		h.verdict.Slots = nil
-		if len(p.waiting) > 0 {
-			// The freed slot may be for a waiter of this worker: hand it
-			// over now rather than at the next tick, which comes late when
-			// the worker is busy (the resume takes effect after this
-			// callback, as from a tick).
-			p.pollQueues(now)
-		}
+		h.releaseSlots(time.Now().UnixNano())
 	}
 }
 
