@@ -68,18 +68,51 @@ func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	f := &fleet{}
+	// The three start at once: most of a start is V8 compiling the plugin,
+	// which runs in parallel on the machine's cores.
+	f := &fleet{members: make([]*envoytest.Envoy, 3)}
+	errs := make([]error, 3)
+	cluster, wasm := shippedCluster(t, rls.GRPCAddr), sluiceWasm(t)
+	bin := envoytest.RequireEnvoy(t)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	var wg sync.WaitGroup
+	for i := range f.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			f.members[i], errs[i] = envoytest.Start(ctx, envoytest.Options{
+				Bin:               bin,
+				Dir:               dirs[i],
+				Upstream:          up.Addr(),
+				Concurrency:       2,
+				ExtraClustersYAML: cluster,
+				StartTimeout:      150 * time.Second, // V8 compiles the plugin for every VM: slow on a loaded machine
+				Wasm:              &envoytest.Wasm{File: wasm, Config: cfg},
+			})
+		}()
+	}
+	wg.Wait()
 	var addrs []string
-	for i := 0; i < 3; i++ {
-		e := envoytest.StartT(t, envoytest.Options{
-			Upstream:          up.Addr(),
-			Concurrency:       2,
-			ExtraClustersYAML: shippedCluster(t, rls.GRPCAddr),
-			StartTimeout:      110 * time.Second, // V8 compiles the plugin once per Envoy: slow on a loaded machine
-			Wasm:              &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
+	for i, e := range f.members {
+		if e == nil {
+			continue
+		}
+		t.Cleanup(func() {
+			if err := e.Stop(); err != nil {
+				t.Errorf("envoy %d exited with an error before Stop: %v", i, err)
+			}
+			if t.Failed() {
+				t.Logf("envoy %d (%s) log tail:\n%s", i, e.Dir(), tail(e.Logs(), 40))
+			}
 		})
-		f.members = append(f.members, e)
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(e.Port()))
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.front = envoytest.StartT(t, envoytest.Options{UpstreamEndpoints: addrs, Concurrency: 1})
 	return f

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"time"
@@ -103,7 +102,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // OnTick releases held requests whose time has come and, about once a
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
-	now := time.Now().UnixNano()
+	now := nowNanos()
 	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() {
 		p.engine.Sweep(now)
 	}
@@ -220,7 +219,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		}
 	}()
 	p := h.plugin
-	now := time.Now().UnixNano()
+	now := nowNanos()
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
@@ -242,7 +241,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
 		p.logRejection(v, now)
-		if err := proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1); err != nil {
+		if err := sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody); err != nil {
 			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
 			return types.ActionContinue
 		}
@@ -255,14 +254,14 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay
 			p.headers.Build(v, p.engine.Config().Headers, true)
-			_ = proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1)
+			_ = sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
 		}
 		return types.ActionPause
 	}
 	return types.ActionContinue
 }
 
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
 		return types.ActionContinue
 	}
@@ -271,12 +270,51 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	for _, kv := range p.headers.List() {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
 	}
+	if endOfStream {
+		h.responseDone()
+	}
 	return types.ActionContinue
+}
+
+func (h *httpContext) OnHttpResponseBody(_ int, endOfStream bool) types.Action {
+	if endOfStream {
+		h.responseDone()
+	}
+	return types.ActionContinue
+}
+
+// responseDone gives back the concurrency slots of a request whose upstream
+// response is complete: the backend's work is done, and waiting for the
+// stream's end would also count the time Envoy takes to write the response
+// to the client (long when its workers are busy), during which the backend
+// sits idle. OnHttpStreamDone still releases whatever is left (a stream
+// that ends without a complete response); the slots are released once.
+func (h *httpContext) responseDone() {
+	if !h.decided || len(h.verdict.Slots) == 0 || h.verdict.Outcome == engine.Queue {
+		return
+	}
+	h.releaseSlots(time.Now().UnixNano())
+}
+
+// releaseSlots gives back the slots h holds, exactly once (they are
+// forgotten), and hands freed slots to this worker's waiters.
+func (h *httpContext) releaseSlots(now int64) {
+	p := h.plugin
+	p.engine.Release(h.verdict.Slots, now)
+	h.verdict.Slots = nil
+	if len(p.waiting) > 0 {
+		// The freed slot may be for a waiter of this worker: hand it over
+		// now rather than at the next tick, which comes late when the
+		// worker is busy (the resume takes effect after this callback, as
+		// from a tick).
+		p.pollQueues(now)
+	}
 }
 
 // OnHttpStreamDone runs for every stream the plugin saw, whatever ended it
 // (response done, reset, client gone, a local reply of another filter):
-// the one place concurrency slots are given back.
+// concurrency slots not given back at the response's end are given back
+// here.
 func (h *httpContext) OnHttpStreamDone() {
 	h.gone = true
 	if h.pending != nil {
@@ -296,16 +334,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		now := time.Now().UnixNano()
-		p.engine.Release(h.verdict.Slots, now)
-		h.verdict.Slots = nil
-		if len(p.waiting) > 0 {
-			// The freed slot may be for a waiter of this worker: hand it
-			// over now rather than at the next tick, which comes late when
-			// the worker is busy (the resume takes effect after this
-			// callback, as from a tick).
-			p.pollQueues(now)
-		}
+		h.releaseSlots(time.Now().UnixNano())
 	}
 }
 
@@ -318,12 +347,10 @@ func (h *httpContext) Header(name string) (string, bool) {
 	return v, err == nil
 }
 
-var sourceAddressPath = []string{"source", "address"}
-
 // SourceAddress implements engine.Request.
 func (h *httpContext) SourceAddress() string {
-	b, err := proxywasm.GetProperty(sourceAddressPath)
-	if err != nil || len(b) == 0 {
+	b := getSourceAddress()
+	if len(b) == 0 {
 		return ""
 	}
 	// The host copied the value into a buffer of its own for this call; the
@@ -334,7 +361,7 @@ func (h *httpContext) SourceAddress() string {
 // contextIDSalt distinguishes workers started in the same nanosecond.
 func contextIDSalt() int64 {
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	_ = engine.ReadRandom(b[:])
 	return int64(binary.LittleEndian.Uint64(b[:]))
 }
 

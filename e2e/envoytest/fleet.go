@@ -37,6 +37,9 @@ func FindRedis() (string, error) {
 // build/bin/service_cmd in the repository (where `make` installs it).
 func FindRLS() (string, error) {
 	if p := os.Getenv("RLS_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("RLS_BIN=%s: %v (make test installs the rate-limit service there)", p, err)
+		}
 		return p, nil
 	}
 	root, err := RepoRoot()

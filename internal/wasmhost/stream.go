@@ -44,6 +44,9 @@ type Response struct {
 	// Body is the response body (delivered in one proxy_on_response_body
 	// call with end_of_stream=true; empty means headers only).
 	Body []byte
+	// KeepOpen: the response is complete but the stream does not end yet
+	// (Envoy is still writing it to a slow client); Close ends it.
+	KeepOpen bool
 }
 
 func (r *Response) headers() Headers {
@@ -166,6 +169,7 @@ type Stream struct {
 	localSent     bool
 	local         *LocalResponse
 	pendingResp   *Response
+	keepOpen      bool // see Response.KeepOpen
 	details       string
 	forwarded     bool
 	upstreamReq   Headers
@@ -469,6 +473,7 @@ func (s *Stream) response(resp Response) (Action, error) {
 	}
 	s.respHeaders = newHeaderMap(resp.headers())
 	s.respBody = append([]byte(nil), resp.Body...)
+	s.keepOpen = resp.KeepOpen
 	if s.vm.failed != nil {
 		if s.vm.h.cfg.failOpen {
 			s.completeFromMaps()
@@ -566,6 +571,9 @@ func (s *Stream) complete(status int, headers Headers, body []byte) {
 	s.state = StreamResponded
 	if s.respHeaders == nil || !sameHeaders(s.respHeaders.kv, headers) {
 		s.respHeaders = newHeaderMap(headers)
+	}
+	if s.keepOpen {
+		return // Close ends it
 	}
 	s.queueEnd()
 }

@@ -244,3 +244,64 @@ func TestConcurrencyQueueTimeoutAndAbandon(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyReleaseAtResponseEnd: a slot is given back as soon as the
+// upstream response is complete, before the stream ends (Envoy still
+// writing it to a slow client), and only once: the stream's end does not
+// release it a second time.
+func TestConcurrencyReleaseAtResponseEnd(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[{"name":"store","algorithm":"concurrency","limit":2,"key":["path"]}]}`)
+	a := open(t, vms[0], "/buy", "10.0.0.1:1")
+	b := open(t, vms[1], "/buy", "10.0.0.1:2")
+	if state(a) != wasmhost.StreamUpstream || state(b) != wasmhost.StreamUpstream {
+		t.Fatal("not admitted")
+	}
+	// a's response is complete (headers only) and b's with a body; neither
+	// stream has ended.
+	if _, err := a.SendResponse(wasmhost.Response{Status: 200, KeepOpen: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SendResponse(wasmhost.Response{Status: 200, Body: []byte("ok"), KeepOpen: true}); err != nil {
+		t.Fatal(err)
+	}
+	if state(a) == wasmhost.StreamClosed || state(b) == wasmhost.StreamClosed {
+		t.Fatal("the host ended a kept-open stream")
+	}
+	// Both slots are free before the streams end.
+	c := open(t, vms[0], "/buy", "10.0.0.1:3")
+	d := open(t, vms[1], "/buy", "10.0.0.1:4")
+	if state(c) != wasmhost.StreamUpstream || state(d) != wasmhost.StreamUpstream {
+		t.Fatalf("after two complete responses: %v %v, want both upstream", state(c), state(d))
+	}
+	// The streams' ends release nothing more: the limit still holds.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := open(t, vms[0], "/buy", "10.0.0.1:5").Result(); r.Status != 429 {
+		t.Fatalf("two in flight after the first two ended: got %d, want 429 (a slot released twice)", r.Status)
+	}
+	// c's client goes away mid-flight: the stream's end releases its slot,
+	// once; d completes normally.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	respond(t, d)
+	e := open(t, vms[0], "/buy", "10.0.0.1:6")
+	f := open(t, vms[1], "/buy", "10.0.0.1:7")
+	if state(e) != wasmhost.StreamUpstream || state(f) != wasmhost.StreamUpstream {
+		t.Fatalf("after a reset and a response: %v %v", state(e), state(f))
+	}
+	if r := open(t, vms[1], "/buy", "10.0.0.1:8").Result(); r.Status != 429 {
+		t.Fatalf("third in flight: got %d, want 429", r.Status)
+	}
+	respond(t, e)
+	respond(t, f)
+	h.AdvanceClock(1100 * time.Millisecond)
+	if g := h.Metrics().Gauge("sluice.concurrency.slots_held"); g != 0 {
+		t.Errorf("slots_held gauge %d, want 0", g)
+	}
+}
