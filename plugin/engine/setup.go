@@ -1,14 +1,16 @@
 package engine
 
 import (
-	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/shared/limit"
 )
+
+var errRandom = errors.New("host random source failed")
 
 // SeedKey is the shared-data key of the fingerprint seed.
 const SeedKey = "sluice.v1.seed"
@@ -27,7 +29,7 @@ func LoadSeed(store Store) (uint64, error) {
 			return binary.LittleEndian.Uint64(v), nil
 		}
 		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
+		if err := ReadRandom(b[:]); err != nil {
 			return 0, err
 		}
 		if _, err := store.Set(SeedKey, b[:], createCAS); err != nil {

@@ -16,6 +16,7 @@
 package limit
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/bits"
@@ -84,20 +85,11 @@ func DecodeState(b []byte) State {
 	return State{A: getInt64(b[0:8]), B: getInt64(b[8:16])}
 }
 
-func putInt64(b []byte, v int64) {
-	u := uint64(v)
-	for i := 0; i < 8; i++ {
-		b[i] = byte(u >> (8 * i))
-	}
-}
+// putInt64 and getInt64 use encoding/binary's unrolled form, which the
+// compiler turns into one 64-bit store or load (on wasm too).
+func putInt64(b []byte, v int64) { binary.LittleEndian.PutUint64(b, uint64(v)) }
 
-func getInt64(b []byte) int64 {
-	var u uint64
-	for i := 0; i < 8; i++ {
-		u |= uint64(b[i]) << (8 * i)
-	}
-	return int64(u)
-}
+func getInt64(b []byte) int64 { return int64(binary.LittleEndian.Uint64(b)) }
 
 // Limit is an immutable rate: Limit requests per Window, with Burst as the
 // bucket capacity (token bucket) or queue length (leaky bucket). Build it

@@ -235,6 +235,13 @@ func (h *httpContext) OnHttpRequestHeaders(numHeaders int, endOfStream bool) typ
 				n, _ = strconv.Atoi(string(v))
 			} else if !errors.Is(err, types.ErrorStatusNotFound) {
 				return h.reply(500, [][2]string{{"x-status", statusString(err)}}, "")
+			} else {
+				// Missing key: cas 0 would be an unconditional set that
+				// overwrites a key another VM created meanwhile (a lost
+				// update). A set on a missing key succeeds whatever cas is
+				// passed, so pass one the new key cannot carry: the loser
+				// of a creation race gets a mismatch and retries.
+				cas = ^uint32(0)
 			}
 			err = proxywasm.SetSharedData(key, []byte(strconv.Itoa(n+1)), cas)
 			if err == nil {
