@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -92,4 +93,31 @@ func TestDockerComposeUp(t *testing.T) {
 	}
 	t.Logf("POST /checkout ×3 → %v, Retry-After: %s, %s: %s", codes, last.Header.Get("Retry-After"),
 		"X-RateLimit-Remaining", last.Header.Get("X-RateLimit-Remaining"))
+}
+
+// TestImage checks the image `make image` builds as the contract names it:
+// Envoy 1.40 as the entrypoint (arguments pass straight to envoy), the
+// plugin baked in at /etc/envoy/sluice.wasm and envoy/envoy.yaml as the
+// default bootstrap: validating that bootstrap inside the image loads the
+// baked plugin in V8 and runs its start-up on the example configuration.
+func TestImage(t *testing.T) {
+	t.Parallel()
+	envoytest.RequireDocker(t, envoytest.DefaultImage)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, "docker", append([]string{"run", "--rm", "--network", "none", envoytest.DefaultImage}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker run %s %v: %v\n%s", envoytest.DefaultImage, args, err, out)
+		}
+		return string(out)
+	}
+	if v := run("--version"); !strings.Contains(v, "/1.40.0/") {
+		t.Errorf("envoy --version in the image: %q, want 1.40.0", v)
+	}
+	out := run("--mode", "validate", "-c", "/etc/envoy/envoy.yaml")
+	if !strings.Contains(out, "configuration '/etc/envoy/envoy.yaml' OK") || !strings.Contains(out, "sluice: started: 3 rule(s)") {
+		t.Errorf("validating the default bootstrap with the baked plugin:\n%s", out)
+	}
 }

@@ -293,16 +293,22 @@ func (h *httpContext) responseDone() {
 	if !h.decided || len(h.verdict.Slots) == 0 || h.verdict.Outcome == engine.Queue {
 		return
 	}
-	h.releaseSlots(time.Now().UnixNano())
+	// No hand-off to this worker's waiters here (see releaseSlots): they
+	// get the slot at the next tick or stream end.
+	h.releaseSlots(time.Now().UnixNano(), false)
 }
 
 // releaseSlots gives back the slots h holds, exactly once (they are
-// forgotten), and hands freed slots to this worker's waiters.
-func (h *httpContext) releaseSlots(now int64) {
+// forgotten), and with handoff hands freed slots to this worker's waiters
+// at once. Only from OnHttpStreamDone: in the `make demo` runs that also
+// resumed other streams from a stream's request or response callbacks,
+// 7-10 requests (buys with max_delay, even background requests) hung until
+// the client's timeout, and none with the hand-off from the stream's end.
+func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
 	h.verdict.Slots = nil
-	if len(p.waiting) > 0 {
+	if handoff && len(p.waiting) > 0 {
 		// The freed slot may be for a waiter of this worker: hand it over
 		// now rather than at the next tick, which comes late when the
 		// worker is busy (the resume takes effect after this callback, as
@@ -334,7 +340,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		h.releaseSlots(time.Now().UnixNano())
+		h.releaseSlots(time.Now().UnixNano(), true)
 	}
 }
 

@@ -466,11 +466,20 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 					v.resetAt = reset
 				}
 			}
-			if v.crowd < 0 || in.Remaining < v.crowd {
-				v.crowd = in.Remaining
-			}
-			if reset.After(v.crowdEnd) {
-				v.crowdEnd = reset
+			// Only the answers to requests this view held make up its
+			// crowd. An answer it did not hold (sent before the route was
+			// known to be this policy's) may arrive after the crowd was
+			// settled, since others is read outside this lock: counted in,
+			// its stale Remaining would become the next crowd's budget and
+			// hold every request until that crowd's reset (half the rate
+			// against a token bucket).
+			if t.held {
+				if v.crowd < 0 || in.Remaining < v.crowd {
+					v.crowd = in.Remaining
+				}
+				if reset.After(v.crowdEnd) {
+					v.crowdEnd = reset
+				}
 			}
 		}
 	}

@@ -186,6 +186,7 @@ func (e *Engine) queueBound(i int) int64 {
 // the request (-1 if none), or queues the request (v.Outcome = Queue,
 // with a Waiter registered for id).
 func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges []charge, now int64) int {
+	e.renewDue(now)
 	for k, p := range pending {
 		r := &e.cfg.Rules[p.rule]
 		hk := holdKey{rule: p.rule, fp: p.fp}
@@ -275,6 +276,7 @@ func (e *Engine) releaseAll(v *Verdict, now int64) {
 // (response done, reset, client gone, another filter's local reply: Envoy
 // ends every stream the plugin saw).
 func (e *Engine) Release(slots []SlotRef, now int64) {
+	e.renewDue(now)
 	for _, s := range slots {
 		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow}
 		h := e.holdings[hk]
@@ -456,11 +458,21 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 	}
 	clear(e.waiters[len(keep):])
 	e.waiters = keep
-	if ep := limit.EpochAt(now); ep != e.renewed {
+	e.renewDue(now)
+	return out
+}
+
+// renewDue renews this worker's slots if it has not yet in the epoch of
+// now. Poll (on the tick) calls it, and so do acquisitions and releases: a
+// worker swamped by a burst runs its streams' callbacks but its timer late,
+// by seconds on an overloaded machine, and slots renewed only on the tick
+// would then lapse while their requests are still at the backend (the
+// other workers would admit more than the limit).
+func (e *Engine) renewDue(now int64) {
+	if ep := limit.EpochAt(now); ep != e.renewed && len(e.holdings) > 0 {
 		e.renewed = ep
 		e.renew(now)
 	}
-	return out
 }
 
 // expire takes w's ticket, and every older one, out of its queue (w's

@@ -128,20 +128,9 @@ func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64
 	}
 	key := t.bucketKey(fp)
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		val, cas, found, err := t.store.Get(key)
+		val, cas, err := t.loadBucket(key)
 		if err != nil {
-			t.Stats.StoreErrors++
 			return limit.Decision{}, 0, err
-		}
-		switch {
-		case !found:
-			val, cas = t.fresh[:], createCAS
-			clear(val)
-		case len(val) != BucketSize:
-			// Not ours or damaged: start the bucket over (CAS-guarded).
-			t.Stats.Corrupt++
-			val = t.fresh[:]
-			clear(val)
 		}
 		i, kind := findSlot(val, fp, overflowFP, now)
 		if i < 0 {
@@ -215,19 +204,9 @@ func (t *Table) Modify(fp, overflowFP uint64, onlyOverflow bool, now int64, m Mo
 	}
 	key := t.bucketKey(fp)
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		val, cas, found, err := t.store.Get(key)
+		val, cas, err := t.loadBucket(key)
 		if err != nil {
-			t.Stats.StoreErrors++
 			return 0, err
-		}
-		switch {
-		case !found:
-			val, cas = t.fresh[:], createCAS
-			clear(val)
-		case len(val) != BucketSize:
-			t.Stats.Corrupt++
-			val = t.fresh[:]
-			clear(val)
 		}
 		i, kind := SlotsPerBucket, SlotOverflow
 		if onlyOverflow {
@@ -300,6 +279,28 @@ func findSlot(val []byte, fp, overflowFP uint64, now int64) (int, int) {
 	return -1, 0
 }
 
+// loadBucket reads the bucket at key for a CAS update: its value and CAS,
+// or, for a missing bucket, a zeroed one with createCAS (see Update). A
+// value of the wrong size (not ours, or damaged) is started over, zeroed,
+// under the CAS it was read with.
+func (t *Table) loadBucket(key string) ([]byte, uint32, error) {
+	val, cas, found, err := t.store.Get(key)
+	if err != nil {
+		t.Stats.StoreErrors++
+		return nil, 0, err
+	}
+	switch {
+	case !found:
+		val, cas = t.fresh[:], createCAS
+		clear(val)
+	case len(val) != BucketSize:
+		t.Stats.Corrupt++
+		val = t.fresh[:]
+		clear(val)
+	}
+	return val, cas, nil
+}
+
 func (t *Table) bucketKey(fp uint64) string {
 	t.key = append(t.key[:0], t.prefix...)
 	t.key = strconv.AppendUint(t.key, (fp>>1)%t.buckets, 10)
@@ -325,19 +326,9 @@ func (t *Table) Lease(fp uint64, now, expiry int64, fn func(*lease.State) bool) 
 	}
 	key := t.bucketKey(fp)
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		val, cas, found, err := t.store.Get(key)
+		val, cas, err := t.loadBucket(key)
 		if err != nil {
-			t.Stats.StoreErrors++
 			return lease.State{}, err
-		}
-		switch {
-		case !found:
-			val, cas = t.fresh[:], createCAS
-			clear(val)
-		case len(val) != BucketSize:
-			t.Stats.Corrupt++
-			val = t.fresh[:]
-			clear(val)
 		}
 		i := leaseSlot(val, fp, now)
 		if i < 0 {
