@@ -35,9 +35,9 @@ type metrics struct {
 
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
-	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes proxywasm.MetricCounter
-	circuitOpen                                                                          proxywasm.MetricGauge
-	open                                                                                 bool
+	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches proxywasm.MetricCounter
+	circuitOpen                                                                                      proxywasm.MetricGauge
+	open                                                                                             bool
 }
 
 type ruleMetrics struct {
@@ -90,6 +90,7 @@ func newMetrics(cfg *config.Config) *metrics {
 		f.shortCircuited = proxywasm.DefineCounterMetric("sluice.global.short_circuited")
 		f.expired = proxywasm.DefineCounterMetric("sluice.global.expired")
 		f.probes = proxywasm.DefineCounterMetric("sluice.global.probes")
+		f.prefetches = proxywasm.DefineCounterMetric("sluice.global.prefetches")
 		f.circuitOpen = proxywasm.DefineGaugeMetric("sluice.global.circuit_open")
 		m.fleet = f
 	}
@@ -154,6 +155,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
 		addDelta(f.expired, cur.Expired, &last.Expired)
 		addDelta(f.probes, cur.Probes, &last.Probes)
+		addDelta(f.prefetches, cur.Prefetches, &last.Prefetches)
 		// Workers whose circuit is open, process-wide: each adds its change.
 		if open := e.CircuitOpen(); open != f.open {
 			f.open = open

@@ -31,6 +31,11 @@ import (
 const (
 	fleetLimit   = 600
 	fleetClients = 1000
+	// fleetRounds rounds of fleetPerRound requests per fleet, paced.
+	fleetRounds     = 10
+	fleetPerRound   = 4 * fleetClients
+	fleetFirstRound = 6 * time.Second
+	fleetRoundEvery = 4800 * time.Millisecond
 )
 
 func fleetSluiceConfig(scope string) string {
@@ -180,12 +185,25 @@ func fleetSection(ctx context.Context, o options) (string, error) {
 		f.run.warm = generate(ctx, genOptions{Addr: f.addr, Conns: o.conns, Requests: 6 * fleetClients, Duration: 10 * time.Second, XFF: xff})
 		f.run.warmCalls = calls(f) - c0
 	}
-	const rounds, perRound = 7, 4 * fleetClients
-	for round := 0; round < rounds && ctx.Err() == nil; round++ {
+	// The rounds are spread over the window (round r starts no earlier
+	// than fleetFirstRound + r x fleetRoundEvery after its start), so that
+	// every client stays well under its limit in rate too, not only in
+	// count: run back to back, the rounds would send each client's requests
+	// within a few seconds, at several times the pace its limit allows,
+	// and would measure the start of a window, not leases past warm-up.
+	windowStart := time.Unix(minute*60, 0)
+	for round := 0; round < fleetRounds && ctx.Err() == nil; round++ {
+		if d := time.Until(windowStart.Add(fleetFirstRound + time.Duration(round)*fleetRoundEvery)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
 		for k := range fleets {
 			f := fleets[(k+round)%len(fleets)]
 			c0 := calls(f)
-			g := generate(ctx, genOptions{Addr: f.addr, Conns: o.conns, Requests: perRound, Duration: 5 * time.Second, XFF: xff})
+			g := generate(ctx, genOptions{Addr: f.addr, Conns: o.conns, Requests: fleetPerRound, Duration: 5 * time.Second, XFF: xff})
 			f.run.calls += calls(f) - c0
 			f.run.p99s = append(f.run.p99s, g.Quantile(0.99))
 			m := f.run.measured
@@ -215,8 +233,10 @@ func fleetReport(runs []*fleetRun) string {
 	fmt.Fprintf(&b, "Three Envoys (concurrency 1) behind a round-robin front Envoy; %d clients (X-Forwarded-For, the rule's key) "+
 		"well under a limit of %d per minute; envoyproxy/ratelimit on Redis 7 on loopback. Each scenario runs inside one minute "+
 		"window of the service: the three fleets run at once; each gets a warm-up of %d requests (every client reaches every Envoy), "+
-		"then 7 interleaved rounds of %d requests per fleet (32 connections, closed loop). p99 is the median of the rounds' p99s. "+
-		"Calls are cluster.ratelimit.upstream_rq_total summed over the three Envoys of a fleet.\n\n", fleetClients, fleetLimit, 6*fleetClients, 4*fleetClients)
+		"then %d interleaved rounds of %d requests per fleet (32 connections, closed loop), spread over the window (round r starts %v + r x %v "+
+		"after the window's start) so that clients stay well under their limit in rate, not only in count. p99 is the median of the rounds' p99s. "+
+		"Calls are cluster.ratelimit.upstream_rq_total summed over the three Envoys of a fleet.\n\n", fleetClients, fleetLimit, 6*fleetClients,
+		fleetRounds, fleetPerRound, fleetFirstRound, fleetRoundEvery)
 	b.WriteString("| scenario | measured requests | req/s | p50 | p99 (median of rounds) | 429s | calls per request (measured) | calls per request (warm-up) |\n|---|---|---|---|---|---|---|---|\n")
 	var p99 = map[string]time.Duration{}
 	for _, r := range runs {
@@ -229,6 +249,16 @@ func fleetReport(runs []*fleetRun) string {
 		fmt.Fprintf(&b, "| %s%s | %d | %.0f | %v | %v | %d | %.4f | %.4f |\n", r.name, note, m.Requests, m.RPS(),
 			m.Quantile(0.5).Round(time.Microsecond), r.medianP99().Round(time.Microsecond), m.Status[429],
 			float64(r.calls)/float64(max(m.Requests, 1)), float64(r.warmCalls)/float64(max(r.warm.Requests, 1)))
+	}
+	for _, r := range runs {
+		if r.name != "Sluice, global rule" {
+			continue
+		}
+		per := float64(r.warm.Requests+r.measured.Requests) / fleetClients
+		fmt.Fprintf(&b, "\nWorkload: each client sent %.1f requests in the window (%.1f%% of its limit of %d; %.1f per Envoy in the measured part); "+
+			"the global fleet made %.2f calls per client per Envoy in the whole window (warm-up included).\n",
+			per, 100*per/fleetLimit, fleetLimit, float64(r.measured.Requests)/fleetClients/3,
+			float64(r.warmCalls+r.calls)/fleetClients/3)
 	}
 	if l, g := p99["Sluice, local rule"], p99["Sluice, global rule"]; l > 0 && g > 0 {
 		fmt.Fprintf(&b, "\nThe global rule's p99 is %.2fx the local rule's (target: within 1.1x).", float64(g)/float64(l))

@@ -116,6 +116,9 @@ type Engine struct {
 	calls   map[callKey]*inflight
 	circuit circuit
 	callBuf []byte
+	// rtt is a moving average of how long the service takes to answer
+	// (ns), which sets how early a lease is refilled (prefetch).
+	rtt     int64
 	scratch Pending
 	globals []globalRef
 	gkeys   []byte

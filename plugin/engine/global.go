@@ -26,6 +26,18 @@ import (
 // may each call for the same client at once, which only makes their leases
 // smaller (the service's remaining count falls twice as fast).
 //
+// Requests rarely wait, though: when a request admitted from a lease leaves
+// it at its low-water mark (what the client uses at this Envoy, at the rate
+// the lease drained, while a call goes and comes back; lease.Prefetch), the
+// next call is prepared in the background and sent from the worker's tick,
+// in the root context (an answer to a call sent from a request's stream is
+// lost if that stream ends first, and an admitted request does not wait
+// for it). The lease keeps admitting meanwhile; only a request that finds
+// it empty waits, for that same call, which it then sends at once if the
+// tick has not yet. Each worker has at most one call in flight per client
+// and rule, prefetched or not. Near the limit (lease.Size gives one hit)
+// nothing is prefetched: one request per call, on demand.
+//
 // A call that fails (timeout, the service or Redis down, a missing
 // cluster) leaves the decision to on_error, counted. After a failure the
 // worker's circuit opens: requests that need a call are decided by
@@ -99,7 +111,16 @@ type GlobalStats struct {
 	ShortCircuited uint64 // requests decided by on_error without a call (circuit open)
 	Probes         uint64 // calls sent by the tick to learn whether a failing service is back
 	Expired        uint64 // waiting requests whose timeout ran out before a hit came
+	Prefetches     uint64 // calls prepared before the lease ran out (counted in Calls once sent)
 }
+
+const (
+	// prefetchTick is the tick period of the plugin with global rules
+	// (plugin/global.go): a prefetched call waits for it at most.
+	prefetchTick = 20 * time.Millisecond
+	// initialRTT is assumed until calls are measured.
+	initialRTT = 5 * time.Millisecond
+)
 
 type callKey struct {
 	rule int
@@ -212,6 +233,9 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		case admitted:
 			e.Global.LeaseAdmits++
 			e.admitGlobal(p, g, &st, now, end)
+			if !noLease {
+				e.prefetch(p, g, &st, now)
+			}
 			p.next++
 			continue
 		case exhausted:
@@ -224,6 +248,15 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 			q := e.persist(p)
 			q.verdict.Outcome = Call
 			in.waiters = append(in.waiters, q)
+			if in.deferred && e.inDecide && in.owner == nil {
+				// A prefetched call the tick has not sent yet: this request
+				// found the lease empty, so send it now from its stream
+				// rather than wait for the tick.
+				in.deferred, in.owner = false, q
+				if e.send(in, now, min(in.deadline, q.Deadline)) != nil {
+					in.deferred, in.owner = true, nil // the tick tries again
+				}
+			}
 			e.Global.Waited++
 			v.Outcome = Call
 			return true
@@ -263,6 +296,36 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 	// Every global rule admitted the request.
 	e.finishAdmit(p)
 	return false
+}
+
+// prefetch prepares the next call for g's client when the request just
+// admitted left its lease st at the low-water mark: at most one call per
+// client and rule on this worker, none while the circuit is open, none
+// near the limit. The call is sent from the tick (root context), so that
+// its answer is delivered whatever happens to this request's stream.
+func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
+	key := callKey{g.rule, g.fp}
+	if _, ok := e.calls[key]; ok || e.circuit.failures > 0 || e.caller == nil {
+		return
+	}
+	r := &e.cfg.Rules[g.rule]
+	w := r.Limit.Window()
+	rtt := e.rtt
+	if rtt == 0 {
+		rtt = int64(initialRTT)
+	}
+	if !lease.Prefetch(*st, w, now, time.Duration(2*rtt)+prefetchTick) {
+		return
+	}
+	k := lease.Size(*st, uint32(r.Limit.Limit()), w, now, 1)
+	if k <= 1 {
+		return
+	}
+	timeout := e.cfg.Global.Timeout
+	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: descriptorKey(p.keys[g.off : g.off+g.n]),
+		deferred: true, deadline: now + int64(timeout), sentAt: now, timeout: timeout}
+	e.calls[key] = in
+	e.Global.Prefetches++
 }
 
 var errCircuitOpen = errors.New("rate-limit service failing: circuit open, not waiting")
@@ -420,6 +483,12 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		return
 	}
 	e.circuit.success()
+	if d := now - in.sentAt; d > 0 {
+		if e.rtt == 0 {
+			e.rtt = d
+		}
+		e.rtt += (d - e.rtt) / 8
+	}
 	end := lease.WindowEnd(now, w)
 	if lease.WindowStart(in.callAt, w) != lease.WindowStart(now, w) {
 		// The answer crossed a window boundary: the service may have counted

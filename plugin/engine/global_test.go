@@ -261,3 +261,39 @@ func TestGlobalDescriptorFleetStable(t *testing.T) {
 		t.Error("two clients: the same request to the service")
 	}
 }
+
+// TestGlobalPrefetch: a client at a steady rate well under its limit is
+// served from its lease while the next call is prepared when the lease
+// runs low and sent from the tick; after the first two calls of the window
+// no request waits, and there is never more than one call in flight.
+func TestGlobalPrefetch(t *testing.T) {
+	e, svc, _, now := globalEngine(t, 100000, "allow")
+	r := req("/", "GET", "10.0.0.1:1", "x-client", "a")
+	waited := 0
+	for i := 0; i < 20000; i++ {
+		*now += int64(2 * time.Millisecond) // 500 per second
+		v := e.Decide(r, *now)
+		switch v.Outcome {
+		case Call:
+			waited++
+			svc.deliver()
+		case Allow:
+		default:
+			t.Fatalf("request %d: %v", i, v.Outcome)
+		}
+		if e.CallsInFlight() > 1 {
+			t.Fatalf("request %d: %d calls in flight", i, e.CallsInFlight())
+		}
+		if i%10 == 0 { // the tick, every 20 ms
+			e.Sweep(*now)
+			svc.deliver()
+		}
+	}
+	if e.Global.Prefetches == 0 || waited > 2 {
+		t.Fatalf("%d prefetches, %d requests waited (calls %v)", e.Global.Prefetches, waited, svc.calls)
+	}
+	if svc.count > 100000 || uint64(len(svc.calls)) > 20000/10 {
+		t.Fatalf("service count %d, %d calls", svc.count, len(svc.calls))
+	}
+	t.Logf("%d calls for 20000 requests, %d prefetched, %d waited", len(svc.calls), e.Global.Prefetches, waited)
+}

@@ -19,7 +19,18 @@
 //     count falls between this Envoy's calls); a client near its limit is
 //     thus served one hit per call;
 //   - a lease is at most what this Envoy will use before the window ends at
-//     the rate its previous lease drained.
+//     the rate its previous lease drained;
+//   - while the budget is plentiful (at the pace the fleet has drawn on it
+//     since the window started, it would use at most half of the limit by
+//     the window's end) the share assumed is at most PlentifulShare, so a
+//     client far under its limit gets a lease covering the rest of the
+//     window at its rate after its second call, not after many; under
+//     demand near or over the limit the pace is high and the full share
+//     applies.
+//
+// Prefetch says when an Envoy should ask for its next lease in the
+// background, before the current one is empty, so that requests rarely
+// wait for a call.
 //
 // The service increments its counter by k even when that crosses the limit
 // (it then answers OVER_LIMIT), so asking for more than is left would waste
@@ -53,6 +64,14 @@ const (
 	// simulated fleets of 1 to 100 Envoys under demand of 2-4x the limit
 	// admit at least 98% of it (TestFleetNeverExceeds).
 	DefaultShare = 32
+	// PlentifulShare caps the share assumed while the budget is plentiful
+	// (see Size): unused leases cost nothing when the fleet will not need
+	// them, and the drain-rate bound still keeps a slow client's lease
+	// small.
+	PlentifulShare = 4
+	// plentifulAfter: the pace is judged only from answers at least
+	// 1/plentifulAfter of the window after its start (2 s of a minute).
+	plentifulAfter = 30
 )
 
 // State is one client's lease at one Envoy under one global rule, valid in
@@ -160,12 +179,17 @@ func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32
 	if share == 0 {
 		share = DefaultShare
 	}
+	if share > PlentifulShare && plentiful(s, limit, w) {
+		share = PlentifulShare
+	}
 	// What is left now: the service's last answer, less what the fleet has
 	// probably drawn since, share times what this Envoy drew (its last
-	// lease, now used up). Without this, an Envoy whose last call is old
-	// would size its lease on a stale count and overshoot the tail.
+	// lease less what it still holds). Without this, an Envoy whose last
+	// call is old would size its lease on a stale count and overshoot the
+	// tail.
+	drawn := s.LastK - min(s.Tokens, s.LastK)
 	rem := s.Remaining
-	rem -= min(rem, uint32(min(uint64(share)*uint64(s.LastK), 1<<32-1)))
+	rem -= min(rem, uint32(min(uint64(share)*uint64(drawn), 1<<32-1)))
 	// A fair part of what is left: near the limit this is one hit per call.
 	k := rem / (2 * share)
 	if s.Known && s.LastK > 0 {
@@ -187,6 +211,44 @@ func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32
 		k = max(rem, 1)
 	}
 	return min(k, MaxK)
+}
+
+// plentiful says whether, at the pace the fleet had drawn on the budget
+// when the service last answered (what was drawn before this Envoy's last
+// lease, over the time from the window's start to then), it would draw at
+// most half of the limit by the window's end.
+func plentiful(s State, limit uint32, w time.Duration) bool {
+	since := float64(s.GrantAt) * float64(time.Millisecond)
+	if !s.Known || since < float64(w)/plentifulAfter {
+		// Too early in the window for the pace to mean anything: a few
+		// draws in the first milliseconds say little of the next minute.
+		return false
+	}
+	// One draw more than seen, so that no draws at all is not read as a
+	// pace of zero.
+	used := float64(limit-min(s.Remaining, limit)) - float64(s.LastK) + 1
+	return used*float64(w) <= float64(limit)/2*since
+}
+
+// Prefetch says whether an Envoy whose lease is s after admitting a request
+// at now should send its next call now, in the background, while the lease
+// keeps admitting: when the lease holds no more than what this Envoy uses,
+// at the rate its last lease drained, during lead (the time a call takes to
+// come back, with margin). A lease that never drained, a first lease of the
+// window and a client the service refused are not prefetched.
+func Prefetch(s State, w time.Duration, now int64, lead time.Duration) bool {
+	if !s.Known || s.Exhausted || s.Shrink || s.LastK == 0 {
+		return false
+	}
+	used := s.LastK - min(s.Tokens, s.LastK)
+	if used == 0 {
+		return false
+	}
+	grantAt := WindowStart(now, w) + int64(s.GrantAt)*int64(time.Millisecond)
+	elapsed := max(now-grantAt, int64(time.Millisecond))
+	// Tokens used during lead at the observed rate, rounded up, at least 1.
+	low := (int64(used)*int64(lead) + elapsed - 1) / elapsed
+	return int64(s.Tokens) <= max(low, 1)
 }
 
 // Answer is what the service said to a call for K hits.
@@ -224,6 +286,9 @@ func Grant(s State, a Answer, w time.Duration, now int64) (State, uint32) {
 		}
 		s.Share = uint8(min((old+est+1)/2, MaxShare))
 	} else if s.Share == 0 {
+		// One answer says nothing of the share yet: start from the default
+		// and average the estimates in (a single estimate after a lease of
+		// one hit is too noisy to trust alone).
 		s.Share = DefaultShare
 	}
 	s.Known, s.Shrink, s.Exhausted = true, false, false

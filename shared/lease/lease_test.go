@@ -48,6 +48,9 @@ func (s *service) call(k uint32, now int64) Answer {
 type envoy struct {
 	st  State
 	end int64
+	// prefetch: after admitting from the lease, send the next call when
+	// Prefetch says so (answered at once here).
+	prefetch bool
 }
 
 // decide serves one request at now the way the plugin does: from the
@@ -62,6 +65,14 @@ func (e *envoy) decide(svc *service, now int64) bool {
 	st, ok, exhausted := Take(e.st)
 	e.st = st
 	if ok {
+		if e.prefetch && Prefetch(e.st, svc.w, now, 50*time.Millisecond) {
+			// As the plugin does: no prefetch near the limit (one hit).
+			if k := Size(e.st, svc.limit, svc.w, now, 1); k > 1 {
+				var g uint32
+				e.st, g = Grant(e.st, svc.call(k, now), svc.w, now)
+				e.st.Tokens += g
+			}
+		}
 		return true
 	}
 	if exhausted {
@@ -88,9 +99,12 @@ var lastUnused uint32
 
 // simulate sends n requests spread over one window, each to a random Envoy
 // of a fleet of size fleet, and returns admitted and calls.
-func simulate(r *rand.Rand, fleet int, limit uint32, n int, w time.Duration) (int, int) {
+func simulate(r *rand.Rand, fleet int, limit uint32, n int, w time.Duration, prefetch bool) (int, int) {
 	svc := &service{limit: limit, w: w}
 	envoys := make([]envoy, fleet)
+	for i := range envoys {
+		envoys[i].prefetch = prefetch
+	}
 	start := int64(1_700_000_000) * int64(time.Second)
 	start = WindowStart(start, w)
 	admitted := 0
@@ -115,9 +129,17 @@ func simulate(r *rand.Rand, fleet int, limit uint32, n int, w time.Duration) (in
 // TestFleetNeverExceeds: whatever the fleet size (1 to 100 Envoys), limit
 // and demand, the fleet admits at most limit in a window; under demand of
 // at least twice the limit, spread over the window and the Envoys at
-// random, it admits at least 90% of it (the loss is leases wasted by an
+// random, it admits at least 97% of it, with and without prefetch (the loss is leases wasted by an
 // OVER_LIMIT for more than was left).
 func TestFleetNeverExceeds(t *testing.T) {
+	for _, prefetch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on-demand", true: "prefetch"}[prefetch], func(t *testing.T) {
+			fleetNeverExceeds(t, prefetch)
+		})
+	}
+}
+
+func fleetNeverExceeds(t *testing.T, prefetch bool) {
 	r := rand.New(rand.NewPCG(7, 11))
 	worst := 1.0
 	for trial := 0; trial < 400; trial++ {
@@ -127,14 +149,14 @@ func TestFleetNeverExceeds(t *testing.T) {
 		}
 		limit := uint32(1 + r.IntN(2000))
 		n := r.IntN(4 * int(limit))
-		admitted, _ := simulate(r, fleet, limit, n, time.Minute)
+		admitted, _ := simulate(r, fleet, limit, n, time.Minute, prefetch)
 		if admitted > int(limit) {
 			t.Fatalf("fleet %d limit %d demand %d: admitted %d", fleet, limit, n, admitted)
 		}
 		if n >= 2*int(limit) && limit >= 20 {
 			ratio := float64(admitted) / float64(limit)
 			worst = min(worst, ratio)
-			if ratio < 0.9 {
+			if ratio < 0.97 {
 				t.Errorf("fleet %d limit %d demand %d: admitted only %d (service count %d, unused %d)", fleet, limit, n, admitted, lastCount, lastUnused)
 			}
 		}
@@ -164,7 +186,7 @@ func TestThreeEnvoys100(t *testing.T) {
 // than one call per request.
 func TestFarUnderLimitFewCalls(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	admitted, calls := simulate(r, 3, 1000, 200, time.Minute)
+	admitted, calls := simulate(r, 3, 1000, 200, time.Minute, false)
 	t.Logf("admitted %d, %d calls", admitted, calls)
 	if admitted != 200 || float64(calls)/200 > 0.1 {
 		t.Fatalf("admitted %d with %d calls", admitted, calls)
@@ -186,5 +208,53 @@ func TestNearLimitOneByOne(t *testing.T) {
 	s, _ = Grant(s, Answer{K: 1}, time.Minute, now)
 	if _, ok, exhausted := Take(s); ok || !exhausted {
 		t.Fatalf("after OVER_LIMIT for 1: %+v", s)
+	}
+}
+
+// TestPrefetch: the next call starts when the lease holds what the client
+// uses during the lead time at its observed rate, not before, and never
+// for a first lease, a refused client or a lease that did not drain.
+func TestPrefetch(t *testing.T) {
+	w := time.Minute
+	start := WindowStart(int64(1e18), w)
+	// 100 hits granted at 10 s; 60 used by 12 s: 30 per second.
+	s := State{Known: true, Remaining: 500, LastK: 100, GrantAt: 10_000, Tokens: 40, Share: 3}
+	now := start + int64(12*time.Second)
+	if Prefetch(s, w, now, 100*time.Millisecond) {
+		t.Fatalf("prefetch with 40 tokens left at 30/s and a 100ms lead")
+	}
+	s.Tokens = 3
+	if !Prefetch(s, w, now, 100*time.Millisecond) {
+		t.Fatalf("no prefetch with 3 tokens left at 30/s and a 100ms lead")
+	}
+	for _, bad := range []State{
+		{Known: false, LastK: 100, Tokens: 1},
+		{Known: true, LastK: 100, Tokens: 1, Exhausted: true},
+		{Known: true, LastK: 100, Tokens: 1, Shrink: true},
+		{Known: true, LastK: 5, Tokens: 5},
+	} {
+		if Prefetch(bad, w, now, time.Second) {
+			t.Errorf("prefetch for %+v", bad)
+		}
+	}
+}
+
+// TestPlentifulGrowsFast: a client far under its limit, seen by three
+// Envoys, gets after its second call a lease that covers the rest of the
+// window at its rate; near the limit the same state gets one hit.
+func TestPlentifulGrowsFast(t *testing.T) {
+	w := time.Minute
+	start := WindowStart(int64(1e18), w)
+	// First answer at 2 s: 3 of 600 used. One request since, 1.5 s later.
+	s := State{Known: true, Remaining: 597, LastK: 1, GrantAt: 2000, Share: DefaultShare}
+	now := start + int64(3500*time.Millisecond)
+	k := Size(s, 600, w, now, 1)
+	if k < 30 {
+		t.Fatalf("plentiful budget: k = %d, want a lease for the rest of the window (>= 30)", k)
+	}
+	// The same state when the fleet has used 500 of 600 by 2 s.
+	s.Remaining = 100
+	if k := Size(s, 600, w, now, 1); k > 2 {
+		t.Fatalf("scarce budget: k = %d", k)
 	}
 }
