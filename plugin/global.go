@@ -63,7 +63,7 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 	if err := proxywasm.SetEffectiveContext(h.id); err != nil {
 		return // the stream is gone
 	}
-	now := time.Now().UnixNano()
+	now := nowNanos()
 	if v.Err != nil && v.ErrRule != nil {
 		p.logCallError(v, now)
 	}

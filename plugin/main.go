@@ -71,6 +71,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.engine = engine.New(cfg, store, seed)
+	// Answers to calls read the clock too: one host call, as the request path.
+	p.engine.Now = nowNanos
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000
@@ -295,7 +297,7 @@ func (h *httpContext) responseDone() {
 	}
 	// No hand-off to this worker's waiters here (see releaseSlots): they
 	// get the slot at the next tick or stream end.
-	h.releaseSlots(time.Now().UnixNano(), false)
+	h.releaseSlots(nowNanos(), false)
 }
 
 // releaseSlots gives back the slots h holds, exactly once (they are
@@ -336,11 +338,11 @@ func (h *httpContext) OnHttpStreamDone() {
 		p.held.remove(h.id)
 	case engine.Queue:
 		delete(p.waiting, h.id)
-		p.engine.Abandon(h.id, time.Now().UnixNano())
+		p.engine.Abandon(h.id, nowNanos())
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		h.releaseSlots(time.Now().UnixNano(), true)
+		h.releaseSlots(nowNanos(), true)
 	}
 }
 
