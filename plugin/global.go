@@ -71,7 +71,7 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 	case engine.Reject:
 		p.headers.Build(&h.verdict, p.engine.Config().Headers, true)
 		p.logRejection(&h.verdict, now)
-		if err := proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1); err != nil {
+		if err := sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody); err != nil {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	case engine.Delay:

@@ -154,7 +154,7 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Reject:
 			p.headers.Build(v, p.engine.Config().Headers, true)
 			p.logRejection(v, now)
-			_ = proxywasm.SendHttpResponse(p.engine.Config().Status, p.headers.List(), rejectBody, -1)
+			_ = sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
 		case engine.Delay:
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
