@@ -52,7 +52,7 @@ redis:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version | head -1
 
 $(RLS_STAMP):
@@ -125,7 +125,10 @@ bench: build envoy fleet-parts
 # each proxy-wasm operation alone and Sluice, one Envoy at a time (about 20
 # minutes: V8 compiles each module under valgrind); added to build/bench.md.
 bench-cost: build envoy
-	@command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; }
+	@command -v valgrind >/dev/null 2>&1 || { \
+	  echo "installing valgrind"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 	$(GO) run ./e2e/bench -run callgrind
 
 # Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
