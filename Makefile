@@ -57,8 +57,8 @@ redis:
 
 $(RLS_STAMP):
 	@mkdir -p build/bin
-	@test -x build/bin/service_cmd || { echo "building the rate-limit service (go install, about 45 s)"; \
-	  CGO_ENABLED=0 GOBIN=$(CURDIR)/build/bin $(GO) install -trimpath github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION); }
+	@echo "building the rate-limit service $(RLS_VERSION) (go install, about 45 s the first time)"
+	@CGO_ENABLED=0 GOBIN=$(CURDIR)/build/bin $(GO) install -trimpath github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION)
 	@touch $@
 
 # Docker: Debian's docker.io and docker-compose, installed when missing, and a
