@@ -52,13 +52,13 @@ redis:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version | head -1
 
 $(RLS_STAMP):
 	@mkdir -p build/bin
-	@test -x build/bin/service_cmd || { echo "building the rate-limit service (go install, about 45 s)"; \
-	  CGO_ENABLED=0 GOBIN=$(CURDIR)/build/bin $(GO) install -trimpath github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION); }
+	@echo "building the rate-limit service $(RLS_VERSION) (go install, about 45 s the first time)"
+	@CGO_ENABLED=0 GOBIN=$(CURDIR)/build/bin $(GO) install -trimpath github.com/envoyproxy/ratelimit/src/service_cmd@$(RLS_VERSION)
 	@touch $@
 
 # Docker: Debian's docker.io and docker-compose, installed when missing, and a
@@ -125,7 +125,10 @@ bench: build envoy fleet-parts
 # each proxy-wasm operation alone and Sluice, one Envoy at a time (about 20
 # minutes: V8 compiles each module under valgrind); added to build/bench.md.
 bench-cost: build envoy
-	@command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; }
+	@command -v valgrind >/dev/null 2>&1 || { \
+	  echo "installing valgrind"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 	$(GO) run ./e2e/bench -run callgrind
 
 # Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,

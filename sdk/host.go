@@ -432,10 +432,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		v.inflight--
 	}
 	if in.Has == 0 {
-		if v.inflight == 0 && others == 0 && v.crowd >= 0 {
-			v.budget, v.resetAt = v.crowd, v.crowdEnd
-			v.crowd, v.crowdEnd = -1, time.Time{}
-		}
+		v.settleLocked(others)
 		return
 	}
 	rejected := status == 429 || status == 503
@@ -483,10 +480,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 			}
 		}
 	}
-	if v.inflight == 0 && others == 0 && v.crowd >= 0 {
-		v.budget, v.resetAt = v.crowd, v.crowdEnd
-		v.crowd, v.crowdEnd = -1, time.Time{}
-	}
+	v.settleLocked(others)
 	if in.Exhausted() || status == 429 {
 		v.throttled = true
 	}
@@ -506,6 +500,15 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		}
 	}
 	v.tune(now)
+}
+
+// settleLocked makes the lowest Remaining of a crowd the budget once the
+// whole crowd has answered (see observe). v.mu must be held.
+func (v *view) settleLocked(others int) {
+	if v.inflight == 0 && others == 0 && v.crowd >= 0 {
+		v.budget, v.resetAt = v.crowd, v.crowdEnd
+		v.crowd, v.crowdEnd = -1, time.Time{}
+	}
 }
 
 // tune sets the pacer to the announced rate, Limit per window, with a

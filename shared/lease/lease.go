@@ -192,7 +192,7 @@ func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32
 	rem -= min(rem, uint32(min(uint64(share)*uint64(drawn), 1<<32-1)))
 	// A fair part of what is left: near the limit this is one hit per call.
 	k := rem / (2 * share)
-	if s.Known && s.LastK > 0 {
+	if s.LastK > 0 { // s.Known: the first call of the window returned above
 		// At the rate the last lease drained, what this Envoy uses until the
 		// window ends.
 		startMS := WindowStart(now, w) / int64(time.Millisecond)

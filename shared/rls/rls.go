@@ -373,9 +373,11 @@ func Reply(headers, trailers [][2]string, body []byte) (Response, error) {
 	}
 	if code != 0 {
 		msg := ""
-		for _, t := range append(headers[:len(headers):len(headers)], trailers...) {
-			if t[0] == "grpc-message" {
-				msg = t[1]
+		for _, hs := range [2][][2]string{headers, trailers} {
+			for _, t := range hs {
+				if t[0] == "grpc-message" {
+					msg = t[1]
+				}
 			}
 		}
 		if len(msg) > 200 {
