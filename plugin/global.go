@@ -69,9 +69,7 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 	}
 	switch v.Outcome {
 	case engine.Reject:
-		p.headers.Build(&h.verdict, p.engine.Config().Headers, true)
-		p.logRejection(&h.verdict, now)
-		if err := sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody); err != nil {
+		if err := p.reject(&h.verdict, now); err != nil {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	case engine.Delay:

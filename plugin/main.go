@@ -152,9 +152,7 @@ func (p *pluginContext) pollQueues(now int64) {
 		v := &h.verdict
 		switch v.Outcome {
 		case engine.Reject:
-			p.headers.Build(v, p.engine.Config().Headers, true)
-			p.logRejection(v, now)
-			_ = sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
+			_ = p.reject(v, now)
 		case engine.Delay:
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
@@ -166,6 +164,14 @@ func (p *pluginContext) pollQueues(now int64) {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	}
+}
+
+// reject answers the current stream with the rejection v: its headers, a
+// rate-limited log line, the configured status.
+func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
+	p.headers.Build(v, p.engine.Config().Headers, true)
+	p.logRejection(v, now)
+	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
 }
 
 // logRejection logs a rejection at debug level, at most once a second per
@@ -241,9 +247,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		p.waiting[h.id] = h
 		return types.ActionPause
 	case engine.Reject:
-		p.headers.Build(v, p.engine.Config().Headers, true)
-		p.logRejection(v, now)
-		if err := sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody); err != nil {
+		if err := p.reject(v, now); err != nil {
 			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
 			return types.ActionContinue
 		}
