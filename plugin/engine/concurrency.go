@@ -149,12 +149,9 @@ const MaxWaiters = 4096
 // thousands of shared-data reads every 5 ms. The oldest waiters go first.
 const MaxPollsPerTick = 256
 
-// holdEstimate is the observed mean slot hold time of rule i (0: none yet).
-func (e *Engine) holdEstimate(i int) time.Duration { return time.Duration(e.hold[i]) }
-
 // HoldEstimate returns the mean time requests of concurrency rule i held
 // their slot on this worker (0 until one has ended).
-func (e *Engine) HoldEstimate(i int) time.Duration { return e.holdEstimate(i) }
+func (e *Engine) HoldEstimate(i int) time.Duration { return time.Duration(e.hold[i]) }
 
 // waitEstimate estimates how long a request with waiting tickets ahead of
 // it waits for a slot of rule i: slots free at about limit per hold time.
@@ -227,8 +224,8 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			e.hold1(hk, d.Epoch)
 			v.Slots = append(v.Slots, SlotRef{Rule: p.rule, FP: p.fp, Overflow: hk.overflow, Since: now})
 			rem := r.Limit.Limit() - d.InFlight
-			if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.holdEstimate(p.rule) > v.Reset) {
-				v.Report, v.Remaining, v.Reset = r, rem, e.holdEstimate(p.rule)
+			if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(p.rule) > v.Reset) {
+				v.Report, v.Remaining, v.Reset = r, rem, e.HoldEstimate(p.rule)
 			}
 		case d.Queued:
 			w := &Waiter{
@@ -433,7 +430,7 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 		v := &w.verdict
 		v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now})
 		if rem := r.Limit.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
-			v.Report, v.Remaining, v.Reset = r, rem, e.holdEstimate(w.rule)
+			v.Report, v.Remaining, v.Reset = r, rem, e.HoldEstimate(w.rule)
 		}
 		e.Stats.Rules[w.rule].Delayed++
 		e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)

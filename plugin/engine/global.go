@@ -159,11 +159,6 @@ const (
 	circuitMaxBackoff = 500 * time.Millisecond
 )
 
-// allow says whether a request may call the service: only while the
-// circuit is closed. While it is open no request waits: the tick probes
-// the service (Sweep) and closes the circuit when it answers.
-func (c *circuit) allow(int64) bool { return c.failures == 0 }
-
 // probeDue says whether the tick should send a probe at now.
 func (c *circuit) probeDue(now int64) bool {
 	if c.failures == 0 || c.probing || now < c.openUntil {
@@ -182,7 +177,7 @@ func (c *circuit) failure(now int64) {
 	c.openUntil = now + int64(min(b, circuitMaxBackoff))
 }
 
-// Open reports whether the worker's circuit to the service is open.
+// CircuitOpen reports whether the worker's circuit to the service is open.
 func (e *Engine) CircuitOpen() bool { return e.circuit.failures > 0 }
 
 // SetGlobal gives the engine what global rules need: the caller of the
@@ -261,7 +256,9 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 			v.Outcome = Call
 			return true
 		}
-		if !e.circuit.allow(now) {
+		if e.CircuitOpen() {
+			// While the circuit is open no request waits: the tick probes
+			// the service (Sweep) and closes the circuit when it answers.
 			e.Global.ShortCircuited++
 			if e.onError(p, r, g.rule, errCircuitOpen) {
 				return false
@@ -443,7 +440,7 @@ func (e *Engine) probe(now int64) {
 	}
 }
 
-// Waiting returns the number of calls in flight on this worker.
+// CallsInFlight returns the number of calls in flight on this worker.
 func (e *Engine) CallsInFlight() int { return len(e.calls) }
 
 // answer handles the reply to in's call.
