@@ -470,12 +470,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 			if p.cancelled {
 				continue
 			}
-			if !e.onError(p, r, in.ref.rule, err) {
-				p.next++
-				e.continueGlobal(p, now)
-				continue
-			}
-			e.decided(p, &p.verdict)
+			e.afterError(p, r, in.ref.rule, err, now)
 		}
 		return
 	}
@@ -569,12 +564,7 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 		}
 		if p.Deadline-now < int64(time.Millisecond) {
 			e.Global.Expired++
-			if !e.onError(p, r, in.ref.rule, ErrTimeout) {
-				p.next++
-				e.continueGlobal(p, now)
-				continue
-			}
-			e.decided(p, &p.verdict)
+			e.afterError(p, r, in.ref.rule, ErrTimeout, now)
 			continue
 		}
 		if deadline == 0 || p.Deadline < deadline {
@@ -599,14 +589,21 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 	if err := e.sendOrDefer(next, now, deadline, false, live...); err != nil {
 		e.circuit.failure(now)
 		for _, p := range live {
-			if !e.onError(p, r, in.ref.rule, err) {
-				p.next++
-				e.continueGlobal(p, now)
-				continue
-			}
-			e.decided(p, &p.verdict)
+			e.afterError(p, r, in.ref.rule, err, now)
 		}
 	}
+}
+
+// afterError applies on_error to the waiting request p after err for rule
+// r (index i): it goes on with p's next global rules, or tells the plugin
+// that p is rejected.
+func (e *Engine) afterError(p *Pending, r *config.Rule, i int, err error, now int64) {
+	if !e.onError(p, r, i, err) {
+		p.next++
+		e.continueGlobal(p, now)
+		return
+	}
+	e.decided(p, &p.verdict)
 }
 
 // continueGlobal goes on with p's next global rules after an answer, and
@@ -664,7 +661,7 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 	return false
 }
 
-// refund gives back every charge p holds (local rules and global leases)
+// refundGlobal gives back every charge p holds (local rules and global leases)
 // and the concurrency slots it took.
 func (e *Engine) refundGlobal(p *Pending, now int64) {
 	if len(p.verdict.Slots) > 0 {
