@@ -138,7 +138,7 @@ flood: build envoy
 	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
-# parsing, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
+# parsing, the plugin's JSON decoder against encoding/json, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
 # requests through the compiled plugin under wazero.
 FUZZTIME ?= 60s
 fuzz: build
@@ -146,6 +146,7 @@ fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)
