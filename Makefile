@@ -129,6 +129,9 @@ bench-cost: build envoy
 	  echo "installing valgrind"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	@# The Rust yardstick rows (rust-*) need cargo and this target; without
+	@# Rust the section says so and counts the Go rows.
+	@command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1; } || true
 	$(GO) run ./e2e/bench -run callgrind
 
 # Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
