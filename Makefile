@@ -141,6 +141,9 @@ bench-cost: build envoy
 	  echo "installing valgrind"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	@# The Rust yardstick rows (rust-*) need cargo and this target; without
+	@# Rust the section says so and counts the Go rows.
+	@command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1; } || true
 	$(GO) run ./e2e/bench -run callgrind
 
 # Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
@@ -150,7 +153,7 @@ flood: build envoy
 	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
-# parsing, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
+# parsing, the plugin's JSON decoder against encoding/json, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
 # requests through the compiled plugin under wazero.
 FUZZTIME ?= 60s
 fuzz: build
@@ -158,6 +161,7 @@ fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)

@@ -116,6 +116,7 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 		probeV("resp3", "resp3", "3 ReplaceHttpResponseHeader"),
 		probeV("alloc", "alloc", "a 300-byte object per request"),
 		probeV("all", "vmctx,recover,clock,property,shared,resp3,alloc", "all of the above together (Sluice's host work without its engine)"),
+		probeV("probe-reject", "reject", "Sluice's reject-path host work (source.address, shared get, time.Now, SendHttpResponse 429 with 4 headers)"),
 		mk("sluice-nohdr", "Sluice, headers none, all admitted", func(op *envoytest.Options) {
 			op.Wasm = &envoytest.Wasm{File: sluice, Config: fmt.Sprintf(sluiceAdmit, "none")}
 		}),
@@ -138,6 +139,8 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 				op.Wasm = &envoytest.Wasm{File: old, Config: sluiceReject}
 			}))
 	}
+	rustVs, rustNote := rustProbeVariants(ctx, o.cgOnly, mk) // rustprobe.go
+	vs = append(vs, rustVs...)
 	if o.cgOnly != "" {
 		keep := map[string]bool{}
 		for _, k := range strings.Split(o.cgOnly, ",") {
@@ -182,7 +185,7 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 	if err := errors.Join(errs...); err != nil {
 		return "", err
 	}
-	return callgrindReport(o, vs, time.Since(t0)), nil
+	return callgrindReport(o, vs, time.Since(t0)) + rustReport(vs, rustNote), nil
 }
 
 // countVariant starts v's Envoy under callgrind, warms it up uncounted and

@@ -15,6 +15,11 @@
 //	vmctx     nothing per request (only SetVMContext and a 1s tick, as Sluice)
 //	compute   pure Go work, no host call: 100 rounds of a 64-bit mix over
 //	          a 64-byte buffer (a few µs natively), to compare V8 with wazero
+//	reject    Sluice's reject path alone: GetProperty(source.address), a
+//	          GetSharedData (no set: a rejection changes no state),
+//	          time.Now() and SendHttpResponse 429 with the 4 headers and the
+//	          body size Sluice sends with `headers: legacy` (the other
+//	          operations are not done)
 package main
 
 import (
@@ -37,8 +42,8 @@ type vmContext struct{ types.DefaultVMContext }
 func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
 
 type ops struct {
-	property, shared, header, clock, resp3, alloc, recover, tick, compute bool
-	n                                                                     int
+	property, shared, header, clock, resp3, alloc, recover, tick, compute, reject bool
+	n                                                                             int
 }
 
 type pluginContext struct {
@@ -83,12 +88,14 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 			p.ops.tick = true
 		case "compute":
 			p.ops.compute = true
+		case "reject":
+			p.ops.reject = true
 		default:
 			proxywasm.LogCriticalf("probe: unknown operation %q", w)
 			return types.OnPluginStartStatusFailed
 		}
 	}
-	if p.ops.shared {
+	if p.ops.shared || p.ops.reject {
 		if _, _, err := proxywasm.GetSharedData(sharedKey); err == types.ErrorStatusNotFound {
 			_ = proxywasm.SetSharedData(sharedKey, make([]byte, 288), 0)
 		}
@@ -127,10 +134,36 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			}
 		}()
 	}
+	if o.reject {
+		h.reject()
+		return types.ActionPause
+	}
 	for range o.n {
 		h.once(o)
 	}
 	return types.ActionContinue
+}
+
+// rejectHeaders and rejectBody have the sizes of Sluice's rejection with
+// `headers: legacy` (plugin/main.go, plugin/engine/headers.go).
+var (
+	rejectHeaders = [][2]string{
+		{"retry-after", "3600"},
+		{"x-ratelimit-limit", "1"},
+		{"x-ratelimit-remaining", "0"},
+		{"x-ratelimit-reset", "3600"},
+	}
+	rejectBody = []byte("Too Many Requests: rate limit exceeded, retry after the time in Retry-After.\n")
+)
+
+// reject does the host work of Sluice's reject path.
+func (h *httpContext) reject() {
+	b, _ := proxywasm.GetProperty(sourceAddress)
+	h.sink += len(b)
+	v, _, _ := proxywasm.GetSharedData(sharedKey)
+	h.sink += len(v)
+	h.sink += int(time.Now().UnixNano() & 1)
+	_ = proxywasm.SendHttpResponse(429, rejectHeaders, rejectBody, -1)
 }
 
 func (h *httpContext) once(o *ops) {
