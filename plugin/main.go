@@ -1,6 +1,6 @@
-// Command plugin is the Sluice proxy-wasm HTTP filter. Build it with
-//
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o build/sluice.wasm ./plugin
+// Command plugin is the Sluice proxy-wasm HTTP filter. Build it with `make
+// build`: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, then the
+// exports Sluice does not use are dropped (see streamend_wasip1.go).
 //
 // This file only wires proxy-wasm contexts to the engine package, where the
 // logic lives and is tested natively.
@@ -324,7 +324,8 @@ func (h *httpContext) releaseSlots(now int64, handoff bool) {
 }
 
 // OnHttpStreamDone runs for every stream the plugin saw, whatever ended it
-// (response done, reset, client gone, a local reply of another filter):
+// (response done, reset, client gone, a local reply of another filter), in
+// the stream's one end callback (streamend_wasip1.go):
 // concurrency slots not given back at the response's end are given back
 // here.
 func (h *httpContext) OnHttpStreamDone() {

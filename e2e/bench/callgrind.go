@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/wasmexports"
 )
 
 // The callgrind section (-run callgrind, make bench-cost) attributes Envoy's
@@ -64,6 +65,13 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 	if err := buildProbeWasm(ctx, probe); err != nil {
 		return "", err
 	}
+	noopTrim, noopMin := filepath.Join(tmp, "noop-trim.wasm"), filepath.Join(tmp, "noop-min.wasm")
+	if err := dropExports(noop, noopTrim, noopTrimDrop); err != nil {
+		return "", err
+	}
+	if err := dropExports(noop, noopMin, append(noopTrimDrop, noopMinDrop...)); err != nil {
+		return "", err
+	}
 	sluice, _ := filepath.Abs(o.cgWasm)
 	base := envoytest.Options{Concurrency: 1, XFFNumTrustedHops: 1, Upstream: up.Addr(), LogLevel: "warn", StartTimeout: 10 * time.Minute}
 	mk := func(key, what string, edit func(*envoytest.Options)) *cgVariant {
@@ -94,6 +102,12 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 		mk("native", "native local_ratelimit, all admitted", func(op *envoytest.Options) { op.LocalRateLimit = native(admitLimit, time.Second) }),
 		mk("native-reject", "native local_ratelimit, all rejected", func(op *envoytest.Options) { op.LocalRateLimit = native(1, time.Hour) }),
 		mk("noop", "no-op Go filter (SDK defaults)", func(op *envoytest.Options) { op.Wasm = &envoytest.Wasm{File: noop, Name: "noop"} }),
+		mk("noop-trim", "no-op Go filter without the exports Sluice drops but its stream end (proxy_on_done and the unused ones)", func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: noopTrim, Name: "noop"}
+		}),
+		mk("noop-min", "no-op Go filter exporting only proxy_on_context_create, proxy_on_request_headers, proxy_on_delete per stream", func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: noopMin, Name: "noop"}
+		}),
 		probeV("vmctx", "vmctx", "SetVMContext and a 1 s tick (as Sluice is wired)"),
 		probeV("recover", "recover", "a deferred recover() in OnHttpRequestHeaders"),
 		probeV("clock", "clock", "time.Now()"),
@@ -532,4 +546,28 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 		"`-callgrind-baseline old.wasm` to count an older build beside the current one).\n",
 		o.cgWarmup, o.cgRequests, o.clients, o.cgParallel, took.Round(time.Second))
 	return b.String()
+}
+
+// The exports dropped from the no-op filter for the noop-trim and noop-min
+// rows: noop - noop-trim is the price of proxy_on_done (the only one of them
+// Envoy calls for a GET), noop-trim - noop-min that of three more callbacks
+// (proxy_on_response_headers, proxy_on_response_body, proxy_on_log).
+var (
+	noopTrimDrop = []string{"proxy_on_new_connection", "proxy_on_downstream_data", "proxy_on_downstream_connection_close",
+		"proxy_on_upstream_data", "proxy_on_upstream_connection_close", "proxy_on_request_body", "proxy_on_request_trailers",
+		"proxy_on_response_trailers", "proxy_on_queue_ready", "proxy_on_done"}
+	noopMinDrop = []string{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_log"}
+)
+
+// dropExports writes in to out without the named exports.
+func dropExports(in, out string, drop []string) error {
+	mod, err := os.ReadFile(in)
+	if err != nil {
+		return err
+	}
+	mod, err = wasmexports.Edit(mod, drop, nil)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, mod, 0o644)
 }

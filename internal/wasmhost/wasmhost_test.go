@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wasmexports"
 )
 
 // testWasm is testdata/testplugin compiled for wasip1 in TestMain.
@@ -1084,4 +1086,44 @@ func TestCallTimeout(t *testing.T) {
 	h = newHost(t, WithCallTimeout(10*time.Second))
 	vm := newVM(t, h, "", "")
 	vm.Request(get("/deny")).Must(t)
+}
+
+// TestMissingCallbacksAreSkipped: like proxy-wasm-cpp-host in Envoy, the
+// host calls only the callbacks the module exports; a missing body callback
+// lets the data through unchanged, a missing proxy_on_done counts as done.
+// `make build` drops exports from build/sluice.wasm (internal/wasmexports)
+// and relies on this.
+func TestMissingCallbacksAreSkipped(t *testing.T) {
+	mod, err := wasmexports.Edit(testWasm, []string{"proxy_on_request_body", "proxy_on_response_body", "proxy_on_log", "proxy_on_done"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(context.Background(), mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	vm := newVM(t, h, "vm0", "")
+	for range 3 {
+		req := HTTPRequest("POST", "a", "/rewrite")
+		req.Body = []byte("request body")
+		req.Response = &Response{Headers: Headers{{"content-type", "text/plain"}}, Body: []byte("response body")}
+		r := vm.Request(req).Must(t)
+		wantEq(t, "upstream body (no body callback)", string(r.UpstreamBody), "request body")
+		wantEq(t, "client body (no body callback)", string(r.Body), "response body")
+		wantEq(t, "status", r.Status, 200)
+		if r.Headers.Has("x-request-body-seen") {
+			t.Error("proxy_on_request_body ran although not exported")
+		}
+		wantEq(t, "stream state", r.Stream.State(), StreamClosed)
+	}
+	if strings.Contains(vm.LogText(), "stream done:") {
+		t.Errorf("proxy_on_log ran although not exported:\n%s", vm.LogText())
+	}
+	if n := len(vm.OpenStreams()); n != 0 {
+		t.Errorf("%d streams still open", n)
+	}
+	if err := vm.Close(); err != nil {
+		t.Fatalf("closing a VM without proxy_on_done: %v", err)
+	}
 }

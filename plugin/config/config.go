@@ -10,16 +10,16 @@ package config
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/shared/jsonlite"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -189,15 +189,18 @@ func Parse(doc []byte) (*Config, error) {
 	if len(doc) == 0 {
 		return nil, errf("", "configuration is empty: at least one rule is required (\"rules\")")
 	}
-	if doc[0] != '{' && doc[0] != '[' && !json.Valid(doc) {
+	v, err := jsonlite.Decode(doc)
+	if err != nil {
 		// Not JSON: a google.protobuf.Struct configuration arrives in its
-		// wire encoding (which may well begin with a byte that TrimSpace
-		// takes for white space, hence raw).
-		if j, err := structToJSON(raw); err == nil {
-			doc = j
+		// wire encoding. That begins with 0x0a (the tag of its one field)
+		// and a length, which TrimSpace may take for white space (hence
+		// raw), and a length of 91 or 123 reads as '[' or '{': a document
+		// that looks like JSON is read as a Struct only if it has rules.
+		if sv, serr := structToValue(raw); serr == nil && (doc[0] != '{' && doc[0] != '[' || sv.Has("rules")) {
+			v, err = sv, nil
 		}
 	}
-	top, err := object("", doc)
+	top, err := object("", &v, err)
 	if err != nil {
 		return nil, err
 	}
@@ -210,14 +213,14 @@ func Parse(doc []byte) (*Config, error) {
 		MaxKeys:  DefaultMaxKeys,
 		ClientIP: ClientIP{IPv6Prefix: DefaultIPv6Prefix},
 	}
-	raw, ok := top["rules"]
-	if !ok {
+	rv := top.Get("rules")
+	if rv == nil {
 		return nil, errf("rules", "required: at least one rule")
 	}
-	var rules []json.RawMessage
-	if err := strictUnmarshal(raw, &rules); err != nil || rules == nil {
+	if rv.Kind != jsonlite.Array {
 		return nil, errf("rules", "must be a list of rules")
 	}
+	rules := rv.Elems
 	if len(rules) == 0 {
 		return nil, errf("rules", "at least one rule is required")
 	}
@@ -225,9 +228,9 @@ func Parse(doc []byte) (*Config, error) {
 		return nil, errf("rules", "at most %d rules, got %d", MaxRules, len(rules))
 	}
 	seen := map[string]int{}
-	for i, r := range rules {
+	for i := range rules {
 		field := fmt.Sprintf("rules[%d]", i)
-		rule, err := parseRule(field, r)
+		rule, err := parseRule(field, &rules[i])
 		if err != nil {
 			return nil, err
 		}
@@ -237,14 +240,14 @@ func Parse(doc []byte) (*Config, error) {
 		seen[rule.Name] = i
 		c.Rules = append(c.Rules, rule)
 	}
-	if raw, ok := top["client_ip"]; ok {
+	if raw := top.Get("client_ip"); raw != nil {
 		if err := parseClientIP(raw, &c.ClientIP); err != nil {
 			return nil, err
 		}
 	}
-	if raw, ok := top["exempt_cidrs"]; ok {
-		var list []string
-		if err := strictUnmarshal(raw, &list); err != nil {
+	if raw := top.Get("exempt_cidrs"); raw != nil {
+		list, ok := raw.Strings()
+		if !ok {
 			return nil, errf("exempt_cidrs", "must be a list of CIDR strings")
 		}
 		for i, s := range list {
@@ -262,9 +265,9 @@ func Parse(doc []byte) (*Config, error) {
 			c.Exempt = append(c.Exempt, p.Masked())
 		}
 	}
-	if raw, ok := top["headers"]; ok {
-		var s string
-		if err := strictUnmarshal(raw, &s); err != nil {
+	if raw := top.Get("headers"); raw != nil {
+		s, ok := raw.Str()
+		if !ok {
 			return nil, errf("headers", "must be a string: legacy, draft, both or none")
 		}
 		m, ok := header.ParseMode(s)
@@ -273,7 +276,7 @@ func Parse(doc []byte) (*Config, error) {
 		}
 		c.Headers = m
 	}
-	if raw, ok := top["status"]; ok {
+	if raw := top.Get("status"); raw != nil {
 		n, err := integer("status", raw)
 		if err != nil {
 			return nil, err
@@ -283,7 +286,7 @@ func Parse(doc []byte) (*Config, error) {
 		}
 		c.Status = uint32(n)
 	}
-	if raw, ok := top["max_keys"]; ok {
+	if raw := top.Get("max_keys"); raw != nil {
 		n, err := integer("max_keys", raw)
 		if err != nil {
 			return nil, err
@@ -293,14 +296,13 @@ func Parse(doc []byte) (*Config, error) {
 		}
 		c.MaxKeys = int(n)
 	}
-	if raw, ok := top["on_error"]; ok {
-		var s string
-		if err := strictUnmarshal(raw, &s); err != nil || (s != "allow" && s != "deny") {
+	if raw := top.Get("on_error"); raw != nil {
+		if s, ok := raw.Str(); !ok || (s != "allow" && s != "deny") {
 			return nil, errf("on_error", "must be \"allow\" or \"deny\"")
 		}
-		c.OnErrorDeny = s == "deny"
+		c.OnErrorDeny = raw.Text == "deny"
 	}
-	if raw, ok := top["global"]; ok {
+	if raw := top.Get("global"); raw != nil {
 		g, err := parseGlobal(raw)
 		if err != nil {
 			return nil, err
@@ -317,8 +319,8 @@ func Parse(doc []byte) (*Config, error) {
 	return c, nil
 }
 
-func parseGlobal(raw json.RawMessage) (*Global, error) {
-	m, err := object("global", raw)
+func parseGlobal(raw *jsonlite.Value) (*Global, error) {
+	m, err := object("global", raw, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -326,25 +328,25 @@ func parseGlobal(raw json.RawMessage) (*Global, error) {
 		return nil, err
 	}
 	g := &Global{Domain: DefaultDomain, Timeout: DefaultGlobalTimeout}
-	craw, ok := m["cluster"]
-	if !ok {
+	craw := m.Get("cluster")
+	if craw == nil {
 		return nil, errf("global.cluster", "required: the Envoy cluster (HTTP/2) of the rate-limit service")
 	}
-	if err := strictUnmarshal(craw, &g.Cluster); err != nil {
+	if err := str(craw, &g.Cluster); err != nil {
 		return nil, errf("global.cluster", "must be a string")
 	}
 	if g.Cluster == "" || len(g.Cluster) > 200 || strings.TrimSpace(g.Cluster) != g.Cluster {
 		return nil, errf("global.cluster", "%q is not a cluster name (non-empty, at most 200 characters, no surrounding white space)", g.Cluster)
 	}
-	if raw, ok := m["domain"]; ok {
-		if err := strictUnmarshal(raw, &g.Domain); err != nil {
+	if raw := m.Get("domain"); raw != nil {
+		if err := str(raw, &g.Domain); err != nil {
 			return nil, errf("global.domain", "must be a string")
 		}
 		if g.Domain == "" || len(g.Domain) > 200 || strings.TrimSpace(g.Domain) != g.Domain {
 			return nil, errf("global.domain", "%q is not a domain (non-empty, at most 200 characters, no surrounding white space)", g.Domain)
 		}
 	}
-	if raw, ok := m["timeout"]; ok {
+	if raw := m.Get("timeout"); raw != nil {
 		if g.Timeout, err = duration("global.timeout", raw); err != nil {
 			return nil, err
 		}
@@ -355,15 +357,15 @@ func parseGlobal(raw json.RawMessage) (*Global, error) {
 	return g, nil
 }
 
-func parseClientIP(raw json.RawMessage, ci *ClientIP) error {
-	m, err := object("client_ip", raw)
+func parseClientIP(raw *jsonlite.Value, ci *ClientIP) error {
+	m, err := object("client_ip", raw, nil)
 	if err != nil {
 		return err
 	}
 	if err := known("client_ip", m, "xff_trusted_hops", "ipv6_prefix"); err != nil {
 		return err
 	}
-	if raw, ok := m["xff_trusted_hops"]; ok {
+	if raw := m.Get("xff_trusted_hops"); raw != nil {
 		n, err := integer("client_ip.xff_trusted_hops", raw)
 		if err != nil {
 			return err
@@ -373,7 +375,7 @@ func parseClientIP(raw json.RawMessage, ci *ClientIP) error {
 		}
 		ci.XFFTrustedHops = int(n)
 	}
-	if raw, ok := m["ipv6_prefix"]; ok {
+	if raw := m.Get("ipv6_prefix"); raw != nil {
 		n, err := integer("client_ip.ipv6_prefix", raw)
 		if err != nil {
 			return err
@@ -386,18 +388,18 @@ func parseClientIP(raw json.RawMessage, ci *ClientIP) error {
 	return nil
 }
 
-func parseRule(field string, raw json.RawMessage) (Rule, error) {
+func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	var r Rule
-	m, err := object(field, raw)
+	m, err := object(field, raw, nil)
 	if err != nil {
 		return r, err
 	}
 	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope"); err != nil {
 		return r, err
 	}
-	if raw, ok := m["scope"]; ok {
+	if raw := m.Get("scope"); raw != nil {
 		var s string
-		if err := strictUnmarshal(raw, &s); err != nil || (s != "local" && s != "global") {
+		if err := str(raw, &s); err != nil || (s != "local" && s != "global") {
 			return r, errf(field+".scope", "must be \"local\" or \"global\"")
 		}
 		r.Global = s == "global"
@@ -406,33 +408,33 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		// The service counts in fixed windows of one unit, and a call per
 		// held request would defeat leasing: refuse what cannot be honoured.
 		for _, f := range []string{"burst", "max_delay", "shadow"} {
-			if _, ok := m[f]; ok {
+			if m.Has(f) {
 				return r, errf(field+"."+f, "not allowed on a global rule (it counts in the rate-limit service's fixed windows)")
 			}
 		}
 	}
 	// name
-	nraw, ok := m["name"]
-	if !ok {
+	nraw := m.Get("name")
+	if nraw == nil {
 		return r, errf(field+".name", "required")
 	}
-	if err := strictUnmarshal(nraw, &r.Name); err != nil {
+	if err := str(nraw, &r.Name); err != nil {
 		return r, errf(field+".name", "must be a string")
 	}
 	if !validName(r.Name) {
 		return r, errf(field+".name", "%q must match [a-z0-9_-]+ (at most 64 characters)", r.Name)
 	}
 	// match
-	if raw, ok := m["match"]; ok {
+	if raw := m.Get("match"); raw != nil {
 		if err := parseMatch(field+".match", raw, &r.Match); err != nil {
 			return r, err
 		}
 	}
 	// key
 	r.Key = []KeyPart{{Kind: KeyClientIP}}
-	if raw, ok := m["key"]; ok {
+	if raw := m.Get("key"); raw != nil {
 		var parts []string
-		if err := strictUnmarshal(raw, &parts); err != nil {
+		if err := strs(raw, &parts); err != nil {
 			return r, errf(field+".key", "must be a list of strings")
 		}
 		if len(parts) == 0 {
@@ -449,9 +451,9 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	}
 	// algorithm
 	alg := limit.TokenBucket
-	if raw, ok := m["algorithm"]; ok {
+	if raw := m.Get("algorithm"); raw != nil {
 		var s string
-		if err := strictUnmarshal(raw, &s); err != nil {
+		if err := str(raw, &s); err != nil {
 			return r, errf(field+".algorithm", "must be a string")
 		}
 		a, ok := limit.ParseAlgorithm(s)
@@ -467,8 +469,8 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		alg = limit.FixedWindow
 	}
 	// limit
-	lraw, ok := m["limit"]
-	if !ok {
+	lraw := m.Get("limit")
+	if lraw == nil {
 		return r, errf(field+".limit", "required (requests per window, > 0)")
 	}
 	lim, err := integer(field+".limit", lraw)
@@ -485,8 +487,8 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		return parseConcurrency(field, m, r, lim)
 	}
 	// window
-	wraw, ok := m["window"]
-	if !ok {
+	wraw := m.Get("window")
+	if wraw == nil {
 		return r, errf(field+".window", "required (a duration like \"1s\", \"1m\", \"250ms\")")
 	}
 	var window time.Duration
@@ -503,7 +505,7 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 	}
 	// burst
 	var burst int64
-	if raw, ok := m["burst"]; ok {
+	if raw := m.Get("burst"); raw != nil {
 		if burst, err = integer(field+".burst", raw); err != nil {
 			return r, err
 		}
@@ -518,7 +520,7 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		}
 	}
 	// max_delay
-	if raw, ok := m["max_delay"]; ok {
+	if raw := m.Get("max_delay"); raw != nil {
 		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
 			return r, err
 		}
@@ -533,8 +535,8 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 		}
 	}
 	// shadow
-	if raw, ok := m["shadow"]; ok {
-		if err := strictUnmarshal(raw, &r.Shadow); err != nil {
+	if raw := m.Get("shadow"); raw != nil {
+		if err := boolean(raw, &r.Shadow); err != nil {
 			return r, errf(field+".shadow", "must be true or false")
 		}
 	}
@@ -550,18 +552,18 @@ func parseRule(field string, raw json.RawMessage) (Rule, error) {
 // requests in flight at once, so there is no window (and no burst); a
 // window would suggest a rate that the rule does not enforce, so it is
 // refused rather than ignored.
-func parseConcurrency(field string, m map[string]json.RawMessage, r Rule, lim int64) (Rule, error) {
+func parseConcurrency(field string, m *jsonlite.Value, r Rule, lim int64) (Rule, error) {
 	var err error
 	if lim > limit.MaxConcurrency {
 		return r, errf(field+".limit", "must be <= %d requests in flight for concurrency, got %d", limit.MaxConcurrency, lim)
 	}
-	if _, ok := m["window"]; ok {
+	if m.Has("window") {
 		return r, errf(field+".window", "not allowed with concurrency: the rule limits requests in flight at once (limit), not requests per window; remove window")
 	}
-	if _, ok := m["burst"]; ok {
+	if m.Has("burst") {
 		return r, errf(field+".burst", "not allowed with concurrency: limit is the number of requests in flight at once")
 	}
-	if raw, ok := m["max_delay"]; ok {
+	if raw := m.Get("max_delay"); raw != nil {
 		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
 			return r, err
 		}
@@ -572,8 +574,8 @@ func parseConcurrency(field string, m map[string]json.RawMessage, r Rule, lim in
 			return r, errf(field+".max_delay", "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", r.MaxDelay)
 		}
 	}
-	if raw, ok := m["shadow"]; ok {
-		if err := strictUnmarshal(raw, &r.Shadow); err != nil {
+	if raw := m.Get("shadow"); raw != nil {
+		if err := boolean(raw, &r.Shadow); err != nil {
 			return r, errf(field+".shadow", "must be true or false")
 		}
 	}
@@ -584,8 +586,8 @@ func parseConcurrency(field string, m map[string]json.RawMessage, r Rule, lim in
 	return r, nil
 }
 
-func parseMatch(field string, raw json.RawMessage, m *Match) error {
-	obj, err := object(field, raw)
+func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
+	obj, err := object(field, raw, nil)
 	if err != nil {
 		return err
 	}
@@ -596,11 +598,11 @@ func parseMatch(field string, raw json.RawMessage, m *Match) error {
 		name string
 		dst  *string
 	}{{"path_prefix", &m.PathPrefix}, {"path_exact", &m.PathExact}} {
-		raw, ok := obj[f.name]
-		if !ok {
+		raw := obj.Get(f.name)
+		if raw == nil {
 			continue
 		}
-		if err := strictUnmarshal(raw, f.dst); err != nil {
+		if err := str(raw, f.dst); err != nil {
 			return errf(field+"."+f.name, "must be a string")
 		}
 		if !strings.HasPrefix(*f.dst, "/") {
@@ -610,8 +612,8 @@ func parseMatch(field string, raw json.RawMessage, m *Match) error {
 	if m.PathPrefix != "" && m.PathExact != "" {
 		return errf(field+".path_exact", "use either path_prefix or path_exact, not both")
 	}
-	if raw, ok := obj["methods"]; ok {
-		if err := strictUnmarshal(raw, &m.Methods); err != nil {
+	if raw := obj.Get("methods"); raw != nil {
+		if err := strs(raw, &m.Methods); err != nil {
 			return errf(field+".methods", "must be a list of strings")
 		}
 		for i, x := range m.Methods {
@@ -686,9 +688,9 @@ func ruleID(r *Rule) uint64 {
 // "1m", "1h" or "1d" (white space around allowed): one unit of its
 // counters. Equivalent spellings ("60s") are refused so that the schema can
 // say exactly what is accepted.
-func globalWindow(field string, raw json.RawMessage) (time.Duration, error) {
+func globalWindow(field string, raw *jsonlite.Value) (time.Duration, error) {
 	var s string
-	if err := strictUnmarshal(raw, &s); err != nil {
+	if err := str(raw, &s); err != nil {
 		return 0, errf(field, "must be one of \"1s\", \"1m\", \"1h\", \"1d\" (a global rule counts in the rate-limit service's fixed windows)")
 	}
 	switch strings.TrimSpace(s) {
@@ -704,28 +706,27 @@ func globalWindow(field string, raw json.RawMessage) (time.Duration, error) {
 	return 0, errf(field, "%q: a global rule counts in the rate-limit service's fixed windows: \"1s\", \"1m\", \"1h\" or \"1d\"", s)
 }
 
-// object decodes a JSON object into its raw members.
-func object(field string, raw json.RawMessage) (map[string]json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := strictUnmarshal(raw, &m); err != nil || m == nil {
-		what := field
-		if what == "" {
-			what = "configuration"
-		}
-		if err != nil {
-			if se, ok := err.(*json.SyntaxError); ok {
-				return nil, errf(field, "%s is not valid JSON: %v (at byte %d)", what, se, se.Offset)
-			}
-		}
-		return nil, errf(field, "%s must be a JSON object", what)
+// object checks that raw, the result of decoding with err, is a JSON
+// object. A syntax error is reported with encoding/json's wording and
+// offset, as before the plugin had its own decoder.
+func object(field string, raw *jsonlite.Value, err error) (*jsonlite.Value, error) {
+	if err == nil && raw.Kind == jsonlite.Object {
+		return raw, nil
 	}
-	return m, nil
+	what := field
+	if what == "" {
+		what = "configuration"
+	}
+	if se, ok := err.(*jsonlite.SyntaxError); ok {
+		return nil, errf(field, "%s is not valid JSON: %s (at byte %d)", what, se.Msg, se.Offset)
+	}
+	return nil, errf(field, "%s must be a JSON object", what)
 }
 
 // known reports the first field of m (in sorted order) that is not allowed.
-func known(field string, m map[string]json.RawMessage, allowed ...string) error {
+func known(field string, m *jsonlite.Value, allowed ...string) error {
 	var unknown []string
-	for k := range m {
+	for _, k := range m.Keys() {
 		ok := false
 		for _, a := range allowed {
 			if k == a {
@@ -748,48 +749,66 @@ func known(field string, m map[string]json.RawMessage, allowed ...string) error 
 	return errf(name, "unknown field (known: %s)", strings.Join(allowed, ", "))
 }
 
-func strictUnmarshal(raw json.RawMessage, v any) error {
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return fmt.Errorf("null")
+// errType is a value of the wrong JSON type (the callers name the field and
+// the type expected).
+var errType = &FieldError{Msg: "wrong type"}
+
+// str reads a JSON string into dst.
+func str(raw *jsonlite.Value, dst *string) error {
+	s, ok := raw.Str()
+	if !ok {
+		return errType
 	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	if err := d.Decode(v); err != nil {
-		return err
+	*dst = s
+	return nil
+}
+
+// strs reads a list of strings into dst (a null element is "", as
+// encoding/json has it).
+func strs(raw *jsonlite.Value, dst *[]string) error {
+	l, ok := raw.Strings()
+	if !ok {
+		return errType
 	}
-	// More reports false in front of a stray '}' or ']', so ask for the
-	// next token: only the end of input is acceptable.
-	if _, err := d.Token(); err != io.EOF {
-		return fmt.Errorf("trailing data after the JSON value")
+	*dst = l
+	return nil
+}
+
+// boolean reads true or false into dst.
+func boolean(raw *jsonlite.Value, dst *bool) error {
+	b, ok := raw.Bool()
+	if !ok {
+		return errType
 	}
+	*dst = b
 	return nil
 }
 
 // integer accepts JSON numbers that are whole (Envoy's Struct form turns
 // every number into a double, so 10.0 is 10).
-func integer(field string, raw json.RawMessage) (int64, error) {
-	var n json.Number
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
+func integer(field string, raw *jsonlite.Value) (int64, error) {
+	if raw.Kind == jsonlite.String {
 		return 0, errf(field, "must be a number, not a string")
 	}
-	if err := strictUnmarshal(raw, &n); err != nil {
+	if raw.Kind != jsonlite.Number {
 		return 0, errf(field, "must be a whole number")
 	}
-	if i, err := n.Int64(); err == nil {
+	n := raw.Text
+	if i, err := strconv.ParseInt(n, 10, 64); err == nil {
 		return i, nil
 	}
-	f, err := n.Float64()
+	f, err := strconv.ParseFloat(n, 64)
 	if err != nil || f != float64(int64(f)) || f > 1<<53 || f < -(1<<53) {
-		return 0, errf(field, "%s is not a whole number", n.String())
+		return 0, errf(field, "%s is not a whole number", n)
 	}
 	return int64(f), nil
 }
 
 // duration accepts a Go duration string ("1m", "250ms"). A bare number is
 // refused: "10" could mean seconds or nanoseconds.
-func duration(field string, raw json.RawMessage) (time.Duration, error) {
+func duration(field string, raw *jsonlite.Value) (time.Duration, error) {
 	var s string
-	if err := strictUnmarshal(raw, &s); err != nil {
+	if err := str(raw, &s); err != nil {
 		return 0, errf(field, "must be a duration string like \"1s\", \"1m\" or \"250ms\"")
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(s))

@@ -2,9 +2,13 @@ package config
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/shared/jsonlite"
 )
 
 // Envoy passes a configuration given as google.protobuf.StringValue to the
@@ -12,42 +16,59 @@ import (
 // google.protobuf.Struct as the Struct's protobuf wire encoding. The plugin
 // links no protobuf library (it would add to every VM), so this is a small
 // decoder for exactly Struct, Value and ListValue, which turns the Struct
-// into the equivalent JSON for Parse.
+// into the JSON value tree Parse reads.
+//
+// The tree is the one Parse saw when this decoder's output went through
+// encoding/json (Marshal, then Unmarshal): keys in sorted order, the last of
+// duplicate keys wins, numbers spelt as encoding/json spells a float64, each
+// byte of invalid UTF-8 in a string or key becomes U+FFFD, and a NaN or
+// infinite number makes the whole Struct unusable (Parse then reports the
+// document as not JSON).
 
 var errWire = errors.New("not a protobuf Struct")
 
-// structToJSON converts a wire-encoded google.protobuf.Struct to JSON.
-func structToJSON(b []byte) ([]byte, error) {
-	m, err := decodeStruct(b, 0)
+// structToValue converts a wire-encoded google.protobuf.Struct to a JSON
+// object.
+func structToValue(b []byte) (jsonlite.Value, error) {
+	v, err := decodeStruct(b, 0)
 	if err != nil {
-		return nil, err
+		return jsonlite.Value{}, err
 	}
-	return json.Marshal(m)
+	if !finite(&v) {
+		return jsonlite.Value{}, errWire
+	}
+	return v, nil
 }
 
 // maxDepth bounds nesting, so a hostile document cannot exhaust the stack.
 const maxDepth = 32
 
-func decodeStruct(b []byte, depth int) (map[string]any, error) {
+// notFinite marks a NaN or infinite number_value: JSON cannot spell it, so
+// it refuses the Struct unless a later duplicate key replaces it.
+const notFinite = ""
+
+func decodeStruct(b []byte, depth int) (jsonlite.Value, error) {
+	obj := jsonlite.Value{Kind: jsonlite.Object}
 	if depth > maxDepth {
-		return nil, errWire
+		return obj, errWire
 	}
-	m := map[string]any{}
+	// Keys as they arrived (a protobuf map: the last entry of a key wins).
+	index := map[string]int{}
 	for len(b) > 0 {
 		num, typ, v, rest, err := field(b)
 		if err != nil {
-			return nil, err
+			return obj, err
 		}
 		b = rest
 		if num != 1 || typ != 2 { // fields: map<string, Value>
 			continue
 		}
 		var key string
-		var val any
+		var val jsonlite.Value
 		for e := v; len(e) > 0; {
 			n, t, ev, r, err := field(e)
 			if err != nil {
-				return nil, err
+				return obj, err
 			}
 			e = r
 			switch {
@@ -55,59 +76,121 @@ func decodeStruct(b []byte, depth int) (map[string]any, error) {
 				key = string(ev)
 			case n == 2 && t == 2:
 				if val, err = decodeValue(ev, depth+1); err != nil {
-					return nil, err
+					return obj, err
 				}
 			}
 		}
-		m[key] = val
+		if i, ok := index[key]; ok {
+			obj.Members[i].Value = val
+			continue
+		}
+		index[key] = len(obj.Members)
+		obj.Members = append(obj.Members, jsonlite.Member{Key: key, Value: val})
 	}
-	return m, nil
+	sort.Slice(obj.Members, func(i, j int) bool { return obj.Members[i].Key < obj.Members[j].Key })
+	for i := range obj.Members {
+		obj.Members[i].Key = validUTF8(obj.Members[i].Key)
+	}
+	return obj, nil
 }
 
-func decodeValue(b []byte, depth int) (any, error) {
+func decodeValue(b []byte, depth int) (jsonlite.Value, error) {
+	var out jsonlite.Value // null
 	if depth > maxDepth {
-		return nil, errWire
+		return out, errWire
 	}
-	var out any
 	for len(b) > 0 {
 		num, typ, v, rest, err := field(b)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		b = rest
 		switch {
 		case num == 1 && typ == 0: // null_value
-			out = nil
+			out = jsonlite.Value{}
 		case num == 2 && typ == 1: // number_value
-			out = math.Float64frombits(binary.LittleEndian.Uint64(v))
+			out = jsonlite.Value{Kind: jsonlite.Number, Text: formatFloat(math.Float64frombits(binary.LittleEndian.Uint64(v)))}
 		case num == 3 && typ == 2: // string_value
-			out = string(v)
+			out = jsonlite.Value{Kind: jsonlite.String, Text: validUTF8(string(v))}
 		case num == 4 && typ == 0: // bool_value
-			out = len(v) > 0 && v[0] != 0
+			out = jsonlite.Value{Kind: jsonlite.False}
+			if len(v) > 0 && v[0] != 0 {
+				out.Kind = jsonlite.True
+			}
 		case num == 5 && typ == 2: // struct_value
 			if out, err = decodeStruct(v, depth+1); err != nil {
-				return nil, err
+				return out, err
 			}
 		case num == 6 && typ == 2: // list_value
-			list := []any{}
+			list := jsonlite.Value{Kind: jsonlite.Array, Elems: []jsonlite.Value{}}
 			for l := v; len(l) > 0; {
 				n, t, lv, r, err := field(l)
 				if err != nil {
-					return nil, err
+					return out, err
 				}
 				l = r
 				if n == 1 && t == 2 {
 					x, err := decodeValue(lv, depth+1)
 					if err != nil {
-						return nil, err
+						return out, err
 					}
-					list = append(list, x)
+					list.Elems = append(list.Elems, x)
 				}
 			}
 			out = list
 		}
 	}
 	return out, nil
+}
+
+// formatFloat spells f as encoding/json does: the shortest decimal that
+// round-trips, in exponent form below 1e-6 and from 1e21 on, with no
+// leading zero in the exponent.
+func formatFloat(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return notFinite
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b := strconv.AppendFloat(nil, f, format, -1, 64)
+	if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		b[n-2] = b[n-1]
+		b = b[:n-1]
+	}
+	return string(b)
+}
+
+// finite reports whether v holds no NaN or infinite number.
+func finite(v *jsonlite.Value) bool {
+	if v.Kind == jsonlite.Number && v.Text == notFinite {
+		return false
+	}
+	for i := range v.Elems {
+		if !finite(&v.Elems[i]) {
+			return false
+		}
+	}
+	for i := range v.Members {
+		if !finite(&v.Members[i].Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// validUTF8 replaces each byte of s that is not part of valid UTF-8 with
+// U+FFFD.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	b := make([]byte, 0, len(s)+8)
+	for _, r := range s {
+		b = utf8.AppendRune(b, r)
+	}
+	return string(b)
 }
 
 // field reads one wire field: its number, wire type, payload (the varint's

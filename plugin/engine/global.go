@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/shared/lease"
 	"github.com/sluicehq/sluice/shared/rls"
+	"github.com/sluicehq/sluice/shared/sha256"
 )
 
 // Global rules: one budget across a fleet of Envoys, kept by a rate-limit
@@ -189,9 +188,17 @@ func (e *Engine) SetGlobal(c Caller, d Decided) {
 // descriptorKey is the client's key at the service: the same on every
 // Envoy of the fleet (no per-process seed), and of fixed size whatever the
 // keyed header holds.
+// It is the hex of the first 16 bytes of the key's SHA-256: fleets already
+// running keep their keys (shared/sha256 is byte-identical to
+// crypto/sha256, which the plugin no longer links).
 func descriptorKey(keyBuf []byte) string {
 	sum := sha256.Sum256(keyBuf)
-	return hex.EncodeToString(sum[:16])
+	const digits = "0123456789abcdef"
+	var b [32]byte
+	for i, c := range sum[:16] {
+		b[2*i], b[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(b[:])
 }
 
 // decideGlobal evaluates the request's global rules from index from, on

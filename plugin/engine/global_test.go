@@ -1,8 +1,11 @@
 package engine
 
 import (
+	stdsha256 "crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -296,4 +299,21 @@ func TestGlobalPrefetch(t *testing.T) {
 		t.Fatalf("service count %d, %d calls", svc.count, len(svc.calls))
 	}
 	t.Logf("%d calls for 20000 requests, %d prefetched, %d waited", len(svc.calls), e.Global.Prefetches, waited)
+}
+
+// TestDescriptorKeyUnchanged: the descriptor key is the hex of the first 16
+// bytes of crypto/sha256's digest, as before the plugin had its own
+// SHA-256, so that a fleet mixing old and new Envoys shares its counters.
+func TestDescriptorKeyUnchanged(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := 0; n < 3000; n++ {
+		b := make([]byte, n%300)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		sum := stdsha256.Sum256(b)
+		if got, want := descriptorKey(b), hex.EncodeToString(sum[:16]); got != want {
+			t.Fatalf("descriptorKey(%x) = %s, want %s", b, got, want)
+		}
+	}
 }

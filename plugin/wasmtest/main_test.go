@@ -21,15 +21,15 @@ import (
 var pluginWasm []byte
 
 // TestMain loads build/sluice.wasm (make builds it first); when it is
-// missing, as under a bare `go test ./...`, it builds it.
+// missing, as under a bare `go test ./...`, it builds it with `make build`,
+// which also trims its exports (see TestExports).
 func TestMain(m *testing.M) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	path := filepath.Join(root, "build", "sluice.wasm")
 	if _, err := os.Stat(path); err != nil {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-buildmode=c-shared", "-o", path, "./plugin")
+		cmd := exec.Command("make", "--no-print-directory", "build")
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
 			os.Exit(1)
