@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
+	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 func main() {}
@@ -58,18 +59,18 @@ type pluginContext struct {
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	doc, err := proxywasm.GetPluginConfiguration()
 	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
-		proxywasm.LogCriticalf("sluice: cannot read the plugin configuration: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: cannot read the plugin configuration: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
 	cfg, err := config.Parse(doc)
 	if err != nil {
-		proxywasm.LogCriticalf("sluice: invalid configuration: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: invalid configuration: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
 	store := sharedData{}
 	seed, err := engine.LoadSeed(store)
 	if err != nil {
-		proxywasm.LogCriticalf("sluice: shared data unavailable at start: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: shared data unavailable at start: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
 	p.engine = engine.New(cfg, store, seed)
@@ -92,10 +93,10 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		p.waiting = map[uint32]*httpContext{}
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickMS); err != nil {
-		proxywasm.LogCriticalf("sluice: cannot set the tick period: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: cannot set the tick period: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
-	proxywasm.LogInfof("sluice: started: %s", engine.Summary(cfg, p.engine.Table()))
+	proxywasm.LogInfo(sprintf.Sprintf("sluice: started: %s", engine.Summary(cfg, p.engine.Table())))
 	return types.OnPluginStartStatusOK
 }
 
@@ -143,7 +144,7 @@ func (p *pluginContext) OnTick() {
 			return // the stream is gone
 		}
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
-			proxywasm.LogDebugf("sluice: resume of held request %d failed: %v", id, err)
+			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of held request %d failed: %v", id, err))
 		}
 	})
 	if p.conc {
@@ -213,8 +214,8 @@ func (p *pluginContext) logRejection(v *engine.Verdict, now int64) {
 	if v.Report == nil || now-p.lastRejectLog < int64(time.Second) {
 		return
 	}
-	proxywasm.LogDebugf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
-		v.Report.Name, v.Client, v.RetryAfter, p.rejectsSinceLog)
+	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
+		v.Report.Name, v.Client, v.RetryAfter, p.rejectsSinceLog))
 	p.lastRejectLog, p.rejectsSinceLog = now, 0
 }
 
@@ -255,7 +256,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	// through and is logged, instead of trapping the VM.
 	defer func() {
 		if r := recover(); r != nil {
-			proxywasm.LogErrorf("sluice: internal error, request let through: %v", r)
+			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
 		}
 	}()
@@ -268,7 +269,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		if v.ErrRule.Global {
 			p.logCallError(v, now)
 		} else {
-			proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+			proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config())))
 		}
 	}
 	switch v.Outcome {
@@ -282,7 +283,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionPause
 	case engine.Reject:
 		if err := p.reject(v, now); err != nil {
-			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
+			proxywasm.LogError(sprintf.Sprintf("sluice: cannot send the rejection: %v", err))
 			return types.ActionContinue
 		}
 		return types.ActionPause
