@@ -41,9 +41,9 @@ var rustProbeRows = []struct{ key, config, what string }{
 // Envoy skips a callback a module does not export, and each entry it makes
 // costs thousands of instructions.
 var rustTrimRows = []struct{ key, config, what string }{
-	{"rust-noop-trim", "", "no-op Rust filter, only the callbacks it uses exported"},
-	{"rust-all-trim", "vmctx,clock,property,shared,resp3", "rust-all, only the callbacks it uses exported"},
-	{"rust-reject-trim", "reject", "rust-reject, only the callbacks it uses exported"},
+	{"rust-trim-noop", "", "no-op Rust filter, only the callbacks it uses exported"},
+	{"rust-trim-all", "vmctx,clock,property,shared,resp3", "rust-all, only the callbacks it uses exported"},
+	{"rust-trim-reject", "reject", "rust-reject, only the callbacks it uses exported"},
 }
 
 // rustTrimDrop: every callback of the crate's exports but the VM's and
@@ -167,8 +167,8 @@ func rustReport(vs []*cgVariant, note string) string {
 	row("3 response headers", "resp3", "noop", "rust-resp3", "rust-noop")
 	row("all together (Go adds recover and a 300-byte allocation)", "all", "noop", "rust-all", "rust-noop")
 	row("Sluice admitted, against the probes doing its host work", "sluice", "noop", "rust-all", "rust-noop")
-	row("no-op, only the callbacks used exported (Go: noop-min), over no filter", "noop-min", "none", "rust-noop-trim", "none")
-	row("Sluice admitted (its build exports only what it uses), against the trimmed Rust filter, each over no filter", "sluice", "none", "rust-all-trim", "none")
+	row("no-op, only the callbacks used exported (Go: noop-min), over no filter", "noop-min", "none", "rust-trim-noop", "none")
+	row("Sluice admitted (its build exports only what it uses), against the trimmed Rust filter, each over no filter", "sluice", "none", "rust-trim-all", "none")
 	b.WriteString("\n")
 	ratio := func(what, num, den string) {
 		n, d := by[num], by[den]
@@ -179,11 +179,11 @@ func rustReport(vs []*cgVariant, note string) string {
 	}
 	ratio("native / Rust filter doing Sluice's admit-path host work (the best a proxy-wasm filter doing this work reaches here)", "native", "rust-all")
 	ratio("native / Rust filter doing Sluice's reject-path host work", "native-reject", "rust-reject")
-	ratio("native / the same Rust filter exporting only the callbacks it uses, admit path", "native", "rust-all-trim")
-	ratio("native / the same Rust filter exporting only the callbacks it uses, reject path", "native-reject", "rust-reject-trim")
-	ratio("trimmed Rust admit-path filter / Sluice admitted", "rust-all-trim", "sluice")
-	ratio("trimmed Rust reject-path filter / Sluice rejected", "rust-reject-trim", "sluice-reject")
-	ratio("trimmed Rust no-op / trimmed Rust admit-path filter (the Sluice / no-op target's floor)", "rust-noop-trim", "rust-all-trim")
+	ratio("native / the same Rust filter exporting only the callbacks it uses, admit path", "native", "rust-trim-all")
+	ratio("native / the same Rust filter exporting only the callbacks it uses, reject path", "native-reject", "rust-trim-reject")
+	ratio("trimmed Rust admit-path filter / Sluice admitted", "rust-trim-all", "sluice")
+	ratio("trimmed Rust reject-path filter / Sluice rejected", "rust-trim-reject", "sluice-reject")
+	ratio("trimmed Rust no-op / trimmed Rust admit-path filter (the Sluice / no-op target's floor)", "rust-trim-noop", "rust-trim-all")
 	ratio("native / Go probe doing Sluice's reject-path host work", "native-reject", "probe-reject")
 	ratio("Rust admit-path filter / Sluice admitted", "rust-all", "sluice")
 	ratio("Rust reject-path filter / Sluice rejected", "rust-reject", "sluice-reject")
