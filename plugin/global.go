@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/shared/rls"
+	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 // globalTickMS is the tick period when global rules exist: the tick fails
@@ -79,7 +80,7 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 		}
 	default:
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
-			proxywasm.LogDebugf("sluice: resume of request %d failed: %v", h.id, err)
+			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of request %d failed: %v", h.id, err))
 		}
 	}
 }
@@ -90,5 +91,5 @@ func (p *pluginContext) logCallError(v *engine.Verdict, now int64) {
 		return
 	}
 	p.lastCallErrLog = now
-	proxywasm.LogWarnf("sluice: rule %s: %v (on_error: %s)", v.ErrRule.Name, v.Err, onErrorWord(p.engine.Config()))
+	proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s: %v (on_error: %s)", v.ErrRule.Name, v.Err, onErrorWord(p.engine.Config())))
 }

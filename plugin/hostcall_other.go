@@ -26,3 +26,10 @@ func getSourceAddress() []byte {
 func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
 	return proxywasm.SendHttpResponse(status, headers, body, -1)
 }
+
+func defineCounter(name string) counter { return counter(proxywasm.DefineCounterMetric(name)) }
+func defineGauge(name string) gauge     { return gauge(proxywasm.DefineGaugeMetric(name)) }
+
+func (c counter) Increment(n uint64) { proxywasm.MetricCounter(c).Increment(n) }
+func (g gauge) Add(n int64)          { proxywasm.MetricGauge(g).Add(n) }
+func (g gauge) Value() int64         { return proxywasm.MetricGauge(g).Value() }

@@ -70,3 +70,64 @@ func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
 	}
 	return nil
 }
+
+// Metrics, through the ABI too: the SDK's metric wrappers format their
+// panics with fmt, and those calls alone link fmt and reflect into the
+// module (about 350 KB, which Envoy's V8 keeps resident). Same imports,
+// same meaning: a failure panics, as in the SDK.
+
+//go:wasmimport env proxy_define_metric
+//go:noescape
+func proxyDefineMetric(metricType uint32, nameData *byte, nameSize int32, returnID *uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxyIncrementMetric(id uint32, offset int64) uint32
+
+//go:wasmimport env proxy_get_metric
+//go:noescape
+func proxyGetMetric(id uint32, returnValue *uint64) uint32
+
+// Metric types of proxy_define_metric.
+const (
+	metricTypeCounter = 0
+	metricTypeGauge   = 1
+)
+
+func defineMetric(typ uint32, name string) uint32 {
+	b := []byte(name)
+	var id uint32
+	var p *byte
+	if len(b) > 0 {
+		p = &b[0]
+	}
+	if proxyDefineMetric(typ, p, int32(len(b)), &id) != 0 {
+		panic("sluice: cannot define metric " + name)
+	}
+	return id
+}
+
+func defineCounter(name string) counter { return counter(defineMetric(metricTypeCounter, name)) }
+func defineGauge(name string) gauge     { return gauge(defineMetric(metricTypeGauge, name)) }
+
+// Increment adds n to the counter.
+func (c counter) Increment(n uint64) {
+	if proxyIncrementMetric(uint32(c), int64(n)) != 0 {
+		panic("sluice: cannot increment a counter")
+	}
+}
+
+// Add adds n (which may be negative) to the gauge.
+func (g gauge) Add(n int64) {
+	if proxyIncrementMetric(uint32(g), n) != 0 {
+		panic("sluice: cannot add to a gauge")
+	}
+}
+
+// Value reads the gauge.
+func (g gauge) Value() int64 {
+	var v uint64
+	if proxyGetMetric(uint32(g), &v) != 0 {
+		panic("sluice: cannot read a gauge")
+	}
+	return int64(v)
+}

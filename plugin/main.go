@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
+	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 func main() {}
@@ -51,23 +52,25 @@ type pluginContext struct {
 	conc    bool
 	waiting map[uint32]*httpContext
 	events  []engine.ConcEvent
+	// free holds ended streams' contexts for reuse (see endedStream).
+	free []*httpContext
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	doc, err := proxywasm.GetPluginConfiguration()
 	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
-		proxywasm.LogCriticalf("sluice: cannot read the plugin configuration: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: cannot read the plugin configuration: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
 	cfg, err := config.Parse(doc)
 	if err != nil {
-		proxywasm.LogCriticalf("sluice: invalid configuration: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: invalid configuration: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
 	store := sharedData{}
 	seed, err := engine.LoadSeed(store)
 	if err != nil {
-		proxywasm.LogCriticalf("sluice: shared data unavailable at start: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: shared data unavailable at start: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
 	p.engine = engine.New(cfg, store, seed)
@@ -90,15 +93,43 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		p.waiting = map[uint32]*httpContext{}
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickMS); err != nil {
-		proxywasm.LogCriticalf("sluice: cannot set the tick period: %v", err)
+		proxywasm.LogCritical(sprintf.Sprintf("sluice: cannot set the tick period: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
-	proxywasm.LogInfof("sluice: started: %s", engine.Summary(cfg, p.engine.Table()))
+	proxywasm.LogInfo(sprintf.Sprintf("sluice: started: %s", engine.Summary(cfg, p.engine.Table())))
 	return types.OnPluginStartStatusOK
 }
 
+// NewHttpContext reuses an ended stream's context when there is one: a
+// fresh one per stream is a ~200-byte object with pointers for the GC.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free = p.free[:n-1]
+		*h = httpContext{id: contextID, plugin: p}
+		return h
+	}
 	return &httpContext{id: contextID, plugin: p}
+}
+
+// maxFree bounds the reusable contexts kept per worker.
+const maxFree = 64
+
+// endedStream is the context whose OnHttpStreamDone ran last, if nothing
+// can refer to it any more once the SDK forgets the stream. The stream-end
+// callback (streamend_wasip1.go) hands it to reuse right after the SDK's
+// on_delete; a module built without that callback (a bare `go build`)
+// never reuses contexts.
+var endedStream *httpContext
+
+// recycle makes h reusable once the SDK has forgotten its stream.
+func recycle() {
+	h := endedStream
+	endedStream = nil
+	if h == nil || len(h.plugin.free) >= maxFree {
+		return
+	}
+	h.plugin.free = append(h.plugin.free, h)
 }
 
 // OnTick releases held requests whose time has come and, about once a
@@ -113,7 +144,7 @@ func (p *pluginContext) OnTick() {
 			return // the stream is gone
 		}
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
-			proxywasm.LogDebugf("sluice: resume of held request %d failed: %v", id, err)
+			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of held request %d failed: %v", id, err))
 		}
 	})
 	if p.conc {
@@ -183,8 +214,8 @@ func (p *pluginContext) logRejection(v *engine.Verdict, now int64) {
 	if v.Report == nil || now-p.lastRejectLog < int64(time.Second) {
 		return
 	}
-	proxywasm.LogDebugf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
-		v.Report.Name, v.Client, v.RetryAfter, p.rejectsSinceLog)
+	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
+		v.Report.Name, v.Client, v.RetryAfter, p.rejectsSinceLog))
 	p.lastRejectLog, p.rejectsSinceLog = now, 0
 }
 
@@ -215,6 +246,9 @@ type httpContext struct {
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
 	gone    bool
+	// called: a Pending referred to this context, which is then never
+	// reused (the engine may still hold the Pending).
+	called bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -222,7 +256,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	// through and is logged, instead of trapping the VM.
 	defer func() {
 		if r := recover(); r != nil {
-			proxywasm.LogErrorf("sluice: internal error, request let through: %v", r)
+			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
 		}
 	}()
@@ -235,20 +269,21 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		if v.ErrRule.Global {
 			p.logCallError(v, now)
 		} else {
-			proxywasm.LogWarnf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config()))
+			proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s, client %s: %v (on_error: %s)", v.ErrRule.Name, v.Client, v.Err, onErrorWord(p.engine.Config())))
 		}
 	}
 	switch v.Outcome {
 	case engine.Call:
 		h.pending = v.Pending
 		h.pending.Ctx = h
+		h.called = true
 		return types.ActionPause
 	case engine.Queue:
 		p.waiting[h.id] = h
 		return types.ActionPause
 	case engine.Reject:
 		if err := p.reject(v, now); err != nil {
-			proxywasm.LogErrorf("sluice: cannot send the rejection: %v", err)
+			proxywasm.LogError(sprintf.Sprintf("sluice: cannot send the rejection: %v", err))
 			return types.ActionContinue
 		}
 		return types.ActionPause
@@ -329,7 +364,15 @@ func (h *httpContext) releaseSlots(now int64, handoff bool) {
 // concurrency slots not given back at the response's end are given back
 // here.
 func (h *httpContext) OnHttpStreamDone() {
+	if h.gone {
+		return
+	}
 	h.gone = true
+	if !h.called {
+		// Queued streams are forgotten below, held ones are known by id
+		// only: nothing else refers to h.
+		endedStream = h
+	}
 	if h.pending != nil {
 		h.pending.Cancel()
 		h.pending = nil

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 )
@@ -15,6 +13,12 @@ import (
 // counters are sluice.rule.<rule>.<outcome>; with the stats_tags rule of the
 // shipped envoy.yaml, Prometheus sees envoy_wasmcustom_sluice_rule_<outcome>
 // with a sluice_rule label.
+// counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
+type (
+	counter uint32
+	gauge   uint32
+)
+
 type metrics struct {
 	rules     []ruleMetrics
 	last      engine.Stats
@@ -23,10 +27,10 @@ type metrics struct {
 	slotsLast int64
 	waitLast  int64
 	global    struct {
-		exempt, onErrorAllowed, onErrorDenied                 proxywasm.MetricCounter
-		casRetries, casExhausted, overflow, full, storeErrors proxywasm.MetricCounter
-		releaseErrors                                         proxywasm.MetricCounter
-		held, activeStates, slots, waiting                    proxywasm.MetricGauge
+		exempt, onErrorAllowed, onErrorDenied                 counter
+		casRetries, casExhausted, overflow, full, storeErrors counter
+		releaseErrors                                         counter
+		held, activeStates, slots, waiting                    gauge
 	}
 	// Global rules (only defined when a rule is global).
 	fleet     *fleetMetrics
@@ -35,16 +39,16 @@ type metrics struct {
 
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
-	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches proxywasm.MetricCounter
-	circuitOpen                                                                                      proxywasm.MetricGauge
+	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
+	circuitOpen                                                                                      gauge
 	open                                                                                             bool
 }
 
 type ruleMetrics struct {
-	allowed, rejected, delayed, shadowRejected proxywasm.MetricCounter
-	waitMS                                     proxywasm.MetricCounter // concurrency rules only
-	holdMS                                     proxywasm.MetricGauge   // concurrency rules only
-	waitNS                                     uint64                  // published so far, in ns
+	allowed, rejected, delayed, shadowRejected counter
+	waitMS                                     counter // concurrency rules only
+	holdMS                                     gauge   // concurrency rules only
+	waitNS                                     uint64  // published so far, in ns
 }
 
 func newMetrics(cfg *config.Config) *metrics {
@@ -52,52 +56,52 @@ func newMetrics(cfg *config.Config) *metrics {
 	for i, r := range cfg.Rules {
 		p := "sluice.rule." + r.Name + "."
 		m.rules = append(m.rules, ruleMetrics{
-			allowed:        proxywasm.DefineCounterMetric(p + "allowed"),
-			rejected:       proxywasm.DefineCounterMetric(p + "rejected"),
-			delayed:        proxywasm.DefineCounterMetric(p + "delayed"),
-			shadowRejected: proxywasm.DefineCounterMetric(p + "shadow_rejected"),
+			allowed:        defineCounter(p + "allowed"),
+			rejected:       defineCounter(p + "rejected"),
+			delayed:        defineCounter(p + "delayed"),
+			shadowRejected: defineCounter(p + "shadow_rejected"),
 		})
 		if engine.IsConcurrency(&cfg.Rules[i]) {
 			// Total queue wait: wait_ms / delayed is the mean wait.
-			m.rules[i].waitMS = proxywasm.DefineCounterMetric(p + "wait_ms")
+			m.rules[i].waitMS = defineCounter(p + "wait_ms")
 			// The observed mean time a request holds a slot (what
 			// Retry-After, Reset and the queue bound are estimated from),
 			// as the last worker to publish saw it.
-			m.rules[i].holdMS = proxywasm.DefineGaugeMetric(p + "hold_ms")
+			m.rules[i].holdMS = defineGauge(p + "hold_ms")
 		}
 	}
 	g := &m.global
-	g.exempt = proxywasm.DefineCounterMetric("sluice.exempt")
-	g.onErrorAllowed = proxywasm.DefineCounterMetric("sluice.on_error.allowed")
-	g.onErrorDenied = proxywasm.DefineCounterMetric("sluice.on_error.denied")
-	g.casRetries = proxywasm.DefineCounterMetric("sluice.cas.retries")
-	g.casExhausted = proxywasm.DefineCounterMetric("sluice.cas.exhausted")
-	g.overflow = proxywasm.DefineCounterMetric("sluice.table.overflow")
-	g.full = proxywasm.DefineCounterMetric("sluice.table.full")
-	g.storeErrors = proxywasm.DefineCounterMetric("sluice.shared_data.errors")
-	g.held = proxywasm.DefineGaugeMetric("sluice.held_requests")
-	g.releaseErrors = proxywasm.DefineCounterMetric("sluice.concurrency.release_errors")
-	g.slots = proxywasm.DefineGaugeMetric("sluice.concurrency.slots_held")
-	g.waiting = proxywasm.DefineGaugeMetric("sluice.concurrency.waiting")
-	g.activeStates = proxywasm.DefineGaugeMetric("sluice.table.active_states")
+	g.exempt = defineCounter("sluice.exempt")
+	g.onErrorAllowed = defineCounter("sluice.on_error.allowed")
+	g.onErrorDenied = defineCounter("sluice.on_error.denied")
+	g.casRetries = defineCounter("sluice.cas.retries")
+	g.casExhausted = defineCounter("sluice.cas.exhausted")
+	g.overflow = defineCounter("sluice.table.overflow")
+	g.full = defineCounter("sluice.table.full")
+	g.storeErrors = defineCounter("sluice.shared_data.errors")
+	g.held = defineGauge("sluice.held_requests")
+	g.releaseErrors = defineCounter("sluice.concurrency.release_errors")
+	g.slots = defineGauge("sluice.concurrency.slots_held")
+	g.waiting = defineGauge("sluice.concurrency.waiting")
+	g.activeStates = defineGauge("sluice.table.active_states")
 	if cfg.HasGlobal() {
 		f := &fleetMetrics{}
-		f.calls = proxywasm.DefineCounterMetric("sluice.global.calls")
-		f.callFailures = proxywasm.DefineCounterMetric("sluice.global.call_failures")
-		f.overLimit = proxywasm.DefineCounterMetric("sluice.global.over_limit")
-		f.leaseAdmits = proxywasm.DefineCounterMetric("sluice.global.lease_admits")
-		f.waited = proxywasm.DefineCounterMetric("sluice.global.waited")
-		f.shortCircuited = proxywasm.DefineCounterMetric("sluice.global.short_circuited")
-		f.expired = proxywasm.DefineCounterMetric("sluice.global.expired")
-		f.probes = proxywasm.DefineCounterMetric("sluice.global.probes")
-		f.prefetches = proxywasm.DefineCounterMetric("sluice.global.prefetches")
-		f.circuitOpen = proxywasm.DefineGaugeMetric("sluice.global.circuit_open")
+		f.calls = defineCounter("sluice.global.calls")
+		f.callFailures = defineCounter("sluice.global.call_failures")
+		f.overLimit = defineCounter("sluice.global.over_limit")
+		f.leaseAdmits = defineCounter("sluice.global.lease_admits")
+		f.waited = defineCounter("sluice.global.waited")
+		f.shortCircuited = defineCounter("sluice.global.short_circuited")
+		f.expired = defineCounter("sluice.global.expired")
+		f.probes = defineCounter("sluice.global.probes")
+		f.prefetches = defineCounter("sluice.global.prefetches")
+		f.circuitOpen = defineGauge("sluice.global.circuit_open")
 		m.fleet = f
 	}
 	return m
 }
 
-func addDelta(c proxywasm.MetricCounter, now uint64, last *uint64) {
+func addDelta(c counter, now uint64, last *uint64) {
 	if now > *last {
 		c.Increment(now - *last)
 		*last = now

@@ -3,6 +3,7 @@ package envoyconf
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -92,9 +93,10 @@ func TestProxiesTrusted(t *testing.T) {
 // The plugin never links Envoy's protos or a YAML library: they belong to
 // sluice validate only (a bigger module would cost every Envoy worker VM:
 // V8 keeps about 18 MiB resident per megabyte of module code). Nor
-// encoding/json (shared/jsonlite decodes the configuration) or anything of
-// crypto/ (shared/sha256 makes the global rules' descriptor keys): both
-// pulled in hundreds of kilobytes that the proxy-wasm SDK does not need.
+// encoding/json (shared/jsonlite decodes the configuration), anything of
+// crypto/ (shared/sha256 makes the global rules' descriptor keys) or
+// net/netip with unique (shared/ipaddr): they pulled in hundreds of
+// kilobytes that the proxy-wasm SDK does not need.
 func TestNotLinkedIntoPlugin(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", "../../plugin")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
@@ -108,9 +110,48 @@ func TestNotLinkedIntoPlugin(t *testing.T) {
 	}
 	for _, p := range deps {
 		if strings.Contains(p, "envoyproxy") || strings.Contains(p, "yaml") || strings.HasSuffix(p, "/envoyconf") ||
-			p == "encoding/json" || p == "crypto" || strings.HasPrefix(p, "crypto/") || p == "encoding/hex" {
+			p == "encoding/json" || p == "crypto" || strings.HasPrefix(p, "crypto/") || p == "encoding/hex" ||
+			p == "net/netip" || p == "unique" {
 			t.Errorf("the plugin links %s", p)
 		}
+	}
+}
+
+// fmt and reflect are imported by the proxy-wasm SDK but must not be
+// reachable in the plugin: the linker drops them unless something calls
+// them, and they are about 350 KB of module (fmt's printing goes through
+// reflect). The linker's reachability graph (-dumpdep) says what is kept.
+func TestFmtNotReachableInPlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("links the plugin (a few seconds)")
+	}
+	out := filepath.Join(t.TempDir(), "plugin.wasm")
+	cmd := exec.Command("go", "build", "-ldflags=-dumpdep", "-buildmode=c-shared", "-o", out, "../../plugin")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	graph, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%.2000s", err, graph)
+	}
+	// A kept function is the target of an edge. Symbols the linker shares
+	// between identical contents (arginfo, stkobj) may carry an fmt name
+	// without fmt's code.
+	// reflect's own initialization stays (the runtime's packages import
+	// it), its Value machinery must not.
+	kept := regexp.MustCompile(`(?m)-> ((?:fmt|reflect\.Value|reflect\.\(\*rtype\)|encoding/json)\.[^\s]+)$`)
+	shared := regexp.MustCompile(`\.(arginfo\d+|argliveinfo|stkobj|args_stackmap|opendefer|wrapinfo)$`)
+	edges := 0
+	for _, m := range kept.FindAllStringSubmatch(string(graph), -1) {
+		if !shared.MatchString(m[1]) {
+			t.Errorf("the plugin keeps %s", m[1])
+		}
+	}
+	for _, l := range strings.Split(string(graph), "\n") {
+		if strings.Contains(l, " -> ") {
+			edges++
+		}
+	}
+	if edges < 1000 || !strings.Contains(string(graph), "github.com/sluicehq/sluice/plugin/config.Parse") {
+		t.Fatalf("no reachability graph from the linker (%d edges)", edges)
 	}
 }
 

@@ -10,17 +10,17 @@ package config
 
 import (
 	"bytes"
-	"fmt"
 	"hash/fnv"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/shared/ipaddr"
 	"github.com/sluicehq/sluice/shared/jsonlite"
 	"github.com/sluicehq/sluice/shared/limit"
+	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 // Config is a validated plugin configuration.
@@ -28,7 +28,7 @@ type Config struct {
 	Rules    []Rule
 	ClientIP ClientIP
 	// Exempt lists client ranges that are never limited.
-	Exempt []netip.Prefix
+	Exempt []ipaddr.Prefix
 	// Headers selects the rate-limit header families on responses.
 	Headers header.Mode
 	// Status is the HTTP status of a rejection (default 429).
@@ -178,7 +178,7 @@ func (e *FieldError) Error() string {
 }
 
 func errf(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &FieldError{Field: field, Msg: sprintf.Sprintf(format, args...)}
 }
 
 // Parse parses and validates a configuration document. An empty document
@@ -229,7 +229,7 @@ func Parse(doc []byte) (*Config, error) {
 	}
 	seen := map[string]int{}
 	for i := range rules {
-		field := fmt.Sprintf("rules[%d]", i)
+		field := sprintf.Sprintf("rules[%d]", i)
 		rule, err := parseRule(field, &rules[i])
 		if err != nil {
 			return nil, err
@@ -252,15 +252,15 @@ func Parse(doc []byte) (*Config, error) {
 		}
 		for i, s := range list {
 			if strings.ContainsRune(s, '%') {
-				return nil, errf(fmt.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
+				return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
 			}
-			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				a, aerr := netip.ParseAddr(strings.TrimSpace(s))
-				if aerr != nil {
-					return nil, errf(fmt.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
+			p, ok := ipaddr.ParsePrefix(strings.TrimSpace(s))
+			if !ok {
+				a, aok := ipaddr.ParseAddr(strings.TrimSpace(s))
+				if !aok {
+					return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
 				}
-				p = netip.PrefixFrom(a, a.BitLen())
+				p = ipaddr.PrefixFrom(a, a.BitLen())
 			}
 			c.Exempt = append(c.Exempt, p.Masked())
 		}
@@ -442,7 +442,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 		}
 		r.Key = r.Key[:0]
 		for i, p := range parts {
-			kp, err := parseKeyPart(fmt.Sprintf("%s.key[%d]", field, i), p)
+			kp, err := parseKeyPart(sprintf.Sprintf("%s.key[%d]", field, i), p)
 			if err != nil {
 				return r, err
 			}
@@ -619,7 +619,7 @@ func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
 		for i, x := range m.Methods {
 			up := strings.ToUpper(strings.TrimSpace(x))
 			if up == "" || strings.ContainsAny(up, " \t\r\n") {
-				return errf(fmt.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
+				return errf(sprintf.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
 			}
 			m.Methods[i] = up
 		}
@@ -674,13 +674,17 @@ func validHeaderName(s string) bool {
 
 // ruleID hashes everything that changes how a rule counts. The name is
 // included: renaming a rule is a new rule.
+//
+// The text hashed is the one fmt.Fprintf wrote before the plugin dropped
+// fmt (TestRuleIDUnchanged), so that IDs, and the client state they keep,
+// survive an upgrade.
 func ruleID(r *Rule) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%t|%s|%q|%q|%v|", r.Name, r.Global, r.Limit.Algorithm(), r.Match.PathPrefix, r.Match.PathExact, r.Match.Methods)
+	h.Write([]byte(sprintf.Sprintf("%s|%t|%s|%q|%q|%v|", r.Name, r.Global, r.Limit.Algorithm(), r.Match.PathPrefix, r.Match.PathExact, r.Match.Methods)))
 	for _, k := range r.Key {
-		fmt.Fprintf(h, "%d:%s,", k.Kind, k.Header)
+		h.Write([]byte(sprintf.Sprintf("%d:%s,", int(k.Kind), k.Header)))
 	}
-	fmt.Fprintf(h, "|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+	h.Write([]byte(sprintf.Sprintf("|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())))
 	return h.Sum64()
 }
 

@@ -1,6 +1,10 @@
 package config
 
 import (
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,4 +163,37 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted invalid config %+v", c)
 		}
 	})
+}
+
+// TestRuleIDUnchanged: rule IDs are those the plugin computed with
+// fmt.Fprintf, so that an upgrade keeps the client state of unchanged rules.
+func TestRuleIDUnchanged(t *testing.T) {
+	files, _ := filepath.Glob("testdata/corpus/valid/*.json")
+	n := 0
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Parse(doc)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for i := range c.Rules {
+			r := &c.Rules[i]
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%s|%t|%s|%q|%q|%v|", r.Name, r.Global, r.Limit.Algorithm(), r.Match.PathPrefix, r.Match.PathExact, r.Match.Methods)
+			for _, k := range r.Key {
+				fmt.Fprintf(h, "%d:%s,", k.Kind, k.Header)
+			}
+			fmt.Fprintf(h, "|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+			if r.ID != h.Sum64() {
+				t.Errorf("%s: rule %s: ID %x, fmt gives %x", f, r.Name, r.ID, h.Sum64())
+			}
+			n++
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d rules checked", n)
+	}
 }

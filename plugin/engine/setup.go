@@ -3,11 +3,11 @@ package engine
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/shared/limit"
+	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 var errRandom = errors.New("host random source failed")
@@ -54,16 +54,16 @@ func Throttles(c *config.Config) bool {
 // Summary is the one-line description of a configuration logged at start.
 func Summary(c *config.Config, t *Table) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d rule(s):", len(c.Rules))
+	b.WriteString(sprintf.Sprintf("%d rule(s):", len(c.Rules)))
 	for i := range c.Rules {
 		r := &c.Rules[i]
 		if IsConcurrency(r) {
-			fmt.Fprintf(&b, " %s=concurrency %d in flight", r.Name, r.Limit.Limit())
+			b.WriteString(sprintf.Sprintf(" %s=concurrency %d in flight", r.Name, r.Limit.Limit()))
 		} else {
-			fmt.Fprintf(&b, " %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+			b.WriteString(sprintf.Sprintf(" %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst()))
 		}
 		if r.MaxDelay > 0 {
-			fmt.Fprintf(&b, " max_delay %s", r.MaxDelay)
+			b.WriteString(sprintf.Sprintf(" max_delay %s", r.MaxDelay))
 		}
 		if r.Shadow {
 			b.WriteString(" (shadow)")
@@ -74,7 +74,7 @@ func Summary(c *config.Config, t *Table) string {
 	if c.OnErrorDeny {
 		onErr = "deny"
 	}
-	fmt.Fprintf(&b, " headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
-		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt))
+	b.WriteString(sprintf.Sprintf(" headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
+		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt)))
 	return b.String()
 }

@@ -3,7 +3,7 @@
 // envoyproxy/ratelimit) without generated code: the plugin sends the gRPC
 // unary call through proxy-wasm's DispatchHttpCall, so it needs the request
 // message framed as gRPC and the reply decoded from the HTTP/2 response.
-// Hand-encoding with protowire keeps the wasm module free of the protobuf
+// Hand-encoding (wire.go) keeps the wasm module free of the protobuf
 // runtime and reflection.
 //
 // Only what Sluice uses is encoded: one descriptor with entries, the limit
@@ -15,12 +15,11 @@ package rls
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
+	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 // Path is the HTTP/2 :path of the ShouldRateLimit call.
@@ -75,51 +74,51 @@ func AppendFrame(b []byte, r *Request) []byte {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0, 0) // uncompressed, length patched below
 	// RateLimitRequest: domain = 1, descriptors = 2, hits_addend = 3.
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, r.Domain)
-	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(descriptorSize(r)))
+	b = appendTag(b, 1, bytesType)
+	b = appendString(b, r.Domain)
+	b = appendTag(b, 2, bytesType)
+	b = appendVarint(b, uint64(descriptorSize(r)))
 	// RateLimitDescriptor: entries = 1 (Entry: key = 1, value = 2),
 	// limit = 2 (RateLimitOverride: requests_per_unit = 1, unit = 2).
 	for _, e := range r.Entries {
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(entrySize(e)))
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendString(b, e.Key)
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, e.Value)
+		b = appendTag(b, 1, bytesType)
+		b = appendVarint(b, uint64(entrySize(e)))
+		b = appendTag(b, 1, bytesType)
+		b = appendString(b, e.Key)
+		b = appendTag(b, 2, bytesType)
+		b = appendString(b, e.Value)
 	}
 	if r.Limit > 0 {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(overrideSize(r)))
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(r.Limit))
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(r.Unit))
+		b = appendTag(b, 2, bytesType)
+		b = appendVarint(b, uint64(overrideSize(r)))
+		b = appendTag(b, 1, varintType)
+		b = appendVarint(b, uint64(r.Limit))
+		b = appendTag(b, 2, varintType)
+		b = appendVarint(b, uint64(r.Unit))
 	}
 	if r.Hits > 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(r.Hits))
+		b = appendTag(b, 3, varintType)
+		b = appendVarint(b, uint64(r.Hits))
 	}
 	binary.BigEndian.PutUint32(b[start+1:start+5], uint32(len(b)-start-5))
 	return b
 }
 
 func entrySize(e Entry) int {
-	return 2 + protowire.SizeBytes(len(e.Key)) + protowire.SizeBytes(len(e.Value))
+	return 2 + sizeBytes(len(e.Key)) + sizeBytes(len(e.Value))
 }
 
 func overrideSize(r *Request) int {
-	return 2 + protowire.SizeVarint(uint64(r.Limit)) + protowire.SizeVarint(uint64(r.Unit))
+	return 2 + sizeVarint(uint64(r.Limit)) + sizeVarint(uint64(r.Unit))
 }
 
 func descriptorSize(r *Request) int {
 	n := 0
 	for _, e := range r.Entries {
-		n += 1 + protowire.SizeBytes(entrySize(e))
+		n += 1 + sizeBytes(entrySize(e))
 	}
 	if r.Limit > 0 {
-		n += 1 + protowire.SizeBytes(overrideSize(r))
+		n += 1 + sizeBytes(overrideSize(r))
 	}
 	return n
 }
@@ -189,21 +188,21 @@ func DecodeFrame(body []byte) (Response, error) {
 func Decode(b []byte) (Response, error) {
 	var r Response
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return r, ErrMalformed
 		}
 		b = b[n:]
 		switch {
-		case num == 1 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
+		case num == 1 && typ == varintType:
+			v, n := consumeVarint(b)
 			if n < 0 {
 				return r, ErrMalformed
 			}
 			r.Code = code(v)
 			b = b[n:]
-		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+		case num == 2 && typ == bytesType:
+			v, n := consumeBytes(b)
 			if n < 0 {
 				return r, ErrMalformed
 			}
@@ -215,7 +214,7 @@ func Decode(b []byte) (Response, error) {
 			r.Statuses++
 			b = b[n:]
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := consumeFieldValue(num, typ, b)
 			if n < 0 {
 				return r, ErrMalformed
 			}
@@ -237,21 +236,21 @@ func code(v uint64) Code {
 // nanos = 2).
 func decodeStatus(b []byte, r *Response) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return ErrMalformed
 		}
 		b = b[n:]
 		switch {
-		case num == 3 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
+		case num == 3 && typ == varintType:
+			v, n := consumeVarint(b)
 			if n < 0 {
 				return ErrMalformed
 			}
 			r.Remaining = uint32(min(v, 1<<32-1))
 			b = b[n:]
-		case num == 4 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+		case num == 4 && typ == bytesType:
+			v, n := consumeBytes(b)
 			if n < 0 {
 				return ErrMalformed
 			}
@@ -262,7 +261,7 @@ func decodeStatus(b []byte, r *Response) error {
 			r.Reset = d
 			b = b[n:]
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := consumeFieldValue(num, typ, b)
 			if n < 0 {
 				return ErrMalformed
 			}
@@ -279,13 +278,13 @@ const maxReset = 48 * time.Hour
 func decodeDuration(b []byte) (time.Duration, error) {
 	var sec, nanos int64
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return 0, ErrMalformed
 		}
 		b = b[n:]
-		if typ == protowire.VarintType && (num == 1 || num == 2) {
-			v, n := protowire.ConsumeVarint(b)
+		if typ == varintType && (num == 1 || num == 2) {
+			v, n := consumeVarint(b)
 			if n < 0 {
 				return 0, ErrMalformed
 			}
@@ -297,7 +296,7 @@ func decodeDuration(b []byte) (time.Duration, error) {
 			b = b[n:]
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
+		n = consumeFieldValue(num, typ, b)
 		if n < 0 {
 			return 0, ErrMalformed
 		}
@@ -335,9 +334,9 @@ type CallError struct {
 
 func (e *CallError) Error() string {
 	if e.Msg != "" {
-		return fmt.Sprintf("rate-limit service: %s (:status %s, grpc-status %d)", e.Msg, e.HTTPStatus, e.GRPCStatus)
+		return sprintf.Sprintf("rate-limit service: %s (:status %s, grpc-status %d)", e.Msg, e.HTTPStatus, e.GRPCStatus)
 	}
-	return fmt.Sprintf("rate-limit service: :status %s, grpc-status %d", e.HTTPStatus, e.GRPCStatus)
+	return sprintf.Sprintf("rate-limit service: :status %s, grpc-status %d", e.HTTPStatus, e.GRPCStatus)
 }
 
 // Reply interprets a complete reply of DispatchHttpCall: headers (":status",
