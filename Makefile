@@ -154,7 +154,7 @@ flood: build envoy
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
 # parsing, the plugin's JSON decoder against encoding/json, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
-# requests through the compiled plugin under wazero.
+# requests through the compiled plugin under wazero, and the wasm export editor.
 FUZZTIME ?= 60s
 fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
@@ -165,6 +165,7 @@ fuzz: build
 	$(GO) test ./shared/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/wasmexports -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME)
 
 validate:
 	@test -n "$(CONFIG)" || { echo "usage: make validate CONFIG=path/to/config.json"; exit 2; }
