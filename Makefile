@@ -153,8 +153,11 @@ flood: build envoy
 	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
-# parsing, the plugin's JSON decoder against encoding/json, the rate-limit service's reply decoder, the Envoy-config extractor of `sluice validate`, and hostile
-# requests through the compiled plugin under wazero, and the wasm export editor.
+# parsing, the plugin's JSON decoder against encoding/json, the rate-limit
+# service's reply decoder and wire format (against protowire), addresses and
+# prefixes (against net/netip), the Envoy-config extractor of `sluice
+# validate`, hostile requests through the compiled plugin under wazero, and
+# the wasm export editor.
 FUZZTIME ?= 60s
 fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
@@ -163,6 +166,8 @@ fuzz: build
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/rls -run '^$$' -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/ipaddr -run '^$$' -fuzz '^FuzzAgainstNetip$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/wasmexports -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME)

@@ -36,6 +36,25 @@ var rustProbeRows = []struct{ key, config, what string }{
 	{"rust-reject", "reject", "Rust: Sluice's reject-path host work (source.address, shared get, clock, local 429 with 4 headers)"},
 }
 
+// rustTrimRows are rows of the same filter exporting only the callbacks it
+// uses (rustTrimDrop removed), as Sluice's build does with its own module:
+// Envoy skips a callback a module does not export, and each entry it makes
+// costs thousands of instructions.
+var rustTrimRows = []struct{ key, config, what string }{
+	{"rust-trim-noop", "", "no-op Rust filter, only the callbacks it uses exported"},
+	{"rust-trim-all", "vmctx,clock,property,shared,resp3", "rust-all, only the callbacks it uses exported"},
+	{"rust-trim-reject", "reject", "rust-reject, only the callbacks it uses exported"},
+}
+
+// rustTrimDrop: every callback of the crate's exports but the VM's and
+// plugin's, the context creation and deletion, the request and response
+// headers, the tick and the allocator.
+var rustTrimDrop = []string{"proxy_on_new_connection", "proxy_on_downstream_data", "proxy_on_downstream_connection_close",
+	"proxy_on_upstream_data", "proxy_on_upstream_connection_close", "proxy_on_request_body", "proxy_on_request_trailers",
+	"proxy_on_response_body", "proxy_on_response_trailers", "proxy_on_queue_ready", "proxy_on_log", "proxy_on_done",
+	"proxy_on_http_call_response", "proxy_on_grpc_close", "proxy_on_grpc_receive", "proxy_on_grpc_receive_initial_metadata",
+	"proxy_on_grpc_receive_trailing_metadata", "proxy_on_foreign_function"}
+
 // rustProbeVariants builds the Rust yardstick when some Rust row is wanted
 // (only names the -callgrind-only keys; empty: all) and returns its
 // variants, or none and a sentence saying why Rust rows are missing.
@@ -47,10 +66,19 @@ func rustProbeVariants(ctx context.Context, only string, mk func(key, what strin
 	if err != nil {
 		return nil, fmt.Sprintf("The Rust yardstick rows (rust-*) were not counted: %v.", err)
 	}
+	trim := strings.TrimSuffix(wasm, ".wasm") + "-trim.wasm"
+	if err := dropExports(wasm, trim, rustTrimDrop); err != nil {
+		return nil, fmt.Sprintf("The Rust yardstick rows (rust-*) were not counted: %v.", err)
+	}
 	var vs []*cgVariant
 	for _, r := range rustProbeRows {
 		vs = append(vs, mk(r.key, r.what, func(op *envoytest.Options) {
 			op.Wasm = &envoytest.Wasm{File: wasm, Name: "rustprobe", VMID: "rustprobe", Config: r.config}
+		}))
+	}
+	for _, r := range rustTrimRows {
+		vs = append(vs, mk(r.key, r.what, func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: trim, Name: "rustprobe", VMID: "rustprobe", Config: r.config}
 		}))
 	}
 	return vs, ""
@@ -139,6 +167,8 @@ func rustReport(vs []*cgVariant, note string) string {
 	row("3 response headers", "resp3", "noop", "rust-resp3", "rust-noop")
 	row("all together (Go adds recover and a 300-byte allocation)", "all", "noop", "rust-all", "rust-noop")
 	row("Sluice admitted, against the probes doing its host work", "sluice", "noop", "rust-all", "rust-noop")
+	row("no-op, only the callbacks used exported (Go: noop-min), over no filter", "noop-min", "none", "rust-trim-noop", "none")
+	row("Sluice admitted (its build exports only what it uses), against the trimmed Rust filter, each over no filter", "sluice", "none", "rust-trim-all", "none")
 	b.WriteString("\n")
 	ratio := func(what, num, den string) {
 		n, d := by[num], by[den]
@@ -149,6 +179,11 @@ func rustReport(vs []*cgVariant, note string) string {
 	}
 	ratio("native / Rust filter doing Sluice's admit-path host work (the best a proxy-wasm filter doing this work reaches here)", "native", "rust-all")
 	ratio("native / Rust filter doing Sluice's reject-path host work", "native-reject", "rust-reject")
+	ratio("native / the same Rust filter exporting only the callbacks it uses, admit path", "native", "rust-trim-all")
+	ratio("native / the same Rust filter exporting only the callbacks it uses, reject path", "native-reject", "rust-trim-reject")
+	ratio("trimmed Rust admit-path filter / Sluice admitted", "rust-trim-all", "sluice")
+	ratio("trimmed Rust reject-path filter / Sluice rejected", "rust-trim-reject", "sluice-reject")
+	ratio("trimmed Rust no-op / trimmed Rust admit-path filter (the Sluice / no-op target's floor)", "rust-trim-noop", "rust-trim-all")
 	ratio("native / Go probe doing Sluice's reject-path host work", "native-reject", "probe-reject")
 	ratio("Rust admit-path filter / Sluice admitted", "rust-all", "sluice")
 	ratio("Rust reject-path filter / Sluice rejected", "rust-reject", "sluice-reject")

@@ -93,9 +93,10 @@ func TestProxiesTrusted(t *testing.T) {
 // The plugin never links Envoy's protos or a YAML library: they belong to
 // sluice validate only (a bigger module would cost every Envoy worker VM:
 // V8 keeps about 18 MiB resident per megabyte of module code). Nor
-// encoding/json (shared/jsonlite decodes the configuration) or anything of
-// crypto/ (shared/sha256 makes the global rules' descriptor keys): both
-// pulled in hundreds of kilobytes that the proxy-wasm SDK does not need.
+// encoding/json (shared/jsonlite decodes the configuration), anything of
+// crypto/ (shared/sha256 makes the global rules' descriptor keys) or
+// net/netip with unique (shared/ipaddr): they pulled in hundreds of
+// kilobytes that the proxy-wasm SDK does not need.
 func TestNotLinkedIntoPlugin(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", "../../plugin")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
@@ -109,7 +110,8 @@ func TestNotLinkedIntoPlugin(t *testing.T) {
 	}
 	for _, p := range deps {
 		if strings.Contains(p, "envoyproxy") || strings.Contains(p, "yaml") || strings.HasSuffix(p, "/envoyconf") ||
-			p == "encoding/json" || p == "crypto" || strings.HasPrefix(p, "crypto/") || p == "encoding/hex" {
+			p == "encoding/json" || p == "crypto" || strings.HasPrefix(p, "crypto/") || p == "encoding/hex" ||
+			p == "net/netip" || p == "unique" {
 			t.Errorf("the plugin links %s", p)
 		}
 	}

@@ -11,13 +11,13 @@ package config
 import (
 	"bytes"
 	"hash/fnv"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/shared/ipaddr"
 	"github.com/sluicehq/sluice/shared/jsonlite"
 	"github.com/sluicehq/sluice/shared/limit"
 	"github.com/sluicehq/sluice/shared/sprintf"
@@ -28,7 +28,7 @@ type Config struct {
 	Rules    []Rule
 	ClientIP ClientIP
 	// Exempt lists client ranges that are never limited.
-	Exempt []netip.Prefix
+	Exempt []ipaddr.Prefix
 	// Headers selects the rate-limit header families on responses.
 	Headers header.Mode
 	// Status is the HTTP status of a rejection (default 429).
@@ -254,13 +254,13 @@ func Parse(doc []byte) (*Config, error) {
 			if strings.ContainsRune(s, '%') {
 				return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
 			}
-			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				a, aerr := netip.ParseAddr(strings.TrimSpace(s))
-				if aerr != nil {
+			p, ok := ipaddr.ParsePrefix(strings.TrimSpace(s))
+			if !ok {
+				a, aok := ipaddr.ParseAddr(strings.TrimSpace(s))
+				if !aok {
 					return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
 				}
-				p = netip.PrefixFrom(a, a.BitLen())
+				p = ipaddr.PrefixFrom(a, a.BitLen())
 			}
 			c.Exempt = append(c.Exempt, p.Masked())
 		}

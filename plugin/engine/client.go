@@ -1,30 +1,31 @@
 package engine
 
 import (
-	"net/netip"
 	"strings"
+
+	"github.com/sluicehq/sluice/shared/ipaddr"
 )
 
 // ParseHostPort extracts the IP of an Envoy address property
 // ("1.2.3.4:5678", "[2001:db8::1]:5678", or a bare IP). It reports false for
 // anything else (a pipe address, garbage).
-func ParseHostPort(s string) (netip.Addr, bool) {
+func ParseHostPort(s string) (ipaddr.Addr, bool) {
 	if s == "" || len(s) > 64 {
-		return netip.Addr{}, false
+		return ipaddr.Addr{}, false
 	}
 	host := s
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return netip.Addr{}, false
+			return ipaddr.Addr{}, false
 		}
 		host = s[1:end]
 	} else if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s, ':') == i {
 		host = s[:i] // exactly one colon: IPv4 with port
 	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, false
+	a, ok := ipaddr.ParseAddr(host)
+	if !ok {
+		return ipaddr.Addr{}, false
 	}
 	return a.Unmap(), true
 }
@@ -35,9 +36,9 @@ func ParseHostPort(s string) (netip.Addr, bool) {
 // reports false when the header has fewer than n entries or the entry is not
 // an IP address: then the request did not come through the trusted proxies
 // and the connection's address must be used instead.
-func XFFFromRight(xff string, n int) (netip.Addr, bool) {
+func XFFFromRight(xff string, n int) (ipaddr.Addr, bool) {
 	if n <= 0 {
-		return netip.Addr{}, false
+		return ipaddr.Addr{}, false
 	}
 	end := len(xff)
 	for i := 1; ; i++ {
@@ -47,10 +48,10 @@ func XFFFromRight(xff string, n int) (netip.Addr, bool) {
 			if a, ok := ParseHostPort(entry); ok {
 				return a, true
 			}
-			return netip.Addr{}, false
+			return ipaddr.Addr{}, false
 		}
 		if start == 0 {
-			return netip.Addr{}, false
+			return ipaddr.Addr{}, false
 		}
 		end = start - 1
 	}
@@ -60,12 +61,12 @@ func XFFFromRight(xff string, n int) (netip.Addr, bool) {
 // IPv4 addresses as they are, IPv6 addresses by their first prefix bits (a
 // single host usually owns a whole /64, so per-address limits would be
 // trivially evaded).
-func GroupAddr(a netip.Addr, ipv6Prefix int) netip.Addr {
+func GroupAddr(a ipaddr.Addr, ipv6Prefix int) ipaddr.Addr {
 	if a.Is4() || ipv6Prefix >= 128 {
 		return a
 	}
-	p, err := a.WithZone("").Prefix(ipv6Prefix)
-	if err != nil {
+	p, ok := a.WithZone("").Prefix(ipv6Prefix)
+	if !ok {
 		return a
 	}
 	return p.Addr()

@@ -1,11 +1,11 @@
 package engine
 
 import (
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/ipaddr"
 )
 
 // Request gives the engine what it needs of one HTTP request. The plugin
@@ -63,7 +63,7 @@ type Verdict struct {
 	Err     error
 	ErrRule *config.Rule
 	// Client is the client address the rules keyed on (zero if none did).
-	Client netip.Addr
+	Client ipaddr.Addr
 	// Pending is the waiting request (Outcome Call).
 	Pending *Pending
 	// Slots are the concurrency slots the request holds: Release them when
@@ -195,11 +195,11 @@ type requestInfo struct {
 	req      Request
 	path     string
 	method   string
-	client   netip.Addr
+	client   ipaddr.Addr
 	haveAddr bool
 }
 
-func (ri *requestInfo) clientAddr(cfg *config.Config) netip.Addr {
+func (ri *requestInfo) clientAddr(cfg *config.Config) ipaddr.Addr {
 	if ri.haveAddr {
 		return ri.client
 	}
@@ -432,7 +432,7 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 	return hash64(e.seed, r.ID, b)
 }
 
-func appendAddr(b []byte, a netip.Addr) []byte {
+func appendAddr(b []byte, a ipaddr.Addr) []byte {
 	x := a.As16()
 	return append(b, x[:]...)
 }

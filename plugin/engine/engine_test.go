@@ -2,13 +2,13 @@ package engine
 
 import (
 	"fmt"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/shared/ipaddr"
 )
 
 type fakeRequest struct {
@@ -277,7 +277,8 @@ func TestParsers(t *testing.T) {
 			t.Errorf("XFFFromRight(%q, %d) = %q, want %q", c.xff, c.n, got, c.want)
 		}
 	}
-	if g := GroupAddr(netip.MustParseAddr("2001:db8:1:2:3:4:5:6"), 48); g.String() != "2001:db8:1::" {
+	a, _ := ipaddr.ParseAddr("2001:db8:1:2:3:4:5:6")
+	if g := GroupAddr(a, 48); g.String() != "2001:db8:1::" {
 		t.Errorf("GroupAddr /48 = %v", g)
 	}
 }
