@@ -11,7 +11,6 @@ package config
 import (
 	"bytes"
 	"hash/fnv"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -745,8 +744,14 @@ func known(field string, m *jsonlite.Value, allowed ...string) error {
 	if len(unknown) == 0 {
 		return nil
 	}
-	sort.Strings(unknown)
+	// The first in sorted order (without package sort, which would add
+	// code to the module for this one use).
 	name := unknown[0]
+	for _, k := range unknown[1:] {
+		if k < name {
+			name = k
+		}
+	}
 	if field != "" {
 		name = field + "." + name
 	}

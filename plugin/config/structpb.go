@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"sort"
 	"strconv"
 	"unicode/utf8"
 
@@ -87,7 +86,7 @@ func decodeStruct(b []byte, depth int) (jsonlite.Value, error) {
 		index[key] = len(obj.Members)
 		obj.Members = append(obj.Members, jsonlite.Member{Key: key, Value: val})
 	}
-	sort.Slice(obj.Members, func(i, j int) bool { return obj.Members[i].Key < obj.Members[j].Key })
+	sortByKey(obj.Members)
 	for i := range obj.Members {
 		obj.Members[i].Key = validUTF8(obj.Members[i].Key)
 	}
@@ -141,6 +140,30 @@ func decodeValue(b []byte, depth int) (jsonlite.Value, error) {
 		}
 	}
 	return out, nil
+}
+
+// sortByKey sorts members by key (keys are distinct here), with a merge
+// sort: package sort would add about 60 KB to the module for this one use,
+// and a Struct may have many keys.
+func sortByKey(m []jsonlite.Member) {
+	tmp := make([]jsonlite.Member, len(m))
+	for width := 1; width < len(m); width *= 2 {
+		for lo := 0; lo < len(m); lo += 2 * width {
+			mid, hi := min(lo+width, len(m)), min(lo+2*width, len(m))
+			i, j, k := lo, mid, lo
+			for i < mid && j < hi {
+				if m[j].Key < m[i].Key {
+					tmp[k], j = m[j], j+1
+				} else {
+					tmp[k], i = m[i], i+1
+				}
+				k++
+			}
+			k += copy(tmp[k:], m[i:mid])
+			copy(tmp[k:], m[j:hi])
+		}
+		copy(m, tmp)
+	}
 }
 
 // formatFloat spells f as encoding/json does: the shortest decimal that

@@ -4,14 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicehq/sluice/shared/jsonlite"
 )
 
 // TestStructConfiguration feeds Parse the wire encoding of a
@@ -199,4 +204,23 @@ func dump(c *Config) string {
 	d := *c
 	d.Global = nil
 	return fmt.Sprintf("%+v global=%s", d, g)
+}
+
+func TestSortByKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for n := 0; n < 200; n++ {
+		var m []jsonlite.Member
+		seen := map[string]bool{}
+		for len(m) < n {
+			k := strconv.Itoa(rng.IntN(10 * (n + 1)))
+			if !seen[k] {
+				seen[k] = true
+				m = append(m, jsonlite.Member{Key: k})
+			}
+		}
+		sortByKey(m)
+		if !slices.IsSortedFunc(m, func(a, b jsonlite.Member) int { return strings.Compare(a.Key, b.Key) }) || len(m) != n {
+			t.Fatalf("%d keys not sorted: %v", n, m)
+		}
+	}
 }

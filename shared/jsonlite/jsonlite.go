@@ -123,15 +123,10 @@ func (v *Value) Has(key string) bool { return v.Get(key) != nil }
 // appearance.
 func (v *Value) Keys() []string {
 	keys := make([]string, 0, len(v.Members))
-	for i, m := range v.Members {
-		dup := false
-		for _, n := range v.Members[:i] {
-			if n.Key == m.Key {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+	seen := map[string]bool{}
+	for _, m := range v.Members {
+		if !seen[m.Key] {
+			seen[m.Key] = true
 			keys = append(keys, m.Key)
 		}
 	}
