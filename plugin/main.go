@@ -52,8 +52,6 @@ type pluginContext struct {
 	conc    bool
 	waiting map[uint32]*httpContext
 	events  []engine.ConcEvent
-	// free holds ended streams' contexts for reuse (see endedStream).
-	free []*httpContext
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -100,36 +98,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	return types.OnPluginStartStatusOK
 }
 
-// NewHttpContext reuses an ended stream's context when there is one: a
-// fresh one per stream is a ~200-byte object with pointers for the GC.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	if n := len(p.free); n > 0 {
-		h := p.free[n-1]
-		p.free = p.free[:n-1]
-		*h = httpContext{id: contextID, plugin: p}
-		return h
-	}
 	return &httpContext{id: contextID, plugin: p}
-}
-
-// maxFree bounds the reusable contexts kept per worker.
-const maxFree = 64
-
-// endedStream is the context whose OnHttpStreamDone ran last, if nothing
-// can refer to it any more once the SDK forgets the stream. The stream-end
-// callback (streamend_wasip1.go) hands it to reuse right after the SDK's
-// on_delete; a module built without that callback (a bare `go build`)
-// never reuses contexts.
-var endedStream *httpContext
-
-// recycle makes h reusable once the SDK has forgotten its stream.
-func recycle() {
-	h := endedStream
-	endedStream = nil
-	if h == nil || len(h.plugin.free) >= maxFree {
-		return
-	}
-	h.plugin.free = append(h.plugin.free, h)
 }
 
 // OnTick releases held requests whose time has come and, about once a
@@ -246,9 +216,6 @@ type httpContext struct {
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
 	gone    bool
-	// called: a Pending referred to this context, which is then never
-	// reused (the engine may still hold the Pending).
-	called bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -276,7 +243,6 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	case engine.Call:
 		h.pending = v.Pending
 		h.pending.Ctx = h
-		h.called = true
 		return types.ActionPause
 	case engine.Queue:
 		p.waiting[h.id] = h
@@ -364,15 +330,7 @@ func (h *httpContext) releaseSlots(now int64, handoff bool) {
 // concurrency slots not given back at the response's end are given back
 // here.
 func (h *httpContext) OnHttpStreamDone() {
-	if h.gone {
-		return
-	}
 	h.gone = true
-	if !h.called {
-		// Queued streams are forgotten below, held ones are known by id
-		// only: nothing else refers to h.
-		endedStream = h
-	}
 	if h.pending != nil {
 		h.pending.Cancel()
 		h.pending = nil

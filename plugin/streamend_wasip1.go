@@ -34,9 +34,6 @@ func sdkOnDelete(contextID uint32)
 
 //go:wasmexport sluice_on_stream_end
 func sluiceOnStreamEnd(contextID uint32) {
-	endedStream = nil
 	sdkOnLog(contextID)
 	sdkOnDelete(contextID)
-	// The SDK no longer knows the stream: its context can serve the next.
-	recycle()
 }
