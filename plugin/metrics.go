@@ -13,12 +13,6 @@ import (
 // counters are sluice.rule.<rule>.<outcome>; with the stats_tags rule of the
 // shipped envoy.yaml, Prometheus sees envoy_wasmcustom_sluice_rule_<outcome>
 // with a sluice_rule label.
-// counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
-type (
-	counter uint32
-	gauge   uint32
-)
-
 type metrics struct {
 	rules     []ruleMetrics
 	last      engine.Stats
@@ -50,6 +44,12 @@ type ruleMetrics struct {
 	holdMS                                     gauge   // concurrency rules only
 	waitNS                                     uint64  // published so far, in ns
 }
+
+// counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
+type (
+	counter uint32
+	gauge   uint32
+)
 
 func newMetrics(cfg *config.Config) *metrics {
 	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}

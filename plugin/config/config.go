@@ -752,6 +752,15 @@ func known(field string, m *jsonlite.Value, allowed ...string) error {
 			name = k
 		}
 	}
+	// The key is the document's: one that would not print as itself (a
+	// newline, other control characters) is quoted, so that the error
+	// stays the one line of a log entry.
+	for _, r := range name {
+		if !strconv.IsPrint(r) {
+			name = strconv.Quote(name)
+			break
+		}
+	}
 	if field != "" {
 		name = field + "." + name
 	}

@@ -197,3 +197,24 @@ func TestRuleIDUnchanged(t *testing.T) {
 		t.Fatalf("only %d rules checked", n)
 	}
 }
+
+// TestUnknownFieldIsOneLine: an unknown key with a newline or another
+// control character (JSON escapes it; a Struct carries it raw) is quoted in
+// the error, which Envoy logs as one line; other keys are shown as they are.
+func TestUnknownFieldIsOneLine(t *testing.T) {
+	ok := `{"name":"a","limit":1,"window":"1s"}`
+	for _, c := range []struct{ doc, want string }{
+		{`{"rules":[` + ok + `],"a\nb":1}`, `"a\nb": unknown field (known: `},
+		{`{"rules":[{"name":"a","limit":1,"window":"1s","x\u0000\r":1}]}`, `rules[0]."x\x00\r": unknown field (known: `},
+		{`{"rules":[` + ok + `],"client_ip":{"\u2028":1}}`, `client_ip."\u2028": unknown field (known: `},
+		{`{"rules":[` + ok + `],"héllo wörld":1}`, `héllo wörld: unknown field (known: `},
+		// The Struct of FuzzParse's corpus entry 5a3ad462af7ff59c: one
+		// key, "\n0000000000", with no value.
+		{"\n\r\n\v\n0000000000", `"\n0000000000": unknown field (known: `},
+	} {
+		_, err := Parse([]byte(c.doc))
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.ContainsAny(err.Error(), "\n\r\x00\u2028") {
+			t.Errorf("Parse(%q) = %q, want one line starting %q", c.doc, err, c.want)
+		}
+	}
+}

@@ -360,3 +360,48 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		t.Errorf("Decide allocates %v per request (store copies included), want <= 3", allocs)
 	}
 }
+
+// TestSpellingsShareABudget: a client cannot get a fresh budget by writing
+// its address differently (X-Forwarded-For is client-controlled): IPv4 and
+// IPv4-mapped IPv6, upper-case hex, leading zeros in IPv6 groups, brackets
+// and ports, zones, other addresses of the same /64 all key one budget,
+// through the header and through source.address alike; and an exempt range
+// matches every spelling of an address in it.
+func TestSpellingsShareABudget(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1},
+		"exempt_cidrs":["192.0.2.0/24","2001:db8:ee::/48"]}`)
+	groups := [][]string{
+		{"198.51.100.7", "::ffff:198.51.100.7", "::FFFF:198.51.100.7", "0:0:0:0:0:ffff:198.51.100.7", "::ffff:c633:6407",
+			"[::ffff:198.51.100.7]:443", "198.51.100.7:80", "[::ffff:198.51.100.7%eth0]:1"},
+		{"2001:db8:1:2::1", "2001:DB8:1:2::1", "2001:0db8:0001:0002:0000:0000:0000:0001", "[2001:db8:1:2::1]:8080",
+			"2001:db8:1:2::1%eth0", "[2001:db8:1:2::1%25eth0]", "2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::ffff:1.2.3.4"},
+	}
+	for _, g := range groups {
+		for _, via := range []string{"xff", "source"} {
+			e := New(cfg, newMemStore(), 1)
+			for i, s := range g {
+				r := req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s)
+				if via == "source" {
+					r = req("/", "GET", s)
+				}
+				v := e.Decide(r, t0)
+				want := Reject
+				if i == 0 {
+					want = Allow
+				}
+				if v.Outcome != want {
+					t.Errorf("%s %q (client %v): %v, want %v: a spelling of %s got its own budget", via, s, v.Client, v.Outcome, want, g[0])
+				}
+			}
+		}
+	}
+	e := New(cfg, newMemStore(), 1)
+	for _, s := range []string{"192.0.2.9", "::ffff:192.0.2.9", "::FFFF:C000:0209", "[::ffff:192.0.2.9]:1", "2001:db8:ee:1::1", "2001:DB8:EE:0001::1",
+		"[2001:db8:ee::1]:5"} {
+		for i := 0; i < 3; i++ {
+			if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s), t0); !v.Exempt {
+				t.Errorf("%q (client %v) is in an exempt range but was not exempt: %+v", s, v.Client, v.Outcome)
+			}
+		}
+	}
+}
