@@ -26,10 +26,10 @@ build: $(WASM)
 # (thousands of instructions; README "Where Sluice's cost in Envoy goes").
 # The stream's end (the SDK's proxy_on_log, proxy_on_done, proxy_on_delete)
 # runs in one entry, plugin/streamend_wasip1.go, exported as proxy_on_delete.
-WASM_DROP := proxy_on_new_connection,proxy_on_downstream_data,proxy_on_downstream_connection_close,$\
+WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstream_data,proxy_on_downstream_connection_close,$\
   proxy_on_upstream_data,proxy_on_upstream_connection_close,proxy_on_request_body,proxy_on_request_trailers,$\
   proxy_on_response_trailers,proxy_on_queue_ready,proxy_on_log,proxy_on_done,proxy_on_delete
-WASM_RENAME := sluice_on_stream_end=proxy_on_delete
+WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate
 
 $(WASM): $(shell find plugin shared internal/wasmexports -name '*.go' -not -name '*_test.go') go.mod go.sum
 	@mkdir -p build

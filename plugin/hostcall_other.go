@@ -33,3 +33,6 @@ func defineGauge(name string) gauge     { return gauge(proxywasm.DefineGaugeMetr
 func (c counter) Increment(n uint64) { proxywasm.MetricCounter(c).Increment(n) }
 func (g gauge) Add(n int64)          { proxywasm.MetricGauge(g).Add(n) }
 func (g gauge) Value() int64         { return proxywasm.MetricGauge(g).Value() }
+
+// GetInto implements engine.BufferStore with the SDK's read (a new buffer).
+func (s sharedData) GetInto(key string, _ []byte) ([]byte, uint32, bool, error) { return s.Get(key) }

@@ -131,3 +131,67 @@ func (g gauge) Value() int64 {
 	}
 	return int64(v)
 }
+
+// Shared-data reads without garbage. The host returns a value by calling
+// the module's proxy_on_memory_allocate for a buffer and copying into it;
+// the SDK's allocator makes a new slice each time, so every bucket read
+// (288 bytes, one or more per request) was garbage: mallocgc plus a share
+// of GC. `make build` (internal/wasmexports) exports
+// sluiceOnMemoryAllocate as proxy_on_memory_allocate in place of the SDK's.
+// It does what the SDK's does, except right after getSharedDataInto armed
+// it with the caller's buffer: then the one allocation of that host call
+// (cpp-host's getSharedData copies the value with one allocate) gets that
+// buffer if the value fits. Arming lasts for one allocation and is always
+// undone when the host call returns, so no other host call (nor one that
+// found no key) ever sees it. A plain `go build` keeps the SDK's allocator
+// and reads into a new buffer as before.
+
+//go:wasmimport env proxy_get_shared_data
+//go:noescape
+func proxyGetSharedData(keyData *byte, keySize int32, returnValueData unsafe.Pointer, returnValueSize *int32, returnCas *uint32) uint32
+
+// allocInto is the buffer armed for the next allocation, nil when unarmed.
+var allocInto []byte
+
+//go:wasmexport sluice_on_memory_allocate
+func sluiceOnMemoryAllocate(size uint32) *byte {
+	if b := allocInto; b != nil {
+		allocInto = nil
+		if size > 0 && int(size) <= len(b) {
+			return &b[0]
+		}
+	}
+	buf := make([]byte, size)
+	return &buf[0]
+}
+
+// Statuses of proxy_get_shared_data (proxy-wasm ABI 0.2.1).
+const (
+	statusOK       = 0
+	statusNotFound = 1
+)
+
+// sdkStatusToError is the SDK's mapping of a status to its error, so that
+// errors read as those of proxywasm.GetSharedData.
+//
+//go:linkname sdkStatusToError github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/internal.StatusToError
+func sdkStatusToError(status uint32) error
+
+// GetInto implements engine.BufferStore: the value lands in buf when it fits.
+func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) {
+	var ret *byte
+	var size int32
+	var cas uint32
+	allocInto = buf
+	st := proxyGetSharedData(unsafe.StringData(key), int32(len(key)), unsafe.Pointer(&ret), &size, &cas)
+	allocInto = nil
+	switch {
+	case st == statusNotFound:
+		return nil, 0, false, nil
+	case st != statusOK:
+		return nil, 0, false, sdkStatusToError(st)
+	case ret == nil || size == 0:
+		return nil, cas, true, nil
+	}
+	return unsafe.Slice(ret, size), cas, true, nil
+}

@@ -23,5 +23,16 @@ type Store interface {
 	Set(key string, value []byte, cas uint32) (mismatch bool, err error)
 }
 
+// BufferStore is a Store that can read a value into a buffer of the
+// caller's: GetInto returns the value in buf[:n] when it fits (a new copy
+// otherwise), so a read makes no garbage. The caller owns buf: the value is
+// only valid until the caller reuses buf. Table uses it for its buckets,
+// reading into the same per-table buffer that already serves a missing
+// bucket.
+type BufferStore interface {
+	Store
+	GetInto(key string, buf []byte) (value []byte, cas uint32, found bool, err error)
+}
+
 // ErrStore is wrapped by errors from a Store that is unusable.
 var ErrStore = errors.New("shared data unavailable")

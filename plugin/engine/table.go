@@ -66,8 +66,8 @@ type Table struct {
 	store   Store
 	buckets uint64
 	prefix  string
-	key     []byte // scratch for the key of a bucket
-	fresh   [BucketSize]byte
+	key     []byte           // scratch for the key of a bucket
+	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
 	Stats   TableStats
 }
 
@@ -283,8 +283,25 @@ func findSlot(val []byte, fp, overflowFP uint64, now int64) (int, int) {
 // or, for a missing bucket, a zeroed one with createCAS (see Update). A
 // value of the wrong size (not ours, or damaged) is started over, zeroed,
 // under the CAS it was read with.
+//
+// With a BufferStore the value is read into t.fresh: no garbage per read.
+// That aliasing is the one a missing bucket always had: every caller
+// (Update, Modify, Lease) decodes, edits and Sets val within one CAS
+// attempt, reloads on the next, and gives no view of it to anyone (their
+// callbacks get decoded states), and a Table is never re-entered (t.key is
+// scratch too).
 func (t *Table) loadBucket(key string) ([]byte, uint32, error) {
-	val, cas, found, err := t.store.Get(key)
+	var (
+		val   []byte
+		cas   uint32
+		found bool
+		err   error
+	)
+	if bs, ok := t.store.(BufferStore); ok {
+		val, cas, found, err = bs.GetInto(key, t.fresh[:])
+	} else {
+		val, cas, found, err = t.store.Get(key)
+	}
 	if err != nil {
 		t.Stats.StoreErrors++
 		return nil, 0, err
