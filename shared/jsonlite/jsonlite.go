@@ -276,21 +276,9 @@ func (p *parser) object() (Value, error) {
 			return Value{}, err
 		}
 		v.Members = append(v.Members, Member{Key: key, Value: val})
-		p.skipSpace()
-		if p.i >= len(p.data) {
-			return Value{}, ErrUnexpectedEnd
+		if done, err := p.next('}', "after object key:value pair"); done || err != nil {
+			return v, err
 		}
-		switch p.data[p.i] {
-		case ',':
-			p.i++
-			p.skipSpace()
-			continue
-		case '}':
-			p.i++
-			p.depth--
-			return v, nil
-		}
-		return Value{}, p.fail("after object key:value pair")
 	}
 }
 
@@ -312,22 +300,31 @@ func (p *parser) array() (Value, error) {
 			return Value{}, err
 		}
 		v.Elems = append(v.Elems, e)
-		p.skipSpace()
-		if p.i >= len(p.data) {
-			return Value{}, ErrUnexpectedEnd
+		if done, err := p.next(']', "after array element"); done || err != nil {
+			return v, err
 		}
-		switch p.data[p.i] {
-		case ',':
-			p.i++
-			p.skipSpace()
-			continue
-		case ']':
-			p.i++
-			p.depth--
-			return v, nil
-		}
-		return Value{}, p.fail("after array element")
 	}
+}
+
+// next reads what follows a member or an element: a comma (another one
+// follows: done is false) or closer (the object or array ends: done is
+// true); anything else is the syntax error named by context.
+func (p *parser) next(closer byte, context string) (done bool, err error) {
+	p.skipSpace()
+	if p.i >= len(p.data) {
+		return false, ErrUnexpectedEnd
+	}
+	switch p.data[p.i] {
+	case ',':
+		p.i++
+		p.skipSpace()
+		return false, nil
+	case closer:
+		p.i++
+		p.depth--
+		return true, nil
+	}
+	return false, p.fail(context)
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
