@@ -42,12 +42,20 @@ func nowNanos() int64 {
 // encoding (segments separated by NUL), prepared once.
 var sourceAddressPath = []byte("source\x00address")
 
-// getSourceAddress returns Envoy's source.address in a buffer the host
-// allocated for this call.
+// sourceAddressBuf receives source.address (see sluiceOnMemoryAllocate):
+// an address with port and IPv6 zone is shorter (ParseHostPort refuses
+// anything longer than 64 bytes); a longer value gets a buffer of its own.
+var sourceAddressBuf [64]byte
+
+// getSourceAddress returns Envoy's source.address, in sourceAddressBuf when
+// it fits: valid until the next call (engine.Request.SourceAddress).
 func getSourceAddress() []byte {
 	var ret *byte
 	var size int32
-	if proxyGetProperty(&sourceAddressPath[0], int32(len(sourceAddressPath)), unsafe.Pointer(&ret), &size) != 0 || ret == nil {
+	allocInto = sourceAddressBuf[:]
+	st := proxyGetProperty(&sourceAddressPath[0], int32(len(sourceAddressPath)), unsafe.Pointer(&ret), &size)
+	allocInto = nil
+	if st != 0 || ret == nil {
 		return nil
 	}
 	return unsafe.Slice(ret, size)
@@ -138,10 +146,10 @@ func (g gauge) Value() int64 {
 // (288 bytes, one or more per request) was garbage: mallocgc plus a share
 // of GC. `make build` (internal/wasmexports) exports
 // sluiceOnMemoryAllocate as proxy_on_memory_allocate in place of the SDK's.
-// It does what the SDK's does, except right after getSharedDataInto armed
-// it with the caller's buffer: then the one allocation of that host call
-// (cpp-host's getSharedData copies the value with one allocate) gets that
-// buffer if the value fits. Arming lasts for one allocation and is always
+// It does what the SDK's does, except right after GetInto or
+// getSourceAddress armed it with a buffer: then the one allocation of that
+// host call (cpp-host's getSharedData and getProperty each copy the value
+// with one allocate) gets that buffer if the value fits. Arming lasts for one allocation and is always
 // undone when the host call returns, so no other host call (nor one that
 // found no key) ever sees it. A plain `go build` keeps the SDK's allocator
 // and reads into a new buffer as before.

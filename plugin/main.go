@@ -367,8 +367,8 @@ func (h *httpContext) SourceAddress() string {
 	if len(b) == 0 {
 		return ""
 	}
-	// The host copied the value into a buffer of its own for this call; the
-	// engine only parses it, so a string view saves a copy.
+	// A view of a buffer the next request's address overwrites: the engine
+	// only parses it (engine.Request), so a string view saves a copy.
 	return unsafe.String(&b[0], len(b))
 }
 

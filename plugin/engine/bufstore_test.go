@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -64,5 +65,20 @@ func TestTableReadsBucketsIntoItsBuffer(t *testing.T) {
 	}
 	if s.plain != 0 || s.intoBuf == 0 {
 		t.Errorf("bucket reads: %d into the table's buffer, %d plain", s.intoBuf, s.plain)
+	}
+}
+
+// TestParseHostPortCopiesTheZone: the plugin hands SourceAddress a view of
+// a buffer the next request's address overwrites; the client parsed from it
+// keeps nothing of it.
+func TestParseHostPortCopiesTheZone(t *testing.T) {
+	buf := []byte("[fe80::1%eth0]:8080")
+	a, ok := ParseHostPort(unsafe.String(&buf[0], len(buf)))
+	if !ok || a.Zone() != "eth0" {
+		t.Fatalf("parsed %v %v", a, ok)
+	}
+	copy(buf, "[fe80::1%xxxx]:8080")
+	if a.Zone() != "eth0" {
+		t.Errorf("zone %q after the buffer was reused, want eth0", a.Zone())
 	}
 }

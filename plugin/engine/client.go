@@ -8,7 +8,7 @@ import (
 
 // ParseHostPort extracts the IP of an Envoy address property
 // ("1.2.3.4:5678", "[2001:db8::1]:5678", or a bare IP). It reports false for
-// anything else (a pipe address, garbage).
+// anything else (a pipe address, garbage). The Addr shares no memory with s.
 func ParseHostPort(s string) (ipaddr.Addr, bool) {
 	if s == "" || len(s) > 64 {
 		return ipaddr.Addr{}, false
@@ -26,6 +26,12 @@ func ParseHostPort(s string) (ipaddr.Addr, bool) {
 	a, ok := ipaddr.ParseAddr(host)
 	if !ok {
 		return ipaddr.Addr{}, false
+	}
+	if z := a.Zone(); z != "" {
+		// The zone is a view of s, which in the plugin is a buffer reused
+		// by the next request's address (SourceAddress): the client, kept
+		// for log lines, gets its own copy.
+		a = a.WithZone(strings.Clone(z))
 	}
 	return a.Unmap(), true
 }

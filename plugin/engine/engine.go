@@ -15,7 +15,9 @@ type Request interface {
 	// Header returns a request header (lower-case name; pseudo headers
 	// ":path" and ":method" included).
 	Header(name string) (string, bool)
-	// SourceAddress returns Envoy's source.address property ("ip:port").
+	// SourceAddress returns Envoy's source.address property ("ip:port"),
+	// valid until the next SourceAddress call (the plugin reads it into a
+	// reused buffer): it is parsed at once (ParseHostPort) and never kept.
 	SourceAddress() string
 }
 
