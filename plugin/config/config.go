@@ -261,6 +261,12 @@ func Parse(doc []byte) (*Config, error) {
 				}
 				p = ipaddr.PrefixFrom(a, a.BitLen())
 			}
+			// Client addresses are compared unmapped (::ffff:10.1.2.3 is
+			// 10.1.2.3), so an IPv4-mapped range is its IPv4 range:
+			// ::ffff:10.0.0.0/104 exempts 10.0.0.0/8.
+			if a := p.Addr(); a.Unmap().Is4() && a.Is6() && p.Bits() >= 96 {
+				p = ipaddr.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
 			c.Exempt = append(c.Exempt, p.Masked())
 		}
 	}

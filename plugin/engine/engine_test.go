@@ -405,3 +405,22 @@ func TestSpellingsShareABudget(t *testing.T) {
 		}
 	}
 }
+
+// TestMappedExemptRange: clients are compared unmapped, so an exempt range
+// written IPv4-mapped (::ffff:192.0.2.0/120) exempts the IPv4 range it
+// names, however the client's address is spelled, and nothing outside it.
+func TestMappedExemptRange(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1},
+		"exempt_cidrs":["::ffff:192.0.2.0/120","::ffff:198.51.100.7"]}`)
+	e := New(cfg, newMemStore(), 1)
+	for _, s := range []string{"192.0.2.9", "::ffff:192.0.2.200", "198.51.100.7", "::ffff:198.51.100.7"} {
+		if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s), t0); !v.Exempt {
+			t.Errorf("%q is in a mapped exempt range but was not exempt", s)
+		}
+	}
+	for _, s := range []string{"192.0.3.1", "198.51.100.8", "::ffff:10.0.0.1"} {
+		if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s), t0); v.Exempt {
+			t.Errorf("%q is outside the mapped exempt ranges but was exempt", s)
+		}
+	}
+}
