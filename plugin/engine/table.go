@@ -162,16 +162,12 @@ func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64
 				return d, kind, nil
 			}
 		}
-		putUint64(s[0:8], slotFP)
-		putUint64(s[8:16], uint64(now+int64(lim.Reset(st, now))))
 		st.Encode(s[16:])
-		mismatch, err := t.store.Set(key, val, cas)
+		retry, err := t.storeSlot(key, val, cas, s, slotFP, now+int64(lim.Reset(st, now)))
 		if err != nil {
-			t.Stats.StoreErrors++
 			return limit.Decision{}, kind, err
 		}
-		if mismatch {
-			t.Stats.CASRetries++
+		if retry {
 			continue
 		}
 		if kind == SlotOverflow {
@@ -234,16 +230,12 @@ func (t *Table) Modify(fp, overflowFP uint64, onlyOverflow bool, now int64, m Mo
 			}
 			return kind, nil
 		}
-		putUint64(s[0:8], slotFP)
-		putUint64(s[8:16], uint64(expiry))
 		next.Encode(s[16:])
-		mismatch, err := t.store.Set(key, val, cas)
+		retry, err := t.storeSlot(key, val, cas, s, slotFP, expiry)
 		if err != nil {
-			t.Stats.StoreErrors++
 			return kind, err
 		}
-		if mismatch {
-			t.Stats.CASRetries++
+		if retry {
 			continue
 		}
 		if kind == SlotOverflow {
@@ -318,6 +310,24 @@ func (t *Table) loadBucket(key string) ([]byte, uint32, error) {
 	return val, cas, nil
 }
 
+// storeSlot marks slot s of bucket val as fp's until expiry (the caller
+// has encoded the state into s[16:]) and writes the bucket back under cas.
+// retry reports that another worker changed the bucket first: read it
+// again. The three CAS loops (Update, Modify, Lease) share it.
+func (t *Table) storeSlot(key string, val []byte, cas uint32, s []byte, fp uint64, expiry int64) (retry bool, err error) {
+	putUint64(s[0:8], fp)
+	putUint64(s[8:16], uint64(expiry))
+	mismatch, err := t.store.Set(key, val, cas)
+	if err != nil {
+		t.Stats.StoreErrors++
+		return false, err
+	}
+	if mismatch {
+		t.Stats.CASRetries++
+	}
+	return mismatch, nil
+}
+
 func (t *Table) bucketKey(fp uint64) string {
 	t.key = append(t.key[:0], t.prefix...)
 	t.key = strconv.AppendUint(t.key, (fp>>1)%t.buckets, 10)
@@ -360,16 +370,12 @@ func (t *Table) Lease(fp uint64, now, expiry int64, fn func(*lease.State) bool) 
 		if !fn(&st) {
 			return st, nil
 		}
-		putUint64(s[0:8], fp)
-		putUint64(s[8:16], uint64(expiry))
 		st.Encode(s[16:])
-		mismatch, err := t.store.Set(key, val, cas)
+		retry, err := t.storeSlot(key, val, cas, s, fp, expiry)
 		if err != nil {
-			t.Stats.StoreErrors++
 			return lease.State{}, err
 		}
-		if mismatch {
-			t.Stats.CASRetries++
+		if retry {
 			continue
 		}
 		return st, nil
