@@ -47,21 +47,13 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	up, err := startUpstream()
+	nb, err := startNoopBench(ctx, "callgrind")
 	if err != nil {
 		return "", err
 	}
-	defer up.Close()
-	tmp, err := os.MkdirTemp("", "sluice-bench-callgrind-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	noop, probe := filepath.Join(tmp, "noop.wasm"), filepath.Join(tmp, "probe.wasm")
-	progress("callgrind: building the no-op and probe Go filters")
-	if err := buildNoopWasm(ctx, noop); err != nil {
-		return "", err
-	}
+	defer nb.close()
+	up, tmp, noop, probe := nb.up, nb.tmp, nb.noop, filepath.Join(nb.tmp, "probe.wasm")
+	progress("callgrind: building the probe Go filter")
 	if err := buildProbeWasm(ctx, probe); err != nil {
 		return "", err
 	}

@@ -77,6 +77,40 @@ func buildNoopWasm(ctx context.Context, out string) error {
 	return buildGoWasm(ctx, "./e2e/bench/testdata/noop", out)
 }
 
+// noopBench is what the sections comparing filters in Envoy share: the
+// upstream, a temporary directory and the no-op Go filter built in it.
+type noopBench struct {
+	up   *leanUpstream
+	tmp  string
+	noop string // the no-op Go filter's module
+}
+
+// startNoopBench starts the upstream and builds the no-op Go filter into a
+// new temporary directory named for section; close releases both.
+func startNoopBench(ctx context.Context, section string) (*noopBench, error) {
+	up, err := startUpstream()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "sluice-bench-"+section+"-")
+	if err != nil {
+		up.Close()
+		return nil, err
+	}
+	b := &noopBench{up: up, tmp: tmp, noop: filepath.Join(tmp, "noop.wasm")}
+	progress("%s: building the no-op Go filter", section)
+	if err := buildNoopWasm(ctx, b.noop); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *noopBench) close() {
+	b.up.Close()
+	os.RemoveAll(b.tmp)
+}
+
 func envoySection(ctx context.Context, o options) (string, error) {
 	up, err := startUpstream()
 	if err != nil {

@@ -29,20 +29,12 @@ type memRow struct {
 }
 
 func memorySection(ctx context.Context, o options) (string, error) {
-	up, err := startUpstream()
+	nb, err := startNoopBench(ctx, "memory")
 	if err != nil {
 		return "", err
 	}
-	defer up.Close()
-	tmp, err := os.MkdirTemp("", "sluice-bench-memory-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	noop, confNoop := filepath.Join(tmp, "noop.wasm"), filepath.Join(tmp, "confignoop.wasm")
-	if err := buildNoopWasm(ctx, noop); err != nil {
-		return "", err
-	}
+	defer nb.close()
+	up, noop, confNoop := nb.up, nb.noop, filepath.Join(nb.tmp, "confignoop.wasm")
 	if err := buildGoWasm(ctx, "./e2e/bench/testdata/confignoop", confNoop); err != nil {
 		return "", err
 	}

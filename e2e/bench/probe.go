@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,21 +51,13 @@ func probeSection(ctx context.Context, o options) (string, error) {
 			variants = append(variants, p)
 		}
 	}
-	up, err := startUpstream()
+	nb, err := startNoopBench(ctx, "probe")
 	if err != nil {
 		return "", err
 	}
-	defer up.Close()
-	tmp, err := os.MkdirTemp("", "sluice-bench-probe-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	noop, probe := filepath.Join(tmp, "noop.wasm"), filepath.Join(tmp, "probe.wasm")
-	progress("probe: building the no-op and probe Go filters")
-	if err := buildNoopWasm(ctx, noop); err != nil {
-		return "", err
-	}
+	defer nb.close()
+	up, noop, probe := nb.up, nb.noop, filepath.Join(nb.tmp, "probe.wasm")
+	progress("probe: building the probe Go filter")
 	if err := buildProbeWasm(ctx, probe); err != nil {
 		return "", err
 	}
