@@ -6,8 +6,8 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 
 	"github.com/sluicehq/sluice/plugin/engine"
-	"github.com/sluicehq/sluice/shared/rls"
-	"github.com/sluicehq/sluice/shared/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/rls"
+	"github.com/sluicehq/sluice/plugin/internal/sprintf"
 )
 
 // globalTickMS is the tick period when global rules exist: the tick fails

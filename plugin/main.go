@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
-	"github.com/sluicehq/sluice/shared/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/sprintf"
 )
 
 func main() {}

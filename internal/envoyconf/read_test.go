@@ -93,9 +93,9 @@ func TestProxiesTrusted(t *testing.T) {
 // The plugin never links Envoy's protos or a YAML library: they belong to
 // sluice validate only (a bigger module would cost every Envoy worker VM:
 // V8 keeps about 18 MiB resident per megabyte of module code). Nor
-// encoding/json (shared/jsonlite decodes the configuration), anything of
-// crypto/ (shared/sha256 makes the global rules' descriptor keys) or
-// net/netip with unique (shared/ipaddr): they pulled in hundreds of
+// encoding/json (plugin/internal/jsonlite decodes the configuration), anything of
+// crypto/ (plugin/internal/sha256 makes the global rules' descriptor keys) or
+// net/netip with unique (plugin/internal/ipaddr): they pulled in hundreds of
 // kilobytes that the proxy-wasm SDK does not need. Nor sort (60 KB with
 // the reflection of sort.Slice, for two sorts of a few strings).
 func TestNotLinkedIntoPlugin(t *testing.T) {

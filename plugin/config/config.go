@@ -15,11 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
+	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
+	"github.com/sluicehq/sluice/plugin/internal/sprintf"
 	"github.com/sluicehq/sluice/shared/header"
-	"github.com/sluicehq/sluice/shared/ipaddr"
-	"github.com/sluicehq/sluice/shared/jsonlite"
 	"github.com/sluicehq/sluice/shared/limit"
-	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 // Config is a validated plugin configuration.

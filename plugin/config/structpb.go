@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice/shared/jsonlite"
+	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 )
 
 // Envoy passes a configuration given as google.protobuf.StringValue to the

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicehq/sluice/shared/jsonlite"
+	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 )
 
 // TestStructConfiguration feeds Parse the wire encoding of a

@@ -3,7 +3,7 @@ package engine
 import (
 	"strings"
 
-	"github.com/sluicehq/sluice/shared/ipaddr"
+	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 )
 
 // ParseHostPort extracts the IP of an Envoy address property

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
-	"github.com/sluicehq/sluice/shared/ipaddr"
+	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 )
 
 // Request gives the engine what it needs of one HTTP request. The plugin

@@ -5,16 +5,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
-	"github.com/sluicehq/sluice/shared/lease"
-	"github.com/sluicehq/sluice/shared/rls"
-	"github.com/sluicehq/sluice/shared/sha256"
+	"github.com/sluicehq/sluice/plugin/internal/lease"
+	"github.com/sluicehq/sluice/plugin/internal/rls"
+	"github.com/sluicehq/sluice/plugin/internal/sha256"
 )
 
 // Global rules: one budget across a fleet of Envoys, kept by a rate-limit
 // service (envoyproxy/ratelimit on Redis), decided locally.
 //
 // A worker that finds a client's lease empty asks the service for k hits in
-// one call (shared/lease sizes k) and pauses the request; the answer fills
+// one call (plugin/internal/lease sizes k) and pauses the request; the answer fills
 // the lease in shared data, where every worker of this Envoy admits from it
 // without a call. Requests of the same client and rule that arrive on the
 // same worker while a call is in flight wait for that call instead of
@@ -189,7 +189,7 @@ func (e *Engine) SetGlobal(c Caller, d Decided) {
 // Envoy of the fleet (no per-process seed), and of fixed size whatever the
 // keyed header holds.
 // It is the hex of the first 16 bytes of the key's SHA-256: fleets already
-// running keep their keys (shared/sha256 is byte-identical to
+// running keep their keys (plugin/internal/sha256 is byte-identical to
 // crypto/sha256, which the plugin no longer links).
 func descriptorKey(keyBuf []byte) string {
 	sum := sha256.Sum256(keyBuf)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/rls"
+	"github.com/sluicehq/sluice/plugin/internal/rls"
 )
 
 // fakeService answers calls like envoyproxy/ratelimit for one window: it

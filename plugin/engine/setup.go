@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/internal/sprintf"
 	"github.com/sluicehq/sluice/shared/limit"
-	"github.com/sluicehq/sluice/shared/sprintf"
 )
 
 var errRandom = errors.New("host random source failed")

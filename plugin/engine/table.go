@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/lease"
+	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 

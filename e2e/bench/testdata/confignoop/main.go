@@ -1,6 +1,6 @@
 // Command confignoop is the no-op Go filter (e2e/bench/testdata/noop) plus
 // Sluice's configuration parsing at start: it links the packages that
-// parsing needs (shared/jsonlite, shared/sprintf, net/netip, strconv, time,
+// parsing needs (plugin/internal/jsonlite, plugin/internal/sprintf, net/netip, strconv, time,
 // ...) and builds the same configuration, and does nothing per request. The bench's memory
 // section runs it to tell what Sluice's extra memory in Envoy comes from:
 // the code those packages add to the module (compiled by V8 once per

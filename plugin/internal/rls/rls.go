@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/sprintf"
 )
 
 // Path is the HTTP/2 :path of the ShouldRateLimit call.
