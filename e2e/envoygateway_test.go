@@ -42,6 +42,7 @@ type egFixture struct {
 	gw       *envoytest.Gateway
 	up       *envoytest.Upstream
 	client   *http.Client // a new connection per request: a listener update never leaves it on the old filter chain
+	from     atomic.Value // the client's address (a string, 127.0.0.N): each step is a new client for client_ip rules
 	wasmURL  string       // build/sluice.wasm over HTTP on loopback
 	wasmSHA  string       // its sha256
 	wasmHits atomic.Int64
@@ -91,18 +92,27 @@ func (f *egFixture) imagePolicy(file string) string {
 // upstream, the wasm HTTP server, the registry with the image, and Envoy
 // Gateway on gateway.yaml, standalone.yaml and the resources given; all of
 // it is stopped in t.Cleanup, whatever happens.
-func startEG(t *testing.T, resources func(f *egFixture) map[string]string) *egFixture {
+func startEG(t *testing.T, withImage bool, resources func(f *egFixture) map[string]string) *egFixture {
 	t.Helper()
 	egBin, registryBin, envoyBin := envoytest.RequireGatewayParts(t)
 	wasm := sluiceWasm(t)
 	// Envoy Gateway's ports are fixed: test runs on the machine (other
 	// worktrees) take turns.
 	envoytest.LockMachine(t, "sluice-envoy-gateway", 10*time.Minute)
+	if pids := envoytest.ReapGatewayLeftovers(); len(pids) > 0 {
+		t.Logf("killed processes %v left by an Envoy Gateway test run that was killed", pids)
+	}
 	envoytest.WaitPortsFree(t, time.Minute, append(envoytest.GatewayPorts, 8888)...)
-	f := &egFixture{t: t, client: &http.Client{
-		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	f := &egFixture{t: t}
+	f.from.Store("127.0.0.1")
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		local := &net.TCPAddr{IP: net.ParseIP(f.from.Load().(string))}
+		return (&net.Dialer{Timeout: 5 * time.Second, LocalAddr: local}).DialContext(ctx, network, addr)
+	}
+	f.client = &http.Client{
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: dial},
 		Timeout:   10 * time.Second,
-	}}
+	}
 	dir := t.TempDir()
 	var err error
 	if f.up, err = envoytest.StartUpstream(); err != nil {
@@ -110,7 +120,9 @@ func startEG(t *testing.T, resources func(f *egFixture) map[string]string) *egFi
 	}
 	t.Cleanup(func() { f.up.Close() })
 	f.serveWasm(t, wasm)
-	f.pushImage(t, registryBin, wasm, dir)
+	if withImage {
+		f.pushImage(t, registryBin, wasm, dir)
+	}
 
 	host, port, _ := net.SplitHostPort(f.up.Addr())
 	standalone, err := envoytest.Expand(shippedEG(t, "standalone.yaml"), map[string]string{
@@ -272,12 +284,19 @@ func (f *egFixture) waitFor(what string, wait time.Duration, probe func() egResp
 		if f.gw.Exited() {
 			f.t.Fatalf("%s: Envoy Gateway exited", what)
 		}
+		if m := egLoadError.FindString(f.gw.Logs()); m != "" {
+			f.t.Fatalf("%s: Envoy Gateway could not load the resources: %s", what, m)
+		}
 		if time.Since(start) > wait {
 			f.t.Fatalf("%s: not after %v; seen %v; last: %v", what, wait, seen, r)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// egLoadError is Envoy Gateway's log line for a resource file it could not
+// read (its file provider then ignores the whole directory).
+var egLoadError = regexp.MustCompile(`failed to (re)?load resources.*`)
 
 // kind classifies a response for the logs: an error, or the status and
 // whether Sluice's headers were on it.
@@ -292,6 +311,22 @@ func (r egResponse) kind() string {
 		return fmt.Sprintf("%d limited", r.status)
 	default:
 		return fmt.Sprintf("%d unlimited", r.status)
+	}
+}
+
+// onlyKinds fails the test if a response seen while waiting was of another
+// kind than allowed: no request may pass unlimited while the gateway starts
+// or switches configurations.
+func onlyKinds(t *testing.T, what string, seen map[string]int, allowed ...string) {
+	t.Helper()
+	for k, n := range seen {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a || strings.HasSuffix(k, a)
+		}
+		if !ok {
+			t.Errorf("%s: %d responses %q (want only %v)", what, n, k, allowed)
+		}
 	}
 }
 
@@ -330,7 +365,7 @@ func checkRejection(t *testing.T, r egResponse, rule string) {
 func TestEnvoyGateway(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	f := startEG(t, func(f *egFixture) map[string]string {
+	f := startEG(t, true, func(f *egFixture) map[string]string {
 		return map[string]string{"sluice.yaml": f.httpPolicy()}
 	})
 	steps := []struct {
@@ -341,6 +376,8 @@ func TestEnvoyGateway(t *testing.T) {
 		{"ImageSource", egImageSource},
 		{"UpdateKeepingRules", egUpdateKeepingRules},
 		{"UpdateChangingARule", egUpdateChangingARule},
+		{"InvalidUpdateFailOpenFalse", func(t *testing.T, f *egFixture) { egInvalidUpdate(t, f, false) }},
+		{"InvalidUpdateFailOpenTrue", func(t *testing.T, f *egFixture) { egInvalidUpdate(t, f, true) }},
 		{"GlobalRule", egGlobalRule},
 	}
 	for _, s := range steps {
@@ -360,6 +397,8 @@ func egHTTPSource(t *testing.T, f *egFixture) {
 		func() egResponse { return f.do("GET", "/", nil) }, hasPolicy("per-client", 1200))
 	t.Logf("gateway started, module fetched over HTTP (%d downloads): limited after %v; before: %v",
 		f.wasmHits.Load(), took.Round(100*time.Millisecond), seen)
+	// The listener binds only once the module is loaded: nothing passes unlimited.
+	onlyKinds(t, "while the gateway started", seen, "connection refused")
 	if f.wasmHits.Load() < 1 {
 		t.Errorf("the module server saw no download")
 	}
@@ -438,12 +477,16 @@ func (f *egFixture) untilRefused(method, path string, h http.Header, max int) (i
 // replaces the HTTP one on the running gateway; POST /login (sliding window,
 // 10 per minute) admits 10.
 func egImageSource(t *testing.T, f *egFixture) {
+	// A new client: the HTTP step's burst left 127.0.0.1 with an empty
+	// per-client bucket, which would be the rule the headers report.
+	f.from.Store("127.0.0.2")
 	if err := f.gw.Apply("sluice.yaml", f.imagePolicy("envoyextensionpolicy.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	took, seen := f.waitFor("the Image policy in force", 2*time.Minute,
 		func() egResponse { return f.do("POST", "/login", nil) }, hasPolicy("login", 10))
 	t.Logf("Image policy applied to the running gateway: in force after %v; before: %v", took.Round(100*time.Millisecond), seen)
+	onlyKinds(t, "while the policy was replaced", seen, " limited")
 	n, r := f.untilRefused("POST", "/login", nil, 20)
 	checkRejection(t, r, "login")
 	if n != 9 {
@@ -476,6 +519,7 @@ func egUpdateKeepingRules(t *testing.T, f *egFixture) {
 			return r.err == nil && r.header.Get("RateLimit-Policy") != "" && r.header.Get("X-RateLimit-Limit") == ""
 		})
 	t.Logf("update (headers: draft) in force after %v; before: %v", took.Round(100*time.Millisecond), seen)
+	onlyKinds(t, "while the configuration changed", seen, " limited")
 	if r := f.do("POST", "/login", nil); r.status != 429 {
 		t.Fatalf("POST /login after an update that kept the rule: %v, want 429 (its state kept)", r)
 	}
@@ -488,6 +532,7 @@ func egUpdateChangingARule(t *testing.T, f *egFixture) {
 	took, seen := f.waitFor("login limit 12 in force", 2*time.Minute,
 		func() egResponse { return f.do("POST", "/login", nil) }, hasPolicy("login", 12))
 	t.Logf("update (login limit 12) in force after %v; before: %v", took.Round(100*time.Millisecond), seen)
+	onlyKinds(t, "while the configuration changed", seen, " limited")
 	n, r := f.untilRefused("POST", "/login", nil, 20)
 	if n != 11 {
 		t.Fatalf("POST /login after the change: %d admitted after the first, want 11 (the changed rule starts clean at 12)", n)
@@ -516,6 +561,7 @@ func egGlobalRule(t *testing.T, f *egFixture) {
 	took, seen := f.waitFor("the global policy in force", 2*time.Minute,
 		func() egResponse { return f.do("GET", "/api/orders", probe) }, hasPolicy("partner-api", 100))
 	t.Logf("global policy and cluster applied: in force after %v; before: %v", took.Round(100*time.Millisecond), seen)
+	onlyKinds(t, "while the policy was replaced", seen, " limited")
 	minute := inOneWindow(t, 30*time.Second)
 	admitted, rejected, last, elapsed := f.concurrentBurst("GET", "/api/orders", key, 130, 4)
 	if now := time.Now().Unix() / 60; now != minute {
@@ -533,17 +579,105 @@ func egGlobalRule(t *testing.T, f *egFixture) {
 // Sluice does not know, which it rejects at start with the field named.
 var badConfig = [2]string{"algorithm: sliding_window", "algorithm: sliding_windw"}
 
-// invalidLogged counts Sluice's rejection of badConfig in the Envoy log
-// (Envoy Gateway's output).
-func (f *egFixture) invalidLogged() int {
-	return strings.Count(f.gw.Logs(), "rules[0].algorithm")
+// egRejectedLogged counts Envoy Gateway's log line for an update its Envoy
+// rejected (a NACK).
+func (f *egFixture) egRejectedLogged() int {
+	return strings.Count(f.gw.Logs(), "Envoy rejected the last update")
 }
 
-// sample sends n probes and counts the kinds of response.
-func (f *egFixture) sample(n int, method, path string) map[string]int {
-	seen := map[string]int{}
-	for i := 0; i < n; i++ {
-		seen[f.do(method, path, nil).kind()]++
+// egInvalidUpdate: a configuration Sluice rejects (an algorithm misspelt),
+// applied to the running gateway with failOpen false or true. Measured:
+// Envoy rejects the listener update (Sluice refuses to start in the canary
+// VM), whatever failOpen, and keeps the last good configuration: /login is
+// still limited by the previous step's rule (12 per minute, exhausted).
+func egInvalidUpdate(t *testing.T, f *egFixture, failOpen bool) {
+	invalid, nacks := f.invalidLogged(), f.egRejectedLogged()
+	edits := [][2]string{{"headers: both", "headers: draft"}, {"limit: 10\n", "limit: 12\n"}, badConfig}
+	if failOpen {
+		edits = append(edits, [2]string{"failOpen: false", "failOpen: true"})
 	}
-	return seen
+	f.setConfig(edits...)
+	start := time.Now()
+	for f.invalidLogged() == invalid || f.egRejectedLogged() == nacks {
+		if time.Since(start) > time.Minute {
+			t.Fatalf("after a minute: Sluice's rejection logged %d times, Envoy's NACK %d times (before: %d, %d)",
+				f.invalidLogged(), f.egRejectedLogged(), invalid, nacks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("failOpen %v: Sluice rejected the configuration and Envoy the update after %v", failOpen, time.Since(start).Round(100*time.Millisecond))
+	seen := map[string]int{}
+	for i := 0; i < 5; i++ {
+		r := f.do("POST", "/login", nil)
+		seen[r.kind()]++
+		if r.status != 429 || !hasPolicy("login", 12)(r) {
+			t.Fatalf("failOpen %v, POST /login after the rejected update: %v; want the last good configuration's 429 (login, 12 per minute)", failOpen, r)
+		}
+	}
+	t.Logf("failOpen %v: the last good configuration stays in force: POST /login ×5 → %v", failOpen, seen)
+}
+
+// TestEnvoyGatewayInvalidConfigAtStart: an Envoy that starts with a
+// configuration Sluice rejects (a new gateway, a new replica, a restart),
+// with the HTTP policy's window misspelt. Measured: the listener is
+// accepted (the module arrives after the listener, from Envoy Gateway's
+// wasm server), and then failOpen false answers every request on the
+// policy's routes with 503 (wasm_fail_stream), failOpen true passes every
+// request with no limit at all.
+func TestEnvoyGatewayInvalidConfigAtStart(t *testing.T) {
+	t.Parallel()
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failOpen=%v", failOpen), func(t *testing.T) {
+			f := startEG(t, false, func(f *egFixture) map[string]string {
+				p := replaceOnce(t, f.httpPolicy(), "window: 1m", "window: 1mn", "envoyextensionpolicy-http.yaml")
+				if failOpen {
+					p = replaceOnce(t, p, "failOpen: false", "failOpen: true", "envoyextensionpolicy-http.yaml")
+				}
+				return map[string]string{"sluice.yaml": p}
+			})
+			took, seen := f.waitFor("the listener answering", 3*time.Minute,
+				func() egResponse { return f.do("GET", "/", nil) },
+				func(r egResponse) bool { return r.err == nil && f.invalidLogged() > 0 })
+			t.Logf("failOpen %v: the listener answers %v after start, Sluice's rejection logged; before: %v", failOpen, took.Round(100*time.Millisecond), seen)
+			if failOpen {
+				egAllUnlimited(t, f)
+			} else {
+				egAllRefused(t, f)
+			}
+		})
+	}
+}
+
+// invalidLogged counts Sluice's rejections of a configuration in the Envoy
+// log (Envoy Gateway's output).
+func (f *egFixture) invalidLogged() int {
+	return strings.Count(f.gw.Logs(), "sluice: invalid configuration: rules[0].")
+}
+
+// egAllRefused: every request is answered 503 by Envoy, none reaches the
+// upstream, and no Sluice header is on them.
+func egAllRefused(t *testing.T, f *egFixture) {
+	codes, last := f.burst("GET", "/closed", nil, 20)
+	for i, c := range codes {
+		if c != 503 {
+			t.Fatalf("failOpen false, request %d: %d, want 503 (every request refused): %v", i, c, codes)
+		}
+	}
+	if last.header.Get("RateLimit-Policy") != "" || f.up.Count("/closed") != 0 {
+		t.Fatalf("failOpen false: RateLimit-Policy %q, upstream saw %d; want no Sluice and no request through", last.header.Get("RateLimit-Policy"), f.up.Count("/closed"))
+	}
+	t.Logf("failOpen false: 20 of 20 requests answered 503, none reached the upstream")
+}
+
+// egAllUnlimited: 250 requests from one client in a moment all pass (the
+// per-client rule, burst 200, would refuse some) with no Sluice header.
+func egAllUnlimited(t *testing.T, f *egFixture) {
+	admitted, rejected, _, elapsed := f.concurrentBurst("GET", "/open", nil, 250, 8)
+	if admitted != 250 || rejected != 0 || f.up.Count("/open") != 250 {
+		t.Fatalf("failOpen true: %d admitted, %d refused, upstream saw %d; want all 250 through", admitted, rejected, f.up.Count("/open"))
+	}
+	if r := f.do("GET", "/open", nil); r.header.Get("RateLimit-Policy") != "" || r.header.Get("X-RateLimit-Limit") != "" {
+		t.Fatalf("failOpen true: Sluice headers on a response: %v", r.header)
+	}
+	t.Logf("failOpen true: 250 of 250 requests from one client in %v passed, no rate-limit header (unlimited)", elapsed.Round(time.Millisecond))
 }

@@ -26,10 +26,10 @@ import (
 // docker-registry for the OCI image source.
 
 // GatewayPorts are the ports Envoy Gateway binds whatever its
-// configuration (xDS 18000, wasm server 18002, health 8081, admin 19000)
-// and its Envoy's readiness and metrics listener (19001): one instance per
-// machine.
-var GatewayPorts = []int{18000, 18002, 8081, 19000, 19001}
+// configuration (xDS 18000, wasm server 18002, health 8081, admin 19000,
+// metrics 19001) and its Envoy's readiness listener (19003): one instance
+// per machine.
+var GatewayPorts = []int{18000, 18002, 8081, 19000, 19001, 19003}
 
 // FindEnvoyGateway returns the envoy-gateway binary: $EG_BIN, else
 // build/bin/envoy-gateway in the repository (where `make envoy-gateway`
@@ -300,6 +300,41 @@ type GatewayOptions struct {
 	Resources map[string]string
 }
 
+// gatewayOwnerEnv marks the processes of an Envoy Gateway started by a
+// test with the test process ("pid.starttime"): Envoy Gateway dies with the
+// test (Pdeathsig) but the Envoy it started would not, so the next run
+// removes what a killed one left.
+const gatewayOwnerEnv = "SLUICE_EG_OWNER"
+
+// ReapGatewayLeftovers kills the processes of Envoy Gateways (and their
+// Envoys) whose test process is gone. Call it holding the machine lock.
+func ReapGatewayLeftovers() []int {
+	var killed []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			owner, ok := strings.CutPrefix(kv, gatewayOwnerEnv+"=")
+			if !ok {
+				continue
+			}
+			opid, start, _ := strings.Cut(owner, ".")
+			if n, err := strconv.Atoi(opid); err != nil || procStart(n) != start {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				killed = append(killed, pid)
+			}
+		}
+	}
+	return killed
+}
+
 // StartGateway runs `envoy-gateway certgen --local`, then starts
 // `envoy-gateway server` in a session of its own. HOME is the test
 // directory, so its wasm cache ($HOME/.eg/wasm) starts empty.
@@ -332,7 +367,8 @@ func StartGateway(ctx context.Context, o GatewayOptions) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	env := append(os.Environ(), "HOME="+o.Dir, "ENVOY_VERSION="+o.EnvoyVersion)
+	env := append(os.Environ(), "HOME="+o.Dir, "ENVOY_VERSION="+o.EnvoyVersion,
+		gatewayOwnerEnv+"="+strconv.Itoa(os.Getpid())+"."+procStart(os.Getpid()))
 	certgen := exec.CommandContext(ctx, o.Bin, "certgen", "--local", "--config-home", g.ConfigHome)
 	certgen.Env = env
 	if out, err := certgen.CombinedOutput(); err != nil {
