@@ -399,7 +399,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "min_limit", "max_limit"); err != nil {
 		return r, err
 	}
 	if raw := m.Get("scope"); raw != nil {
@@ -463,7 +463,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 		}
 		a, ok := limit.ParseAlgorithm(s)
 		if !ok {
-			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
+			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency, adaptive_concurrency", s)
 		}
 		alg = a
 		if r.Global && a != limit.FixedWindow {
@@ -472,6 +472,14 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	}
 	if r.Global {
 		alg = limit.FixedWindow
+	}
+	if alg == limit.AdaptiveConcurrency {
+		return parseAdaptive(field, m, r)
+	}
+	for _, f := range []string{"min_limit", "max_limit"} {
+		if m.Has(f) {
+			return r, errf(field+"."+f, "applies to adaptive_concurrency only (the other algorithms take limit)")
+		}
 	}
 	// limit
 	lraw := m.Get("limit")
@@ -568,6 +576,20 @@ func parseConcurrency(field string, m *jsonlite.Value, r Rule, lim int64) (Rule,
 	if m.Has("burst") {
 		return r, errf(field+".burst", "not allowed with concurrency: limit is the number of requests in flight at once")
 	}
+	if r, err = parseConcurrencyTail(field, m, r); err != nil {
+		return r, err
+	}
+	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
+		return r, errf(field+".limit", "%v", err)
+	}
+	r.ID = ruleID(&r)
+	return r, nil
+}
+
+// parseConcurrencyTail reads the fields a concurrency rule shares with an
+// adaptive one: max_delay (its queue) and shadow.
+func parseConcurrencyTail(field string, m *jsonlite.Value, r Rule) (Rule, error) {
+	var err error
 	if raw := m.Get("max_delay"); raw != nil {
 		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
 			return r, err
@@ -584,8 +606,46 @@ func parseConcurrency(field string, m *jsonlite.Value, r Rule, lim int64) (Rule,
 			return r, errf(field+".shadow", "must be true or false")
 		}
 	}
-	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
-		return r, errf(field+".limit", "%v", err)
+	return r, nil
+}
+
+// parseAdaptive finishes an adaptive_concurrency rule: nobody sets its
+// limit, so limit, window and burst are refused (each would suggest a
+// number the rule does not enforce); min_limit and max_limit bound what it
+// learns.
+func parseAdaptive(field string, m *jsonlite.Value, r Rule) (Rule, error) {
+	for _, f := range []string{"limit", "window", "burst"} {
+		if m.Has(f) {
+			return r, errf(field+"."+f, "not allowed with adaptive_concurrency: the rule learns how many requests may be in flight from the upstream's latency; bound it with min_limit and max_limit instead")
+		}
+	}
+	bounds := [2]int64{1, 1000}
+	for i, f := range []string{"min_limit", "max_limit"} {
+		raw := m.Get(f)
+		if raw == nil {
+			continue
+		}
+		n, err := integer(field+"."+f, raw)
+		if err != nil {
+			return r, err
+		}
+		if n < 1 || n > limit.MaxConcurrency {
+			return r, errf(field+"."+f, "must be 1..%d requests in flight, got %d", limit.MaxConcurrency, n)
+		}
+		bounds[i] = n
+	}
+	if bounds[0] > bounds[1] {
+		if !m.Has("max_limit") {
+			return r, errf(field+".min_limit", "%d is over the default max_limit 1000: set max_limit too", bounds[0])
+		}
+		return r, errf(field+".max_limit", "must be >= min_limit (%d), got %d", bounds[0], bounds[1])
+	}
+	var err error
+	if r, err = parseConcurrencyTail(field, m, r); err != nil {
+		return r, err
+	}
+	if r.Limit, err = limit.NewAdaptive(bounds[0], bounds[1]); err != nil {
+		return r, errf(field+".max_limit", "%v", err)
 	}
 	r.ID = ruleID(&r)
 	return r, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
+	"github.com/sluicehq/sluice/shared/limit"
 )
 
 // Request gives the engine what it needs of one HTTP request. The plugin
@@ -71,6 +72,9 @@ type Verdict struct {
 	// Slots are the concurrency slots the request holds: Release them when
 	// its stream ends.
 	Slots []SlotRef
+	// ReportLimit is the limit of an adaptive concurrency Report, as
+	// learnt when the request was decided.
+	ReportLimit int64
 }
 
 // RuleStats counts the decisions of one rule.
@@ -90,6 +94,9 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
+	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
+	// that failed (the worker learnt on its own copy meanwhile).
+	GaugeErrors uint64
 }
 
 // charge is a rule that admitted the request being decided, with the
@@ -137,6 +144,13 @@ type Engine struct {
 	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
+	// adaptive concurrency rules (adaptive.go)
+	learners   map[learnKey]*learner
+	gop        gaugeOp
+	slotLim    limit.Limit
+	lastGauge  []limit.Gauge
+	lastSlots  []slotsSeen
+	learnSwept int64
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 }
@@ -164,6 +178,10 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 
 		holdings: map[holdKey]*holding{},
 		hold:     make([]int64, len(cfg.Rules)),
+
+		learners:  map[learnKey]*learner{},
+		lastGauge: make([]limit.Gauge, len(cfg.Rules)),
+		lastSlots: make([]slotsSeen, len(cfg.Rules)),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
