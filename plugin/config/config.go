@@ -38,6 +38,9 @@ type Config struct {
 	// rate-limit service of global rules cannot answer in time; the default
 	// (false, "allow") lets them through.
 	OnErrorDeny bool
+	// TextBody answers a rejection with a short text/plain body instead of
+	// the problem+json document ("body": "text").
+	TextBody bool
 	// Global is the rate-limit service of global rules (nil when the
 	// configuration has no "global" object).
 	Global *Global
@@ -203,7 +206,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global"); err != nil {
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body"); err != nil {
 		return nil, err
 	}
 	c := &Config{
@@ -306,6 +309,12 @@ func Parse(doc []byte) (*Config, error) {
 			return nil, errf("on_error", "must be \"allow\" or \"deny\"")
 		}
 		c.OnErrorDeny = raw.Text == "deny"
+	}
+	if raw := top.Get("body"); raw != nil {
+		if s, ok := raw.Str(); !ok || (s != "problem+json" && s != "text") {
+			return nil, errf("body", "must be \"problem+json\" (the default) or \"text\"")
+		}
+		c.TextBody = raw.Text == "text"
 	}
 	if raw := top.Get("global"); raw != nil {
 		g, err := parseGlobal(raw)
