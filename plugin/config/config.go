@@ -98,6 +98,9 @@ type Rule struct {
 	// fixed windows, one budget across the fleet; Window is then 1s, 1m,
 	// 1h or 24h and the algorithm fixed_window.
 	Global bool
+	// Cost is what the rule charges a request (the zero Cost: one unit
+	// at admission); see cost.go.
+	Cost Cost
 	// ID identifies the rule's semantics: two rules with the same ID count
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
@@ -419,7 +422,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "cost"); err != nil {
 		return r, err
 	}
 	f := fields{path: field, m: m}
@@ -429,6 +432,9 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	alg, err := ruleAlgorithm(f, r.Global)
 	if err != nil {
 		return r, err
+	}
+	if m.Has("cost") && !costAlgorithm(alg) {
+		return r, errf(field+".cost", "not with %s: a cost applies to token_bucket, fixed_window, sliding_window and global rules (rates in units)", alg)
 	}
 	if !m.Has("limit") {
 		return r, errf(field+".limit", "required (requests per window, > 0)")
@@ -456,6 +462,11 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	r.Limit, err = limit.New(alg, lim, window, burst)
 	if err != nil {
 		return r, errf(field+".window", "%v", err)
+	}
+	if raw := m.Get("cost"); raw != nil {
+		if r.Cost, err = parseCost(field+".cost", raw, &r); err != nil {
+			return r, err
+		}
 	}
 	r.ID = ruleID(&r)
 	return r, nil
@@ -690,6 +701,13 @@ func ruleID(r *Rule) uint64 {
 		h.Write([]byte(sprintf.Sprintf("%d:%s,", int(k.Kind), k.Header)))
 	}
 	h.Write([]byte(sprintf.Sprintf("|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())))
+	if c := &r.Cost; c.Set() {
+		// Only rules with a cost hash it: the IDs of the others are kept.
+		h.Write([]byte(sprintf.Sprintf("|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)))
+		for _, s := range c.OnStatus {
+			h.Write([]byte(sprintf.Sprintf(",%d", int(s))))
+		}
+	}
 	return h.Sum64()
 }
 

@@ -117,6 +117,12 @@ const (
 	Peek
 	// Refund gives back one charge (the decision returned is meaningless).
 	Refund
+	// Admit decides whether a request charged after its response may pass
+	// (limit.Admit) without storing anything.
+	Admit
+	// Debit charges n units unconditionally (limit.Debit): the cost of an
+	// admitted request, known from its response.
+	Debit
 )
 
 // Update applies op for client fingerprint fp under lim at now, with a CAS
@@ -153,6 +159,14 @@ func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64
 				return d, kind, nil // nothing to give back
 			}
 			st = lim.Refund(st, now, n)
+		case Debit:
+			st, d = lim.Debit(st, now, n)
+		case Admit:
+			d = lim.Admit(st, now)
+			if kind == SlotOverflow {
+				t.Stats.Overflow++
+			}
+			return d, kind, nil
 		default:
 			st, d = lim.AllowN(st, now, n, maxDelay)
 			if op == Peek || !d.Allowed {
