@@ -74,7 +74,7 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 		clients[i] = start(i)
 	}
 	var now time.Duration
-	served, limit := 0, ""
+	served, limit, policy := 0, "", ""
 	for step := 0; step < 3000; step++ { // 3 s in 1 ms steps
 		if err := h.AdvanceClock(time.Millisecond); err != nil {
 			t.Fatal(err)
@@ -85,7 +85,7 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 		}
 		for _, s := range up.due(now) {
 			res := respond(t, s)
-			limit = res.Headers.Value("x-ratelimit-limit")
+			limit, policy = res.Headers.Value("x-ratelimit-limit"), res.Headers.Value("ratelimit-policy")
 			served++
 		}
 		for i, s := range clients {
@@ -108,6 +108,10 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 	t.Logf("served %d in 2 s (capacity %.0f), upstream queue at most %d, learnt limit %s", served, capacity, up.maxQ, limit)
 	if float64(served) < 0.7*capacity || up.maxQ > 6 || n < 5 || n > 12 {
 		t.Errorf("served %d (capacity %.0f), upstream queue up to %d, limit %d", served, capacity, up.maxQ, n)
+	}
+	// The draft policy says the learnt number, in concurrent requests.
+	if want := `"store";q=` + limit + `;qu="concurrent-requests"`; policy != want {
+		t.Errorf("RateLimit-Policy %q, want %q", policy, want)
 	}
 	// The metrics publish the learnt limit and latency.
 	h.AdvanceClock(1100 * time.Millisecond)
