@@ -101,16 +101,15 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg         *config.Config
-	table       *Table
-	seed        uint64
-	needMethod  bool
-	needPath    bool
-	overflowFPs []uint64
-	matched     []int
-	charged     []charge
-	keyBuf      []byte
-	Stats       Stats
+	cfg        *config.Config
+	table      *Table
+	seed       uint64
+	needMethod bool
+	needPath   bool
+	matched    []int
+	charged    []charge
+	keyBuf     []byte
+	Stats      Stats
 	// Global rules (global.go).
 	Global  GlobalStats
 	caller  Caller
@@ -154,7 +153,7 @@ func (e *Engine) now() int64 {
 func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	e := &Engine{
 		cfg:     cfg,
-		table:   NewTable(store, cfg.MaxKeys),
+		table:   NewTable(store, Regions(cfg)),
 		seed:    seed,
 		matched: make([]int, 0, len(cfg.Rules)),
 		charged: make([]charge, 0, len(cfg.Rules)),
@@ -181,9 +180,18 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 				e.needPath = true
 			}
 		}
-		e.overflowFPs = append(e.overflowFPs, hash64(seed, r.ID^0x6f766572666c6f77, nil))
 	}
 	return e
+}
+
+// Regions returns the state table's regions for the rules of cfg: one per
+// rule, of the rule's share of max_keys.
+func Regions(cfg *config.Config) []Region {
+	rs := make([]Region, len(cfg.Rules))
+	for i := range cfg.Rules {
+		rs[i] = Region{ID: cfg.Rules[i].ID, Share: cfg.Rules[i].Share}
+	}
+	return rs
 }
 
 // Config returns the engine's configuration.
@@ -289,7 +297,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
 			continue
 		}
-		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
+		d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, 1, e.maxDelay(r))
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
@@ -374,7 +382,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again.
 	for _, c := range e.charged {
-		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, 1, 0)
 	}
 	// Report the longest wait among the rules not yet evaluated, so that the
 	// client's retry is not rejected by the next rule in line.
@@ -388,7 +396,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), i, &r.Limit, now, 1, 0)
 		if err == nil && !d.Allowed && d.RetryAfter > v.RetryAfter {
 			v.Report, v.Reset, v.RetryAfter = r, d.Reset, d.RetryAfter
 		}
