@@ -150,7 +150,8 @@ func (h *host) idle(now time.Time) bool {
 //     One goroutine pays for the lesson; the others do not each earn their
 //     own 429.
 //   - budget: the requests the server still admits until resetAt. At 0 the
-//     next requests wait for the reset; at the reset the budget becomes the
+//     next requests wait for the reset, or, when the limit is a token
+//     bucket, for its next token (see refillLocked); at the reset the budget becomes the
 //     largest quota the server has shown (capacity) and no more, so that a
 //     crowd of waiters is released a window's worth at a time instead of as
 //     a wave of requests the client already knows will be rejected. See
@@ -175,6 +176,7 @@ type view struct {
 	mu        sync.Mutex
 	blocked   time.Time     // no request before this
 	budget    int           // requests the server still admits before resetAt; -1: unknown
+	budgetAt  time.Time     // when budget was last read from an answer (or refilled)
 	resetAt   time.Time     // when the quota is restored; zero: unknown
 	limit     int           // the Limit the server announced; 0: unknown
 	maxSeen   int           // the largest Remaining seen, plus one; 0: none seen
@@ -218,7 +220,10 @@ func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserv
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.pacer == nil || now.Before(v.blocked) || (v.budget == 0 && now.Before(v.resetAt)) {
+	if v.pacer == nil || now.Before(v.blocked) {
+		return 0, nil, false
+	}
+	if v.refillLocked(now); v.budget == 0 && now.Before(v.resetAt) {
 		return 0, nil, false
 	}
 	r = v.pacer.ReserveN(now, 1)
@@ -274,9 +279,11 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 
 // acquire admits one request now into every view of g (wait == 0), which
 // the caller must then report to observe, or says how long to wait before
-// asking again (the longest any view asks). first says whether this is the
-// request's first attempt, which earns the host's retry budget its share.
-func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Duration, holder *view) {
+// asking again (the longest any view asks), which view asks it, and
+// whether that view's limit refills continuously (a token bucket, see
+// tokenEvery). first says whether this is the request's first attempt,
+// which earns the host's retry budget its share.
+func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Duration, holder *view, refills bool) {
 	vs := g.vs[:g.n]
 	for _, v := range vs {
 		v.mu.Lock()
@@ -285,6 +292,9 @@ func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Durat
 		if w := v.waitLocked(now); w > wait {
 			wait, holder = w, v
 		}
+	}
+	if holder != nil {
+		refills = holder.tokenEvery() > 0
 	}
 	if wait <= 0 {
 		for i, v := range vs {
@@ -297,7 +307,7 @@ func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Durat
 	for _, v := range vs {
 		v.mu.Unlock()
 	}
-	return wait, holder
+	return wait, holder, refills
 }
 
 // withdraw spends one retry from the host's budget, if it has one; it
@@ -368,7 +378,7 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 	if v.budget >= 0 && !v.resetAt.IsZero() && !now.Before(v.resetAt) {
 		// The server has restored the quota. Until a response says what
 		// is left, assume what it has shown and no more.
-		v.budget, v.resetAt = -1, time.Time{}
+		v.budget, v.budgetAt, v.resetAt = -1, now, time.Time{}
 		if c := v.capacity(); c > 0 {
 			v.budget = c
 			if v.window > 0 {
@@ -376,13 +386,53 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 			}
 		}
 	}
+	v.refillLocked(now)
 	if v.budget == 0 {
 		if now.Before(v.resetAt) {
+			if per := v.tokenEvery(); per > 0 {
+				if next := v.budgetAt.Add(per); next.Before(v.resetAt) {
+					return next.Sub(now)
+				}
+			}
 			return v.resetAt.Sub(now)
 		}
 		v.budget = -1 // exhausted, with no known reset: nothing to wait for
 	}
 	return 0
+}
+
+// tokenEvery is how often the server adds one request to the quota, for a
+// limit that refills continuously (a token bucket), or 0 when the view
+// does not know it to: a window (fixed, or unknown) restores its quota only
+// at the reset. The server shows a token bucket by admitting fewer at
+// once than its announced Limit per window (a burst below the limit),
+// which a window never does.
+func (v *view) tokenEvery() time.Duration {
+	if v.limit <= 0 || v.window <= 0 || v.maxSeen <= 0 || v.maxSeen >= v.limit {
+		return 0
+	}
+	return max(v.window/time.Duration(v.limit), time.Millisecond)
+}
+
+// refillLocked adds to the budget the requests a token bucket has earned
+// since the budget was read: one per tokenEvery, up to the capacity. So
+// Remaining 0 from a token bucket holds the next request until the next
+// token, a tenth of a second at 10 per second, and not until the quota is
+// full again: holding everyone until the full reset, and then releasing
+// the whole crowd at once to empty the bucket again, is how a client
+// paced at exactly the server's rate settles at half of it. v.mu must be
+// held.
+func (v *view) refillLocked(now time.Time) {
+	per := v.tokenEvery()
+	if per <= 0 || v.budget < 0 || v.budgetAt.IsZero() || !now.After(v.budgetAt) {
+		return
+	}
+	n := now.Sub(v.budgetAt) / per
+	if n <= 0 {
+		return
+	}
+	v.budget = min(v.budget+int(min(n, 1<<20)), max(v.capacity(), v.budget))
+	v.budgetAt = v.budgetAt.Add(n * per)
 }
 
 // admitLocked admits one request that waitLocked let go. v.mu must be held.
@@ -432,7 +482,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		v.inflight--
 	}
 	if in.Has == 0 {
-		v.settleLocked(others)
+		v.settleLocked(now, others)
 		return
 	}
 	rejected := status == 429 || status == 503
@@ -454,11 +504,12 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		}
 		if in.Has&header.HasReset != 0 {
 			reset := now.Add(in.Reset)
+			v.refillLocked(now)
 			if t.ordered {
 				v.budget = max(in.Remaining-int(min(v.seq-t.seq, 1<<30)), 0)
-				v.resetAt = reset
+				v.budgetAt, v.resetAt = now, reset
 			} else if b := max(in.Remaining-v.inflight-others, 0); v.budget < 0 || b < v.budget {
-				v.budget = b
+				v.budget, v.budgetAt = b, now
 				if reset.After(v.resetAt) {
 					v.resetAt = reset
 				}
@@ -480,7 +531,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 			}
 		}
 	}
-	v.settleLocked(others)
+	v.settleLocked(now, others)
 	if in.Exhausted() || status == 429 {
 		v.throttled = true
 	}
@@ -492,7 +543,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 			}
 			if status == 429 {
 				// The quota is spent until at least then.
-				v.budget = 0
+				v.budget, v.budgetAt = 0, now
 				if until.After(v.resetAt) {
 					v.resetAt = until
 				}
@@ -504,9 +555,9 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 
 // settleLocked makes the lowest Remaining of a crowd the budget once the
 // whole crowd has answered (see observe). v.mu must be held.
-func (v *view) settleLocked(others int) {
+func (v *view) settleLocked(now time.Time, others int) {
 	if v.inflight == 0 && others == 0 && v.crowd >= 0 {
-		v.budget, v.resetAt = v.crowd, v.crowdEnd
+		v.budget, v.budgetAt, v.resetAt = v.crowd, now, v.crowdEnd
 		v.crowd, v.crowdEnd = -1, time.Time{}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/sluicehq/sluice/shared/header"
+	"golang.org/x/time/rate"
 )
 
 // Transport is an http.RoundTripper that retries what a rate-limited or
@@ -98,7 +99,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// The views are looked up again before every attempt: the answer to
 		// the last one may have taught the route its policy.
 		known = h.govern(&t.routes, rk, &g)
-		var paced [maxViews]*view // views whose pace this attempt has reserved
+		var paced turns // the views whose pace this attempt has reserved
 		for fresh := attempt == 0; ; fresh = false {
 			if !fresh { // after any wait, and before a retry
 				now = c.clock.Now()
@@ -113,9 +114,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				continue
 			}
-			wait, holder := h.acquire(&g, now, attempt == 0)
+			wait, holder, refills := h.acquire(&g, now, attempt == 0)
 			if wait <= 0 {
 				break
+			}
+			if refills {
+				// Held by a token bucket until its next token: the turns
+				// reserved before the hold are given back and taken again
+				// after it, in the pacer's order. Kept, they would release
+				// the whole crowd of waiters at once when the hold ends,
+				// to empty the server's bucket again. (A window restores
+				// its whole quota at the reset: there, the crowd that the
+				// budget releases at once is what the server admits.)
+				paced.giveBack(now)
 			}
 			ev := RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: wait, Limit: fromInfo(lastInfo), Policy: holder.name}
 			if resp != nil {
@@ -239,11 +250,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // view that asks for it. paced marks the views already reserved for this
 // attempt. Pacing is advice: a wait that would exceed MaxWait or pass the
 // deadline is cancelled and skipped, never a reason to fail.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *[maxViews]*view, now time.Time) (time.Duration, *view, bool) {
+func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time) (time.Duration, *view, bool) {
 next:
 	for _, v := range g.vs[:g.n] {
 		free := -1
-		for j, p := range paced {
+		for j, p := range paced.vs {
 			if p == v {
 				continue next
 			}
@@ -255,19 +266,36 @@ next:
 		if !ok {
 			continue
 		}
-		if free >= 0 {
-			paced[free] = v
-		}
-		if d <= 0 {
-			continue
-		}
 		if t.tooLong(ctx, now, d) != "" {
 			res.CancelAt(now)
+			continue
+		}
+		if free >= 0 {
+			paced.vs[free], paced.rs[free] = v, res
+		}
+		if d <= 0 {
 			continue
 		}
 		return d, v, true
 	}
 	return 0, nil, false
+}
+
+// turns are the pacing turns one attempt has reserved, one per view.
+type turns struct {
+	vs [maxViews]*view
+	rs [maxViews]*rate.Reservation
+}
+
+// giveBack cancels the reserved turns (those not yet due go back to their
+// pacer) and forgets them, so that the attempt reserves new ones.
+func (p *turns) giveBack(now time.Time) {
+	for i, r := range p.rs {
+		if r != nil {
+			r.CancelAt(now)
+		}
+		p.vs[i], p.rs[i] = nil, nil
+	}
 }
 
 // fit checks a wait of d, of which hint is what the server asked for,

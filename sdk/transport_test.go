@@ -980,3 +980,52 @@ func TestParseRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// drainOnce is a token bucket that another client empties once, at a
+// given time: the next answer this client gets reads Remaining 0 (or is a
+// 429), the late answer of the lock-in scenario below.
+type drainOnce struct {
+	tokenBucket
+	at      time.Time
+	drained bool
+}
+
+func (d *drainOnce) admit(now time.Time) verdict {
+	if !d.drained && !now.Before(d.at) {
+		d.drained = true
+		for {
+			if v := d.tokenBucket.admit(now); !v.ok || v.remaining <= 1 {
+				break
+			}
+		}
+	}
+	return d.tokenBucket.admit(now)
+}
+
+// TestConcurrentTokenBucketLockIn is the half-rate lock-in, made to happen
+// every run: 20 goroutines paced at exactly a token bucket's 10/s (burst
+// 5); 3 s in, another client empties the bucket, and the next answer reads
+// Remaining 0. A client that then holds every request until the full
+// reset (rounded up to a second), and releases the crowd of waiters on the
+// turns they reserved before the hold, empties the bucket at every reset
+// and settles at 5 per reset: about 37 s for the 200 requests. Holding
+// until the next token (100 ms), and re-pacing the crowd, keeps the rate.
+func TestConcurrentTokenBucketLockIn(t *testing.T) {
+	for _, st := range []style{sluiceStyle, legacyStyle, draftStyle} {
+		t.Run(st.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				algo := &drainOnce{tokenBucket: tokenBucket{limit: 10, window: time.Second, burst: 5}, at: time.Now().Add(3 * time.Second)}
+				a := &api{now: time.Now, algo: algo, style: st}
+				elapsed := load(t, a, 20, 10)
+				// The other client took up to 4 tokens: at most 0.4 s more.
+				t.Logf("%s: 200 requests in %v (theoretical minimum 19.5s + 0.4s), %d rejected", st, elapsed, a.count(429))
+				if !algo.drained {
+					t.Fatal("the bucket was never drained")
+				}
+				if elapsed > 22*time.Second {
+					t.Errorf("took %v, want close to 20s (locked into half the rate?)", elapsed)
+				}
+			})
+		})
+	}
+}

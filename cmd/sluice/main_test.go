@@ -173,9 +173,9 @@ testdata/envoy.json:16 (string): ok (1 rule)
 testdata/envoy.json:21 (struct): ok (2 rules)
 testdata/envoy.json:26 (struct-bad): rules[0].burst: must be > 0, got 0`},
 		// Issue 11: Envoy's defaults and xff_trusted_hops 1.
-		{[]string{"-envoy", "testdata/issue11.yaml", "-proxies", "0", "-strict"}, 1, `
-testdata/issue11.yaml:24 (sluice): ok (1 rule)
-testdata/issue11.yaml:24 (sluice): warning: listener "sidecar" (use_remote_address false, xff_num_trusted_hops 0, Sluice client_ip.xff_trusted_hops 1): rules keyed by client IP key on X-Forwarded-For entry 1 from the right as the filter sees it, which behind 0 proxies (that append to X-Forwarded-For) is written by the client: a client chooses its address, and a new budget per request. Fix: set the connection manager's use_remote_address: true and xff_num_trusted_hops: 0, and Sluice's client_ip.xff_trusted_hops to 0`},
+		{[]string{"-envoy", "testdata/sidecar-defaults.yaml", "-proxies", "0", "-strict"}, 1, `
+testdata/sidecar-defaults.yaml:24 (sluice): ok (1 rule)
+testdata/sidecar-defaults.yaml:24 (sluice): warning: listener "sidecar" (use_remote_address false, xff_num_trusted_hops 0, Sluice client_ip.xff_trusted_hops 1): rules keyed by client IP key on X-Forwarded-For entry 1 from the right as the filter sees it, which behind 0 proxies (that append to X-Forwarded-For) is written by the client: a client chooses its address, and a new budget per request. Fix: set the connection manager's use_remote_address: true and xff_num_trusted_hops: 0, and Sluice's client_ip.xff_trusted_hops to 0`},
 	} {
 		code, out, errOut := sluice(t, "", append([]string{"validate"}, c.args...)...)
 		want := strings.TrimPrefix(c.want, "\n") + "\n"

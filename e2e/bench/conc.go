@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/wasmhost"
 )
 
-// The conc section measures the concurrency rule (issue 12): what taking
+// The conc section measures the concurrency rule: what taking
 // and giving back a slot, and waiting in the queue, cost per request in the
 // plugin (wazero host); how close to its limit the queue keeps a slow
 // upstream in Envoy; and how long the slots of a worker that vanished stay

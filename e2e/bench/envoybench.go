@@ -325,7 +325,7 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration, noopEr
 		return "**not met**"
 	}
 	if na.rps > 0 && nar.rps > 0 {
-		fmt.Fprintf(&b, "Issue 6's target, Sluice at least 0.9x the native filter's throughput: %s when all requests are admitted (%.2fx), "+
+		fmt.Fprintf(&b, "Target, Sluice at least 0.9x the native filter's throughput: %s when all requests are admitted (%.2fx), "+
 			"%s when most are rejected (%.2fx).\n\n", verdict(sl.rps/na.rps), sl.rps/na.rps, verdict(slr.rps/nar.rps), slr.rps/nar.rps)
 	}
 	paired := func(a, c string) string {
@@ -425,7 +425,7 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration, noopEr
 		"client with a burst of %d, so that about %.0f requests per second pass (the rate, plus each client's burst refilled while "+
 		"the other scenarios ran) and the rest are answered 429 by the filter. "+
 		"Each Envoy was warmed up for %v, then %d interleaved rounds ran every scenario for %v each (the order rotated every "+
-		"round; 2.5s by default, down from 3s so that `make bench` stays within about 3 minutes with seven Envoys; `-duration` "+
+		"round; 2.5s by default so that `make bench` stays within about 3 minutes with seven Envoys; `-duration` "+
 		"sets it), %v in all; the tables give the medians over the rounds. Latency is per request, from writing it to reading the "+
 		"whole response, on loopback.\n",
 		spellCount(len(scs)), strings.Join(names, "; "), o.concurrency, o.conns, numCPU(),

@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-// The exact section (issue 5): a burst of simultaneous requests from one
+// The exact section: a burst of simultaneous requests from one
 // client must admit exactly burst whatever the number of workers racing on
 // the client's state, and an overload at twice the rate must admit the rate.
 

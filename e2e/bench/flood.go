@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/plugin/engine"
 )
 
-// The flood section (issue 5): N distinct client addresses, one request
+// The flood section: N distinct client addresses, one request
 // each, through Envoy with xff_num_trusted_hops: 1, against Sluice with
 // max_keys and against the same Envoy without the filter, to tell the
 // memory Sluice keeps from Envoy's own. A victim that spent its budget

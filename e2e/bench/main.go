@@ -112,7 +112,7 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 2, "envoy and flood: Envoy --concurrency")
 	flag.IntVar(&o.inprocN, "inproc-requests", 20000, "inproc: measured requests per case")
 	flag.StringVar(&o.benchtime, "benchtime", "500ms", "gobench: go test -benchtime")
-	flag.IntVar(&o.flood, "flood", 0, "flood: number of distinct client addresses (adds the flood section; 1000000 for issue 5)")
+	flag.IntVar(&o.flood, "flood", 0, "flood: number of distinct client addresses (adds the flood section; 1000000 for the flood of `make flood`)")
 	flag.IntVar(&o.floodConns, "flood-conns", 32, "flood: concurrent connections")
 	flag.BoolVar(&o.floodBase, "flood-baseline", true, "flood: also flood an Envoy without the filter, to separate Envoy's own growth")
 	flag.IntVar(&o.maxKeys, "max-keys", 100000, "flood: Sluice max_keys")

@@ -113,7 +113,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	s1, s8 := med(find("Sluice", 1))-med(find("no-op Go filter", 1)), med(find("Sluice", 8))-med(find("no-op Go filter", 8))
 	perWorker := (s8 - s1) / 7
 	fmt.Fprintf(&b, "\n**Sluice over the no-op Go filter: %+.1f MiB at `--concurrency 1`, %+.1f MiB at `--concurrency 8`, %+.2f MiB per extra worker** "+
-		"(issue 15's targets: at most 10 MB at concurrency 8 (%s), at most 3 MB per worker (%s)).\n",
+		"(targets: at most 10 MB at concurrency 8 (%s), at most 3 MB per worker (%s)).\n",
 		s1, s8, perWorker, verdict(s8*(1<<20) <= 10e6), verdict(perWorker*(1<<20) <= 3e6))
 	if st, err := os.Stat(sluice); err == nil {
 		sizes := []string{fmt.Sprintf("Sluice %d", st.Size())}

@@ -30,7 +30,7 @@
 // max_delay: with thousands of presses a second, the next press takes a
 // freed slot within milliseconds, so a queue at Envoy adds no orders; it
 // only keeps thousands of streams open on the proxy (measured: fewer
-// orders and a higher login p99 with max_delay 2s; see the README). It
+// orders and a higher login p99 with max_delay 2s; see README.md here). It
 // keys clients with
 // client_ip.xff_trusted_hops 0, i.e. by source.address: Envoy, with
 // xff_num_trusted_hops 1, already sets that to the client's X-Forwarded-For

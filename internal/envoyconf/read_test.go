@@ -157,17 +157,17 @@ func TestFmtNotReachableInPlugin(t *testing.T) {
 	}
 }
 
-// The README's table of client addresses says what ProxiesTrusted says
+// The table of client addresses in docs/configuration.md says what ProxiesTrusted says
 // (and e2e.TestClientIdentityMatrix proves against the real Envoy).
-func TestREADMETable(t *testing.T) {
-	src, err := os.ReadFile("../../README.md")
+func TestClientAddressTable(t *testing.T) {
+	src, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := regexp.MustCompile("(?m)^\\| `(true|false)` \\| ([0-9]) \\| ([0-9]) \\| [^|]+ \\| ([0-9]) \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\|$")
 	rows := row.FindAllStringSubmatch(string(src), -1)
 	if len(rows) != 18 {
-		t.Fatalf("%d rows in the README table, want 18", len(rows))
+		t.Fatalf("%d rows in the table of docs/configuration.md, want 18", len(rows))
 	}
 	for _, r := range rows {
 		h, _ := strconv.Atoi(r[2])
