@@ -106,7 +106,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := nowNanos()
-	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() {
+	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() || p.engine.PendingCharges() > 0 {
 		p.engine.Sweep(now)
 	}
 	p.held.release(now, func(id uint32) {
@@ -273,6 +273,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		return types.ActionContinue
 	}
 	p := h.plugin
+	h.settle()
 	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])

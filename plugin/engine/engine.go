@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
+	"github.com/sluicehq/sluice/shared/limit"
 )
 
 // Request gives the engine what it needs of one HTTP request. The plugin
@@ -71,6 +72,9 @@ type Verdict struct {
 	// Slots are the concurrency slots the request holds: Release them when
 	// its stream ends.
 	Slots []SlotRef
+	// post are the rules that charge the request once the upstream's
+	// response arrives (cost.go: Settle).
+	post postList
 }
 
 // RuleStats counts the decisions of one rule.
@@ -79,6 +83,9 @@ type RuleStats struct {
 	// WaitNS is the total time requests waited in a concurrency rule's
 	// queue (they count as Delayed once admitted).
 	WaitNS uint64
+	// Charged is the units charged to admitted requests (one each without
+	// a cost; with a cost, what the request header or the response said).
+	Charged uint64
 }
 
 // Stats counts what the engine decided since it started.
@@ -90,6 +97,9 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
+	// ChargeErrors counts charges after the response that were lost
+	// (shared data failed, or a global rule's charge call failed).
+	ChargeErrors uint64
 }
 
 // charge is a rule that admitted the request being decided, with the
@@ -97,6 +107,7 @@ type Stats struct {
 type charge struct {
 	rule int
 	fp   uint64
+	n    int64 // units charged (a request_header cost)
 }
 
 // Engine decides requests for one worker. Not safe for concurrent use.
@@ -135,7 +146,10 @@ type Engine struct {
 	waiters  []*Waiter
 	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
-	renewed  uint16  // the epoch of the last renewal
+	// debts are global rules' charges after the response that wait for
+	// the tick (cost.go).
+	debts   map[callKey]*debt
+	renewed uint16 // the epoch of the last renewal
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 }
@@ -288,7 +302,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			// and never need it.
 			off := len(e.gkeys)
 			e.gkeys = append(e.gkeys, e.keyBuf...)
-			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf)})
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf), cost: e.requestCost(r, &ri)})
 			continue
 		}
 		if IsConcurrency(r) {
@@ -297,7 +311,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
 			continue
 		}
-		d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, 1, e.maxDelay(r))
+		d, n, err := e.decideLocal(&v, r, i, fp, &ri, now)
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
@@ -316,8 +330,8 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 				if v.Shadow == nil {
 					v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 				}
-			} else {
-				e.charged = append(e.charged, charge{i, fp})
+			} else if n > 0 {
+				e.charged = append(e.charged, charge{i, fp, n})
 			}
 			continue
 		}
@@ -327,7 +341,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 			break
 		}
-		e.charged = append(e.charged, charge{i, fp})
+		if n > 0 {
+			e.charged = append(e.charged, charge{i, fp, n})
+		}
 		if d.Delay > v.Delay {
 			v.Delay = d.Delay
 		}
@@ -363,6 +379,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	if rejected < 0 {
 		for _, c := range e.charged {
 			if !e.cfg.Rules[c.rule].Shadow {
+				e.Stats.Rules[c.rule].Charged += uint64(c.n)
 				if v.Delay > 0 {
 					e.Stats.Rules[c.rule].Delayed++
 				} else {
@@ -370,6 +387,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 				}
 			}
 		}
+		e.countPost(&v)
 		if v.Delay > 0 {
 			v.Outcome = Delay
 		}
@@ -379,10 +397,11 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client
+	v.post = postList{} // a refused request is never charged
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again.
 	for _, c := range e.charged {
-		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
 	// Report the longest wait among the rules not yet evaluated, so that the
 	// client's retry is not rejected by the next rule in line.
@@ -402,6 +421,19 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		}
 	}
 	return v
+}
+
+// decideLocal charges local rule r (index i) for client fp: the request's
+// cost at admission, or, for a rule charged after the response, nothing
+// yet (n = 0) if the client's balance is positive.
+func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *requestInfo, now int64) (limit.Decision, int64, error) {
+	if r.Cost.AfterResponse() {
+		d, err := e.admitPost(v, i, fp, now)
+		return d, 0, err
+	}
+	n := e.requestCost(r, ri)
+	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.maxDelay(r))
+	return d, n, err
 }
 
 // maxDelay is how long rule r may hold a request.

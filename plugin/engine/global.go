@@ -93,7 +93,8 @@ func (p *Pending) Cancel() { p.cancelled = true }
 type globalRef struct {
 	rule   int
 	fp     uint64
-	off, n int // the client's key bytes in Pending.keys
+	off, n int   // the client's key bytes in Pending.keys
+	cost   int64 // the request's cost at admission (request_header; else 1)
 }
 
 // Decided is called by the engine when a request that waited for a call
@@ -111,6 +112,7 @@ type GlobalStats struct {
 	Probes         uint64 // calls sent by the tick to learn whether a failing service is back
 	Expired        uint64 // waiting requests whose timeout ran out before a hit came
 	Prefetches     uint64 // calls prepared before the lease ran out (counted in Calls once sent)
+	ChargeCalls    uint64 // calls that charged costs after admission (counted in Calls)
 }
 
 const (
@@ -406,6 +408,7 @@ func (e *Engine) Sweep(now int64) {
 	if e.circuit.probeDue(now) {
 		e.probe(now)
 	}
+	e.sendCharges(now)
 	for _, in := range e.calls {
 		if in.deferred {
 			in.deferred = false
@@ -625,7 +628,17 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
 	r := &e.cfg.Rules[g.rule]
-	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp})
+	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1)})
+	if r.Cost.Set() {
+		// One hit of the lease is taken (the deposit); the rest of the
+		// cost is settled now (request_header) or after the response.
+		pc := PostCharge{rule: g.rule, fp: g.fp, desc: descriptorKey(p.keys[g.off : g.off+g.n])}
+		if r.Cost.AfterResponse() {
+			p.verdict.post.add(pc)
+		} else {
+			e.debitGlobal(&pc, g.cost, now)
+		}
+	}
 	rem := int64(st.Tokens)
 	if st.Known {
 		rem += int64(st.Remaining)
@@ -674,10 +687,11 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 	if len(p.verdict.Slots) > 0 {
 		e.releaseAll(&p.verdict, now)
 	}
+	p.verdict.post = postList{} // a refused request is never charged
 	for _, c := range p.charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
-			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, 1, 0)
+			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
 			continue
 		}
 		end := lease.WindowEnd(now, r.Limit.Window())
@@ -685,7 +699,7 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 			if !s.Known && s.Tokens == 0 {
 				return false // another window: nothing to give back to
 			}
-			s.Tokens++
+			s.Tokens += uint32(min(c.n, lease.MaxK))
 			return true
 		})
 	}
@@ -699,9 +713,14 @@ func (e *Engine) finishAdmit(p *Pending) {
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
+	e.countPost(v)
 	for _, c := range p.charged {
-		if e.cfg.Rules[c.rule].Shadow {
+		r := &e.cfg.Rules[c.rule]
+		if r.Shadow {
 			continue
+		}
+		if !r.Cost.AfterResponse() {
+			e.Stats.Rules[c.rule].Charged += uint64(c.n)
 		}
 		if v.Delay > 0 {
 			e.Stats.Rules[c.rule].Delayed++

@@ -171,6 +171,12 @@ const (
 	Peek
 	// Refund gives back one charge (the decision returned is meaningless).
 	Refund
+	// Admit decides whether a request charged after its response may pass
+	// (limit.Admit) without storing anything.
+	Admit
+	// Debit charges n units unconditionally (limit.Debit): the cost of an
+	// admitted request, known from its response.
+	Debit
 )
 
 // spot is where a client's state is: slot i of the value val of key, read
@@ -242,6 +248,12 @@ func (t *Table) Update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 				return d, sp.kind, nil // nothing to give back
 			}
 			st = lim.Refund(st, now, n)
+		case Debit:
+			st, d = lim.Debit(st, now, n)
+		case Admit:
+			d = lim.Admit(st, now)
+			t.countOverflow(rule, sp.kind)
+			return d, sp.kind, nil
 		default:
 			st, d = lim.AllowN(st, now, n, maxDelay)
 			if op == Peek || !d.Allowed {
