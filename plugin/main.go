@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/shared/header"
 )
 
 func main() {}
@@ -52,6 +53,9 @@ type pluginContext struct {
 	conc    bool
 	waiting map[uint32]*httpContext
 	events  []engine.ConcEvent
+	// a rejection's body (why.go), reused
+	body  []byte
+	names []string
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -155,6 +159,7 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Reject:
 			_ = p.reject(v, now)
 		case engine.Delay:
+			p.tell(v)
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
 				continue
@@ -162,17 +167,22 @@ func (p *pluginContext) pollQueues(now int64) {
 			v.Outcome = engine.Allow
 			_ = proxywasm.ResumeHttpRequest()
 		default:
+			p.tell(v)
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	}
 }
 
-// reject answers the current stream with the rejection v: its headers, a
-// rate-limited log line, the configured status.
+// reject answers the current stream with the rejection v: its filter
+// state for the access log, its headers and body, a rate-limited log
+// line, the configured status.
 func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
+	p.tell(v)
 	p.headers.Build(v, p.engine.Config().Headers, true)
+	body, ctype := p.rejectionBody(v)
+	p.headers.Add(header.ContentType, ctype)
 	p.logRejection(v, now)
-	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
+	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), body)
 }
 
 // logRejection logs a rejection at debug level, at most once a second per
@@ -255,14 +265,21 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionPause
 	case engine.Delay:
 		if !p.held.push(h.id, now+int64(v.Delay)) {
-			// Too many held requests on this worker: reject instead.
+			// Too many held requests on this worker: reject instead, in
+			// the name of the rule that would have held it.
 			p.engine.Release(v.Slots, now)
 			v.Slots = nil
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay
-			p.headers.Build(v, p.engine.Config().Headers, true)
-			_ = sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
+			if v.Delayer != nil {
+				v.Report = v.Delayer
+			}
+			_ = p.reject(v, now)
+			return types.ActionPause
 		}
+	}
+	p.tell(v)
+	if v.Outcome == engine.Delay {
 		return types.ActionPause
 	}
 	return types.ActionContinue
@@ -379,8 +396,6 @@ func contextIDSalt() int64 {
 	_ = engine.ReadRandom(b[:])
 	return int64(binary.LittleEndian.Uint64(b[:]))
 }
-
-var rejectBody = []byte("Too Many Requests: rate limit exceeded, retry after the time in Retry-After.\n")
 
 func onErrorWord(c *config.Config) string {
 	if c.OnErrorDeny {

@@ -38,6 +38,9 @@ type Config struct {
 	// rate-limit service of global rules cannot answer in time; the default
 	// (false, "allow") lets them through.
 	OnErrorDeny bool
+	// TextBody answers a rejection with a short text/plain body instead of
+	// the problem+json document ("body": "text").
+	TextBody bool
 	// Global is the rate-limit service of global rules (nil when the
 	// configuration has no "global" object).
 	Global *Global
@@ -190,7 +193,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global"); err != nil {
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body"); err != nil {
 		return nil, err
 	}
 	c := &Config{
@@ -307,6 +310,11 @@ func parseTop(f fields, c *Config) error {
 		return err
 	} else if ok {
 		c.OnErrorDeny = s == "deny"
+	}
+	if s, ok, err := f.oneOf("body", "must be \"problem+json\" (the default) or \"text\"", "problem+json", "text"); err != nil {
+		return err
+	} else if ok {
+		c.TextBody = s == "text"
 	}
 	if raw := f.m.Get("global"); raw != nil {
 		g, err := parseGlobal(raw)

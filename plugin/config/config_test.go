@@ -117,6 +117,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `}],"status":200}`, "status:"},
 		{`{"rules":[{` + ok + `}],"max_keys":0}`, "max_keys:"},
 		{`{"rules":[{` + ok + `}],"on_error":"ignore"}`, "on_error:"},
+		{`{"rules":[{` + ok + `}],"body":"json"}`, "body:"},
+		{`{"rules":[{` + ok + `}],"body":true}`, "body:"},
 		{`{"rules":[{` + ok + `}],"status":null}`, "status:"},
 	}
 	for _, c := range cases {

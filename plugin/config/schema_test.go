@@ -798,7 +798,7 @@ func TestSchemaDefaults(t *testing.T) {
 			top[name] = p.Default
 		}
 	}
-	for _, want := range []string{"headers", "status", "max_keys", "on_error", "exempt_cidrs", "client_ip"} {
+	for _, want := range []string{"headers", "status", "max_keys", "on_error", "exempt_cidrs", "client_ip", "body"} {
 		if _, ok := top[want]; !ok {
 			t.Errorf("%s has no default in the schema", want)
 		}
@@ -907,6 +907,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"status":       {[]string{absent, `429`, `400`, `599`, `429.0`}, []string{`399`, `600`, `"429"`, `429.5`, `null`}},
 		"max_keys":     {[]string{absent, `1`, `100000000`, `1e5`}, []string{`0`, `100000001`, `null`}},
 		"on_error":     {[]string{absent, `"allow"`, `"deny"`}, []string{`"ignore"`, `true`, `null`}},
+		"body":         {[]string{absent, `"problem+json"`, `"text"`}, []string{`"json"`, `""`, `true`, `null`}},
 		"zz_unknown":   {[]string{absent}, []string{`1`}},
 	}
 	sortedKeys := func(m map[string]pool) []string {

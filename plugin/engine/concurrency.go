@@ -205,6 +205,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 				e.Stats.OnErrorDenied++
 				e.releaseAll(v, now)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+				v.violate(p.rule)
 				return p.rule
 			}
 			e.Stats.OnErrorAllowed++
@@ -246,6 +247,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			e.releaseAll(v, now)
 			wait := e.waitEstimate(p.rule, d.Waiting)
 			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+			v.violate(p.rule)
 			return p.rule
 		}
 	}
@@ -391,6 +393,7 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 			wait := e.waitEstimate(w.rule, 0)
 			v.Outcome, v.Delay, v.Slots = Reject, 0, nil
 			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+			v.violate(w.rule)
 			out = append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
 			continue
 		}
@@ -434,6 +437,9 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 		}
 		e.Stats.Rules[w.rule].Delayed++
 		e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
+		if v.Delayer == nil {
+			v.Delayer = r // it waited in r's queue
+		}
 		if len(w.rest) > 0 {
 			// More concurrency rules to pass: they may queue again.
 			v.Outcome = Allow

@@ -56,6 +56,14 @@ type Verdict struct {
 	Remaining  int64
 	Reset      time.Duration
 	RetryAfter time.Duration
+	// Violated has bit i set for every rule i (config order, at most
+	// config.MaxRules) that refused the request (Outcome Reject): the
+	// one that rejected it and those that would have too. The lowest is
+	// the rule that refused it.
+	Violated uint64
+	// Delayer is the rule that held the request (a max_delay, or a
+	// concurrency queue it waited in).
+	Delayer *config.Rule
 	// Shadow is a shadow rule that would have rejected the request.
 	Shadow           *config.Rule
 	ShadowRetryAfter time.Duration
@@ -309,6 +317,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			if e.cfg.OnErrorDeny && !r.Shadow {
 				e.Stats.OnErrorDenied++
 				rejected = i
+				v.violate(i)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
 				break
 			}
@@ -330,6 +339,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if !d.Allowed {
 			st.Rejected++
 			rejected = i
+			v.violate(i)
 			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 			break
 		}
@@ -337,7 +347,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			e.charged = append(e.charged, charge{i, fp, n})
 		}
 		if d.Delay > v.Delay {
-			v.Delay = d.Delay
+			v.Delay, v.Delayer = d.Delay, r
 		}
 		if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
@@ -408,7 +418,11 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			continue
 		}
 		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
-		if err == nil && !d.Allowed && d.RetryAfter > v.RetryAfter {
+		if err != nil || d.Allowed {
+			continue
+		}
+		v.violate(i)
+		if d.RetryAfter > v.RetryAfter {
 			v.Report, v.Reset, v.RetryAfter = r, d.Reset, d.RetryAfter
 		}
 	}

@@ -662,6 +662,7 @@ func (e *Engine) rejectGlobal(p *Pending, i int, now, end int64) {
 	wait := time.Duration(end - now)
 	v.Outcome, v.Delay = Reject, 0
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+	v.violate(i)
 	e.refundGlobal(p, now)
 }
 
@@ -674,6 +675,7 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 		e.Stats.OnErrorDenied++
 		v.Outcome, v.Delay = Reject, 0
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+		v.violate(i)
 		e.refundGlobal(p, e.now())
 		return true
 	}
