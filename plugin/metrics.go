@@ -23,7 +23,7 @@ type metrics struct {
 	global    struct {
 		exempt, onErrorAllowed, onErrorDenied                 counter
 		casRetries, casExhausted, overflow, full, storeErrors counter
-		releaseErrors                                         counter
+		releaseErrors, chargeErrors                           counter
 		held, activeStates, slots, waiting                    gauge
 	}
 	// Global rules (only defined when a rule is global).
@@ -34,12 +34,14 @@ type metrics struct {
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
+	chargeCalls                                                                                      counter
 	circuitOpen                                                                                      gauge
 	open                                                                                             bool
 }
 
 type ruleMetrics struct {
 	allowed, rejected, delayed, shadowRejected counter
+	charged                                    counter // rules with a cost only
 	waitMS                                     counter // concurrency rules only
 	holdMS                                     gauge   // concurrency rules only
 	waitNS                                     uint64  // published so far, in ns
@@ -61,6 +63,11 @@ func newMetrics(cfg *config.Config) *metrics {
 			delayed:        defineCounter(p + "delayed"),
 			shadowRejected: defineCounter(p + "shadow_rejected"),
 		})
+		if r.Cost.Set() {
+			// Units charged: one per admitted request without a cost;
+			// with one, what the request or its response said.
+			m.rules[i].charged = defineCounter(p + "charged")
+		}
 		if engine.IsConcurrency(&cfg.Rules[i]) {
 			// Total queue wait: wait_ms / delayed is the mean wait.
 			m.rules[i].waitMS = defineCounter(p + "wait_ms")
@@ -81,6 +88,7 @@ func newMetrics(cfg *config.Config) *metrics {
 	g.storeErrors = defineCounter("sluice.shared_data.errors")
 	g.held = defineGauge("sluice.held_requests")
 	g.releaseErrors = defineCounter("sluice.concurrency.release_errors")
+	g.chargeErrors = defineCounter("sluice.cost.charge_errors")
 	g.slots = defineGauge("sluice.concurrency.slots_held")
 	g.waiting = defineGauge("sluice.concurrency.waiting")
 	g.activeStates = defineGauge("sluice.table.active_states")
@@ -95,6 +103,7 @@ func newMetrics(cfg *config.Config) *metrics {
 		f.expired = defineCounter("sluice.global.expired")
 		f.probes = defineCounter("sluice.global.probes")
 		f.prefetches = defineCounter("sluice.global.prefetches")
+		f.chargeCalls = defineCounter("sluice.global.charge_calls")
 		f.circuitOpen = defineGauge("sluice.global.circuit_open")
 		m.fleet = f
 	}
@@ -115,6 +124,9 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(m.rules[i].rejected, cur.Rejected, &last.Rejected)
 		addDelta(m.rules[i].delayed, cur.Delayed, &last.Delayed)
 		addDelta(m.rules[i].shadowRejected, cur.ShadowRejected, &last.ShadowRejected)
+		if m.rules[i].charged != 0 {
+			addDelta(m.rules[i].charged, cur.Charged, &last.Charged)
+		}
 		if rm := &m.rules[i]; rm.holdMS != 0 {
 			if h := e.HoldEstimate(i).Milliseconds(); h > 0 && h != rm.holdMS.Value() {
 				rm.holdMS.Add(h - rm.holdMS.Value())
@@ -128,6 +140,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		}
 	}
 	addDelta(m.global.releaseErrors, e.Stats.ReleaseErrors, &m.last.ReleaseErrors)
+	addDelta(m.global.chargeErrors, e.Stats.ChargeErrors, &m.last.ChargeErrors)
 	// Process-wide gauges: each worker adds its change. The slots of a
 	// worker that vanished stay in slots_held (they leave shared data
 	// within 2 s).
@@ -160,6 +173,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 		addDelta(f.expired, cur.Expired, &last.Expired)
 		addDelta(f.probes, cur.Probes, &last.Probes)
 		addDelta(f.prefetches, cur.Prefetches, &last.Prefetches)
+		addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
 		// Workers whose circuit is open, process-wide: each adds its change.
 		if open := e.CircuitOpen(); open != f.open {
 			f.open = open

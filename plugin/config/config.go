@@ -38,6 +38,9 @@ type Config struct {
 	// rate-limit service of global rules cannot answer in time; the default
 	// (false, "allow") lets them through.
 	OnErrorDeny bool
+	// TextBody answers a rejection with a short text/plain body instead of
+	// the problem+json document ("body": "text").
+	TextBody bool
 	// Global is the rate-limit service of global rules (nil when the
 	// configuration has no "global" object).
 	Global *Global
@@ -91,10 +94,18 @@ type Rule struct {
 	MaxDelay time.Duration
 	// Shadow rules count and report but never reject or delay.
 	Shadow bool
+	// MaxKeys is the rule's own max_keys (0: not set); Share is the number
+	// of client states the rule may keep, its part of the top-level
+	// max_keys (see shareTable).
+	MaxKeys int
+	Share   int
 	// Global rules ("scope": "global") count in the rate-limit service's
 	// fixed windows, one budget across the fleet; Window is then 1s, 1m,
 	// 1h or 24h and the algorithm fixed_window.
 	Global bool
+	// Cost is what the rule charges a request (the zero Cost: one unit
+	// at admission); see cost.go.
+	Cost Cost
 	// ID identifies the rule's semantics: two rules with the same ID count
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
@@ -183,6 +194,41 @@ func errf(field, format string, args ...any) error {
 // Parse parses and validates a configuration document. An empty document
 // is an error: a rate limiter without rules is a misconfiguration.
 func Parse(doc []byte) (*Config, error) {
+	top, err := decode(doc)
+	if err != nil {
+		return nil, err
+	}
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body"); err != nil {
+		return nil, err
+	}
+	c := &Config{
+		Headers:  header.Both,
+		Status:   DefaultStatus,
+		MaxKeys:  DefaultMaxKeys,
+		ClientIP: ClientIP{IPv6Prefix: DefaultIPv6Prefix},
+	}
+	if c.Rules, err = parseRules(top.Get("rules")); err != nil {
+		return nil, err
+	}
+	if err := parseTop(fields{m: top}, c); err != nil {
+		return nil, err
+	}
+	if err := shareTable(c); err != nil {
+		return nil, err
+	}
+	if c.Global == nil {
+		for i := range c.Rules {
+			if c.Rules[i].Global {
+				return nil, errf("global", "required: rules[%d] has scope global, so the rate-limit service must be named ({\"cluster\": ..., \"domain\": ..., \"timeout\": ...})", i)
+			}
+		}
+	}
+	return c, nil
+}
+
+// decode reads the document as JSON, or as a google.protobuf.Struct in its
+// wire encoding, and checks that it is an object.
+func decode(doc []byte) (*jsonlite.Value, error) {
 	raw := doc
 	doc = bytes.TrimSpace(doc)
 	if len(doc) == 0 {
@@ -199,37 +245,29 @@ func Parse(doc []byte) (*Config, error) {
 			v, err = sv, nil
 		}
 	}
-	top, err := object("", &v, err)
-	if err != nil {
-		return nil, err
-	}
-	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global"); err != nil {
-		return nil, err
-	}
-	c := &Config{
-		Headers:  header.Both,
-		Status:   DefaultStatus,
-		MaxKeys:  DefaultMaxKeys,
-		ClientIP: ClientIP{IPv6Prefix: DefaultIPv6Prefix},
-	}
-	rv := top.Get("rules")
+	return object("", &v, err)
+}
+
+// parseRules reads the rules: at least one, at most MaxRules, unique names.
+func parseRules(rv *jsonlite.Value) ([]Rule, error) {
 	if rv == nil {
 		return nil, errf("rules", "required: at least one rule")
 	}
 	if rv.Kind != jsonlite.Array {
 		return nil, errf("rules", "must be a list of rules")
 	}
-	rules := rv.Elems
-	if len(rules) == 0 {
+	raws := rv.Elems
+	if len(raws) == 0 {
 		return nil, errf("rules", "at least one rule is required")
 	}
-	if len(rules) > MaxRules {
-		return nil, errf("rules", "at most %d rules, got %d", MaxRules, len(rules))
+	if len(raws) > MaxRules {
+		return nil, errf("rules", "at most %d rules, got %d", MaxRules, len(raws))
 	}
+	var rules []Rule
 	seen := map[string]int{}
-	for i := range rules {
+	for i := range raws {
 		field := sprintf.Sprintf("rules[%d]", i)
-		rule, err := parseRule(field, &rules[i])
+		rule, err := parseRule(field, &raws[i])
 		if err != nil {
 			return nil, err
 		}
@@ -237,91 +275,93 @@ func Parse(doc []byte) (*Config, error) {
 			return nil, errf(field+".name", "duplicate rule name %q (also rules[%d])", rule.Name, j)
 		}
 		seen[rule.Name] = i
-		c.Rules = append(c.Rules, rule)
+		rules = append(rules, rule)
 	}
-	if raw := top.Get("client_ip"); raw != nil {
+	return rules, nil
+}
+
+// parseTop reads the top-level settings other than the rules.
+func parseTop(f fields, c *Config) error {
+	if raw := f.m.Get("client_ip"); raw != nil {
 		if err := parseClientIP(raw, &c.ClientIP); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if raw := top.Get("exempt_cidrs"); raw != nil {
-		list, ok := raw.Strings()
-		if !ok {
-			return nil, errf("exempt_cidrs", "must be a list of CIDR strings")
-		}
-		for i, s := range list {
-			if strings.ContainsRune(s, '%') {
-				return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
-			}
-			p, ok := ipaddr.ParsePrefix(strings.TrimSpace(s))
-			if !ok {
-				a, aok := ipaddr.ParseAddr(strings.TrimSpace(s))
-				if !aok {
-					return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
-				}
-				p = ipaddr.PrefixFrom(a, a.BitLen())
-			}
-			// Client addresses are compared unmapped (::ffff:10.1.2.3 is
-			// 10.1.2.3), so an IPv4-mapped range is its IPv4 range:
-			// ::ffff:10.0.0.0/104 exempts 10.0.0.0/8.
-			if a := p.Addr(); a.Unmap().Is4() && a.Is6() && p.Bits() >= 96 {
-				p = ipaddr.PrefixFrom(a.Unmap(), p.Bits()-96)
-			}
-			c.Exempt = append(c.Exempt, p.Masked())
+	if raw := f.m.Get("exempt_cidrs"); raw != nil {
+		var err error
+		if c.Exempt, err = parseExempt(raw); err != nil {
+			return err
 		}
 	}
-	if raw := top.Get("headers"); raw != nil {
+	if raw := f.m.Get("headers"); raw != nil {
 		s, ok := raw.Str()
 		if !ok {
-			return nil, errf("headers", "must be a string: legacy, draft, both or none")
+			return errf("headers", "must be a string: legacy, draft, both or none")
 		}
 		m, ok := header.ParseMode(s)
 		if !ok || s == "" {
-			return nil, errf("headers", "%q is not one of legacy, draft, both, none", s)
+			return errf("headers", "%q is not one of legacy, draft, both, none", s)
 		}
 		c.Headers = m
 	}
-	if raw := top.Get("status"); raw != nil {
-		n, err := integer("status", raw)
-		if err != nil {
-			return nil, err
-		}
-		if n < 400 || n > 599 {
-			return nil, errf("status", "%d is not an HTTP error status (400..599)", n)
-		}
+	if n, ok, err := f.whole("status", 400, 599, "%d is not an HTTP error status (400..599)"); err != nil {
+		return err
+	} else if ok {
 		c.Status = uint32(n)
 	}
-	if raw := top.Get("max_keys"); raw != nil {
-		n, err := integer("max_keys", raw)
-		if err != nil {
-			return nil, err
-		}
-		if n < MinMaxKeys || n > 100_000_000 {
-			return nil, errf("max_keys", "%d is out of range %d..100000000 (the state table's smallest unit holds %d states)", n, MinMaxKeys, MinMaxKeys)
-		}
+	if n, ok, err := f.whole("max_keys", MinMaxKeys, 100_000_000, "%d is out of range %d..100000000 (the state table's smallest unit holds %d states)", MinMaxKeys, MinMaxKeys); err != nil {
+		return err
+	} else if ok {
 		c.MaxKeys = int(n)
 	}
-	if raw := top.Get("on_error"); raw != nil {
-		if s, ok := raw.Str(); !ok || (s != "allow" && s != "deny") {
-			return nil, errf("on_error", "must be \"allow\" or \"deny\"")
-		}
-		c.OnErrorDeny = raw.Text == "deny"
+	if s, ok, err := f.oneOf("on_error", "must be \"allow\" or \"deny\"", "allow", "deny"); err != nil {
+		return err
+	} else if ok {
+		c.OnErrorDeny = s == "deny"
 	}
-	if raw := top.Get("global"); raw != nil {
+	if s, ok, err := f.oneOf("body", "must be \"problem+json\" (the default) or \"text\"", "problem+json", "text"); err != nil {
+		return err
+	} else if ok {
+		c.TextBody = s == "text"
+	}
+	if raw := f.m.Get("global"); raw != nil {
 		g, err := parseGlobal(raw)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.Global = g
 	}
-	if c.Global == nil {
-		for i := range c.Rules {
-			if c.Rules[i].Global {
-				return nil, errf("global", "required: rules[%d] has scope global, so the rate-limit service must be named ({\"cluster\": ..., \"domain\": ..., \"timeout\": ...})", i)
-			}
-		}
+	return nil
+}
+
+// parseExempt reads exempt_cidrs: CIDRs or single addresses.
+func parseExempt(raw *jsonlite.Value) ([]ipaddr.Prefix, error) {
+	list, ok := raw.Strings()
+	if !ok {
+		return nil, errf("exempt_cidrs", "must be a list of CIDR strings")
 	}
-	return c, nil
+	var exempt []ipaddr.Prefix
+	for i, s := range list {
+		if strings.ContainsRune(s, '%') {
+			return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
+		}
+		p, ok := ipaddr.ParsePrefix(strings.TrimSpace(s))
+		if !ok {
+			a, aok := ipaddr.ParseAddr(strings.TrimSpace(s))
+			if !aok {
+				return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
+			}
+			p = ipaddr.PrefixFrom(a, a.BitLen())
+		}
+		// Client addresses are compared unmapped (::ffff:10.1.2.3 is
+		// 10.1.2.3), so an IPv4-mapped range is its IPv4 range:
+		// ::ffff:10.0.0.0/104 exempts 10.0.0.0/8.
+		if a := p.Addr(); a.Unmap().Is4() && a.Is6() && p.Bits() >= 96 {
+			p = ipaddr.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		exempt = append(exempt, p.Masked())
+	}
+	return exempt, nil
 }
 
 func parseGlobal(raw *jsonlite.Value) (*Global, error) {
@@ -332,24 +372,21 @@ func parseGlobal(raw *jsonlite.Value) (*Global, error) {
 	if err := known("global", m, "cluster", "domain", "timeout"); err != nil {
 		return nil, err
 	}
+	f := fields{path: "global", m: m}
 	g := &Global{Domain: DefaultDomain, Timeout: DefaultGlobalTimeout}
-	craw := m.Get("cluster")
-	if craw == nil {
+	if !m.Has("cluster") {
 		return nil, errf("global.cluster", "required: the Envoy cluster (HTTP/2) of the rate-limit service")
 	}
-	if err := str(craw, &g.Cluster); err != nil {
-		return nil, errf("global.cluster", "must be a string")
+	if _, err := f.text("cluster", &g.Cluster); err != nil {
+		return nil, err
 	}
 	if g.Cluster == "" || len(g.Cluster) > 200 || strings.TrimSpace(g.Cluster) != g.Cluster {
 		return nil, errf("global.cluster", "%q is not a cluster name (non-empty, at most 200 characters, no surrounding white space)", g.Cluster)
 	}
-	if raw := m.Get("domain"); raw != nil {
-		if err := str(raw, &g.Domain); err != nil {
-			return nil, errf("global.domain", "must be a string")
-		}
-		if g.Domain == "" || len(g.Domain) > 200 || strings.TrimSpace(g.Domain) != g.Domain {
-			return nil, errf("global.domain", "%q is not a domain (non-empty, at most 200 characters, no surrounding white space)", g.Domain)
-		}
+	if ok, err := f.text("domain", &g.Domain); err != nil {
+		return nil, err
+	} else if ok && (g.Domain == "" || len(g.Domain) > 200 || strings.TrimSpace(g.Domain) != g.Domain) {
+		return nil, errf("global.domain", "%q is not a domain (non-empty, at most 200 characters, no surrounding white space)", g.Domain)
 	}
 	if raw := m.Get("timeout"); raw != nil {
 		if g.Timeout, err = duration("global.timeout", raw); err != nil {
@@ -370,222 +407,209 @@ func parseClientIP(raw *jsonlite.Value, ci *ClientIP) error {
 	if err := known("client_ip", m, "xff_trusted_hops", "ipv6_prefix"); err != nil {
 		return err
 	}
-	if raw := m.Get("xff_trusted_hops"); raw != nil {
-		n, err := integer("client_ip.xff_trusted_hops", raw)
-		if err != nil {
-			return err
-		}
-		if n < 0 || n > 64 {
-			return errf("client_ip.xff_trusted_hops", "%d is out of range 0..64", n)
-		}
+	f := fields{path: "client_ip", m: m}
+	if n, ok, err := f.whole("xff_trusted_hops", 0, 64, "%d is out of range 0..64"); err != nil {
+		return err
+	} else if ok {
 		ci.XFFTrustedHops = int(n)
 	}
-	if raw := m.Get("ipv6_prefix"); raw != nil {
-		n, err := integer("client_ip.ipv6_prefix", raw)
-		if err != nil {
-			return err
-		}
-		if n < 1 || n > 128 {
-			return errf("client_ip.ipv6_prefix", "%d is out of range 1..128", n)
-		}
+	if n, ok, err := f.whole("ipv6_prefix", 1, 128, "%d is out of range 1..128"); err != nil {
+		return err
+	} else if ok {
 		ci.IPv6Prefix = int(n)
 	}
 	return nil
 }
 
+// parseRule reads one rule in phases: what it is (scope, name, match, key,
+// algorithm, limit), then how it counts (a concurrency rule, or a rate's
+// window, burst and max_delay), then shadow and its identity.
 func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	var r Rule
 	m, err := object(field, raw, nil)
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "cost", "max_keys"); err != nil {
 		return r, err
 	}
-	if raw := m.Get("scope"); raw != nil {
-		var s string
-		if err := str(raw, &s); err != nil || (s != "local" && s != "global") {
-			return r, errf(field+".scope", "must be \"local\" or \"global\"")
-		}
-		r.Global = s == "global"
+	f := fields{path: field, m: m}
+	if err := ruleIdentity(f, &r); err != nil {
+		return r, err
 	}
-	if r.Global {
-		// The service counts in fixed windows of one unit, and a call per
-		// held request would defeat leasing: refuse what cannot be honoured.
-		for _, f := range []string{"burst", "max_delay", "shadow"} {
-			if m.Has(f) {
-				return r, errf(field+"."+f, "not allowed on a global rule (it counts in the rate-limit service's fixed windows)")
-			}
-		}
+	alg, err := ruleAlgorithm(f, r.Global)
+	if err != nil {
+		return r, err
 	}
-	// name
-	nraw := m.Get("name")
-	if nraw == nil {
-		return r, errf(field+".name", "required")
+	if m.Has("cost") && !costAlgorithm(alg) {
+		return r, errf(field+".cost", "not with %s: a cost applies to token_bucket, fixed_window, sliding_window and global rules (rates in units)", alg)
 	}
-	if err := str(nraw, &r.Name); err != nil {
-		return r, errf(field+".name", "must be a string")
-	}
-	if !validName(r.Name) {
-		return r, errf(field+".name", "%q must match [a-z0-9_-]+ (at most 64 characters)", r.Name)
-	}
-	// match
-	if raw := m.Get("match"); raw != nil {
-		if err := parseMatch(field+".match", raw, &r.Match); err != nil {
-			return r, err
-		}
-	}
-	// key
-	r.Key = []KeyPart{{Kind: KeyClientIP}}
-	if raw := m.Get("key"); raw != nil {
-		var parts []string
-		if err := strs(raw, &parts); err != nil {
-			return r, errf(field+".key", "must be a list of strings")
-		}
-		if len(parts) == 0 {
-			return r, errf(field+".key", "must not be empty")
-		}
-		r.Key = r.Key[:0]
-		for i, p := range parts {
-			kp, err := parseKeyPart(sprintf.Sprintf("%s.key[%d]", field, i), p)
-			if err != nil {
-				return r, err
-			}
-			r.Key = append(r.Key, kp)
-		}
-	}
-	// algorithm
-	alg := limit.TokenBucket
-	if raw := m.Get("algorithm"); raw != nil {
-		var s string
-		if err := str(raw, &s); err != nil {
-			return r, errf(field+".algorithm", "must be a string")
-		}
-		a, ok := limit.ParseAlgorithm(s)
-		if !ok {
-			return r, errf(field+".algorithm", "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
-		}
-		alg = a
-		if r.Global && a != limit.FixedWindow {
-			return r, errf(field+".algorithm", "a global rule counts in the rate-limit service's fixed windows: omit algorithm or write fixed_window, not %q", s)
-		}
-	}
-	if r.Global {
-		alg = limit.FixedWindow
-	}
-	// limit
-	lraw := m.Get("limit")
-	if lraw == nil {
+	if !m.Has("limit") {
 		return r, errf(field+".limit", "required (requests per window, > 0)")
 	}
-	lim, err := integer(field+".limit", lraw)
+	lim, _, err := f.count("limit")
 	if err != nil {
 		return r, err
-	}
-	if lim <= 0 {
-		return r, errf(field+".limit", "must be > 0, got %d", lim)
-	}
-	if lim > maxCount {
-		return r, errf(field+".limit", "must be <= %d, got %d", maxCount, lim)
 	}
 	if alg == limit.Concurrency {
-		return parseConcurrency(field, m, r, lim)
+		return parseConcurrency(f, r, lim)
 	}
-	// window
-	wraw := m.Get("window")
-	if wraw == nil {
-		return r, errf(field+".window", "required (a duration like \"1s\", \"1m\", \"250ms\")")
-	}
-	var window time.Duration
-	if r.Global {
-		window, err = globalWindow(field+".window", wraw)
-	} else {
-		window, err = duration(field+".window", wraw)
-	}
+	window, burst, err := ruleRate(f, alg, r.Global)
 	if err != nil {
 		return r, err
 	}
-	if window <= 0 {
-		return r, errf(field+".window", "must be > 0, got %s", window)
+	if r.MaxDelay, err = f.maxDelay(); err != nil {
+		return r, err
 	}
-	// burst
-	var burst int64
-	if raw := m.Get("burst"); raw != nil {
-		if burst, err = integer(field+".burst", raw); err != nil {
-			return r, err
-		}
-		if burst <= 0 {
-			return r, errf(field+".burst", "must be > 0, got %d", burst)
-		}
-		if burst > maxCount {
-			return r, errf(field+".burst", "must be <= %d, got %d", maxCount, burst)
-		}
-		if alg == limit.FixedWindow || alg == limit.SlidingWindow {
-			return r, errf(field+".burst", "applies to token_bucket and leaky_bucket only (a %s admits limit per window)", alg)
-		}
+	if r.MaxDelay > 0 && alg == limit.SlidingWindow {
+		return r, errf(field+".max_delay", "sliding_window cannot schedule future admissions; use token_bucket, leaky_bucket or fixed_window to throttle")
 	}
-	// max_delay
-	if raw := m.Get("max_delay"); raw != nil {
-		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
-			return r, err
-		}
-		if r.MaxDelay < 0 {
-			return r, errf(field+".max_delay", "must be >= 0, got %s", r.MaxDelay)
-		}
-		if r.MaxDelay > 60*time.Second {
-			return r, errf(field+".max_delay", "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", r.MaxDelay)
-		}
-		if r.MaxDelay > 0 && alg == limit.SlidingWindow {
-			return r, errf(field+".max_delay", "sliding_window cannot schedule future admissions; use token_bucket, leaky_bucket or fixed_window to throttle")
-		}
-	}
-	// shadow
-	if raw := m.Get("shadow"); raw != nil {
-		if err := boolean(raw, &r.Shadow); err != nil {
-			return r, errf(field+".shadow", "must be true or false")
-		}
+	if err := f.flag("shadow", &r.Shadow); err != nil {
+		return r, err
 	}
 	r.Limit, err = limit.New(alg, lim, window, burst)
 	if err != nil {
 		return r, errf(field+".window", "%v", err)
 	}
+	if raw := m.Get("cost"); raw != nil {
+		if r.Cost, err = parseCost(field+".cost", raw, &r); err != nil {
+			return r, err
+		}
+	}
 	r.ID = ruleID(&r)
 	return r, nil
+}
+
+// ruleIdentity reads what a rule applies to: scope (a global rule refuses
+// what the rate-limit service cannot honour), name, match and key.
+func ruleIdentity(f fields, r *Rule) error {
+	if s, ok, err := f.oneOf("scope", "must be \"local\" or \"global\"", "local", "global"); err != nil {
+		return err
+	} else if ok {
+		r.Global = s == "global"
+	}
+	if r.Global {
+		// The service counts in fixed windows of one unit, and a call per
+		// held request would defeat leasing: refuse what cannot be honoured.
+		for _, k := range []string{"burst", "max_delay", "shadow"} {
+			if f.m.Has(k) {
+				return errf(f.name(k), "not allowed on a global rule (it counts in the rate-limit service's fixed windows)")
+			}
+		}
+	}
+	if !f.m.Has("name") {
+		return errf(f.name("name"), "required")
+	}
+	if _, err := f.text("name", &r.Name); err != nil {
+		return err
+	}
+	if !validName(r.Name) {
+		return errf(f.name("name"), "%q must match [a-z0-9_-]+ (at most 64 characters)", r.Name)
+	}
+	if raw := f.m.Get("match"); raw != nil {
+		if err := parseMatch(f.name("match"), raw, &r.Match); err != nil {
+			return err
+		}
+	}
+	if n, ok, err := f.whole("max_keys", MinMaxKeys, 100_000_000, "%d is out of range %d..100000000 (the rule's share of the state table: at least one bucket and its overflow state)", MinMaxKeys); err != nil {
+		return err
+	} else if ok {
+		r.MaxKeys = int(n)
+	}
+	r.Key = []KeyPart{{Kind: KeyClientIP}}
+	if raw := f.m.Get("key"); raw != nil {
+		var parts []string
+		if err := strs(raw, &parts); err != nil {
+			return errf(f.name("key"), "must be a list of strings")
+		}
+		if len(parts) == 0 {
+			return errf(f.name("key"), "must not be empty")
+		}
+		r.Key = r.Key[:0]
+		for i, p := range parts {
+			kp, err := parseKeyPart(sprintf.Sprintf("%s.key[%d]", f.path, i), p)
+			if err != nil {
+				return err
+			}
+			r.Key = append(r.Key, kp)
+		}
+	}
+	return nil
+}
+
+// ruleAlgorithm reads the algorithm (token_bucket by default; a global
+// rule's is fixed_window).
+func ruleAlgorithm(f fields, global bool) (limit.Algorithm, error) {
+	alg := limit.TokenBucket
+	var s string
+	if ok, err := f.text("algorithm", &s); err != nil {
+		return alg, err
+	} else if ok {
+		a, ok := limit.ParseAlgorithm(s)
+		if !ok {
+			return alg, errf(f.name("algorithm"), "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
+		}
+		alg = a
+		if global && a != limit.FixedWindow {
+			return alg, errf(f.name("algorithm"), "a global rule counts in the rate-limit service's fixed windows: omit algorithm or write fixed_window, not %q", s)
+		}
+	}
+	if global {
+		alg = limit.FixedWindow
+	}
+	return alg, nil
+}
+
+// ruleRate reads a rate's window and burst.
+func ruleRate(f fields, alg limit.Algorithm, global bool) (window time.Duration, burst int64, err error) {
+	wraw := f.m.Get("window")
+	if wraw == nil {
+		return 0, 0, errf(f.name("window"), "required (a duration like \"1s\", \"1m\", \"250ms\")")
+	}
+	if global {
+		window, err = globalWindow(f.name("window"), wraw)
+	} else {
+		window, err = duration(f.name("window"), wraw)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if window <= 0 {
+		return 0, 0, errf(f.name("window"), "must be > 0, got %s", window)
+	}
+	burst, ok, err := f.count("burst")
+	if err != nil {
+		return 0, 0, err
+	}
+	if ok && (alg == limit.FixedWindow || alg == limit.SlidingWindow) {
+		return 0, 0, errf(f.name("burst"), "applies to token_bucket and leaky_bucket only (a %s admits limit per window)", alg)
+	}
+	return window, burst, nil
 }
 
 // parseConcurrency finishes a concurrency rule: limit is the number of
 // requests in flight at once, so there is no window (and no burst); a
 // window would suggest a rate that the rule does not enforce, so it is
 // refused rather than ignored.
-func parseConcurrency(field string, m *jsonlite.Value, r Rule, lim int64) (Rule, error) {
+func parseConcurrency(f fields, r Rule, lim int64) (Rule, error) {
 	var err error
 	if lim > limit.MaxConcurrency {
-		return r, errf(field+".limit", "must be <= %d requests in flight for concurrency, got %d", limit.MaxConcurrency, lim)
+		return r, errf(f.name("limit"), "must be <= %d requests in flight for concurrency, got %d", limit.MaxConcurrency, lim)
 	}
-	if m.Has("window") {
-		return r, errf(field+".window", "not allowed with concurrency: the rule limits requests in flight at once (limit), not requests per window; remove window")
+	if f.m.Has("window") {
+		return r, errf(f.name("window"), "not allowed with concurrency: the rule limits requests in flight at once (limit), not requests per window; remove window")
 	}
-	if m.Has("burst") {
-		return r, errf(field+".burst", "not allowed with concurrency: limit is the number of requests in flight at once")
+	if f.m.Has("burst") {
+		return r, errf(f.name("burst"), "not allowed with concurrency: limit is the number of requests in flight at once")
 	}
-	if raw := m.Get("max_delay"); raw != nil {
-		if r.MaxDelay, err = duration(field+".max_delay", raw); err != nil {
-			return r, err
-		}
-		if r.MaxDelay < 0 {
-			return r, errf(field+".max_delay", "must be >= 0, got %s", r.MaxDelay)
-		}
-		if r.MaxDelay > 60*time.Second {
-			return r, errf(field+".max_delay", "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", r.MaxDelay)
-		}
+	if r.MaxDelay, err = f.maxDelay(); err != nil {
+		return r, err
 	}
-	if raw := m.Get("shadow"); raw != nil {
-		if err := boolean(raw, &r.Shadow); err != nil {
-			return r, errf(field+".shadow", "must be true or false")
-		}
+	if err := f.flag("shadow", &r.Shadow); err != nil {
+		return r, err
 	}
 	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
-		return r, errf(field+".limit", "%v", err)
+		return r, errf(f.name("limit"), "%v", err)
 	}
 	r.ID = ruleID(&r)
 	return r, nil
@@ -677,6 +701,42 @@ func validHeaderName(s string) bool {
 	return true
 }
 
+// shareTable divides max_keys between the rules: a rule with its own
+// max_keys takes that many states, the others share what is left equally
+// (rounded down). Every rule keeps its states apart from the others' (a
+// flood of new keys on one rule fills only its own share), so every share
+// must hold at least one bucket and the rule's overflow state (MinMaxKeys),
+// and the shares never add up to more than max_keys.
+func shareTable(c *Config) error {
+	left, rest := c.MaxKeys, 0
+	for i := range c.Rules {
+		if c.Rules[i].MaxKeys == 0 {
+			rest++
+		}
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if r.MaxKeys == 0 {
+			continue
+		}
+		if r.MaxKeys > left-rest*MinMaxKeys {
+			return errf(sprintf.Sprintf("rules[%d].max_keys", i), "%d does not fit: max_keys %d leaves %d states for this rule after the rules before it took theirs and each rule without max_keys keeps %d", r.MaxKeys, c.MaxKeys, left-rest*MinMaxKeys, MinMaxKeys)
+		}
+		left -= r.MaxKeys
+	}
+	if rest > 0 && left/rest < MinMaxKeys {
+		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), MinMaxKeys, c.MaxKeys-left+rest*MinMaxKeys)
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		r.Share = r.MaxKeys
+		if r.MaxKeys == 0 {
+			r.Share = left / rest
+		}
+	}
+	return nil
+}
+
 // ruleID hashes everything that changes how a rule counts. The name is
 // included: renaming a rule is a new rule.
 //
@@ -690,6 +750,13 @@ func ruleID(r *Rule) uint64 {
 		h.Write([]byte(sprintf.Sprintf("%d:%s,", int(k.Kind), k.Header)))
 	}
 	h.Write([]byte(sprintf.Sprintf("|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())))
+	if c := &r.Cost; c.Set() {
+		// Only rules with a cost hash it: the IDs of the others are kept.
+		h.Write([]byte(sprintf.Sprintf("|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)))
+		for _, s := range c.OnStatus {
+			h.Write([]byte(sprintf.Sprintf(",%d", int(s))))
+		}
+	}
 	return h.Sum64()
 }
 
@@ -838,6 +905,117 @@ func duration(field string, raw *jsonlite.Value) (time.Duration, error) {
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
 		return 0, errf(field, "%q is not a duration (use a Go duration like \"1s\", \"1m\", \"250ms\")", s)
+	}
+	return d, nil
+}
+
+// fields is one JSON object of the configuration with the path that names
+// its members in errors ("rules[1]"; "" at the top). Its methods read one
+// optional member each, report whether it is present, and check its type
+// and range with the error every field of that kind gives.
+type fields struct {
+	path string
+	m    *jsonlite.Value
+}
+
+// name is the path of member key ("rules[1].window").
+func (f fields) name(key string) string {
+	if f.path == "" {
+		return key
+	}
+	return f.path + "." + key
+}
+
+// whole reads a whole number in lo..hi; out of range, the error is
+// outOfRange formatted with the number, then args.
+func (f fields) whole(key string, lo, hi int64, outOfRange string, args ...any) (int64, bool, error) {
+	raw := f.m.Get(key)
+	if raw == nil {
+		return 0, false, nil
+	}
+	n, err := integer(f.name(key), raw)
+	if err != nil {
+		return 0, true, err
+	}
+	if n < lo || n > hi {
+		return 0, true, &FieldError{Field: f.name(key), Msg: sprintf.Sprintf(outOfRange, append([]any{n}, args...)...)}
+	}
+	return n, true, nil
+}
+
+// count reads a limit or burst: a whole number in 1..maxCount.
+func (f fields) count(key string) (int64, bool, error) {
+	raw := f.m.Get(key)
+	if raw == nil {
+		return 0, false, nil
+	}
+	n, err := integer(f.name(key), raw)
+	if err != nil {
+		return 0, true, err
+	}
+	if n <= 0 {
+		return 0, true, errf(f.name(key), "must be > 0, got %d", n)
+	}
+	if n > maxCount {
+		return 0, true, errf(f.name(key), "must be <= %d, got %d", maxCount, n)
+	}
+	return n, true, nil
+}
+
+// text reads a string into dst.
+func (f fields) text(key string, dst *string) (bool, error) {
+	raw := f.m.Get(key)
+	if raw == nil {
+		return false, nil
+	}
+	if err := str(raw, dst); err != nil {
+		return true, errf(f.name(key), "must be a string")
+	}
+	return true, nil
+}
+
+// oneOf reads a string that must be one of choices; anything else, of
+// any type, is the error msg.
+func (f fields) oneOf(key, msg string, choices ...string) (string, bool, error) {
+	raw := f.m.Get(key)
+	if raw == nil {
+		return "", false, nil
+	}
+	if s, ok := raw.Str(); ok {
+		for _, c := range choices {
+			if s == c {
+				return s, true, nil
+			}
+		}
+	}
+	return "", true, &FieldError{Field: f.name(key), Msg: msg}
+}
+
+// flag reads true or false into dst.
+func (f fields) flag(key string, dst *bool) error {
+	if raw := f.m.Get(key); raw != nil {
+		if err := boolean(raw, dst); err != nil {
+			return errf(f.name(key), "must be true or false")
+		}
+	}
+	return nil
+}
+
+// maxDelay reads a rule's max_delay: 0 (absent) to 60s.
+func (f fields) maxDelay() (time.Duration, error) {
+	raw := f.m.Get("max_delay")
+	if raw == nil {
+		return 0, nil
+	}
+	d, err := duration(f.name("max_delay"), raw)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 {
+		return 0, errf(f.name("max_delay"), "must be >= 0, got %s", d)
+	}
+	if d > 60*time.Second {
+		return 0, errf(f.name("max_delay"), "%s is longer than 60s: holding requests that long ties up connections; reject with Retry-After instead", d)
 	}
 	return d, nil
 }

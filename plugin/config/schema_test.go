@@ -194,7 +194,25 @@ var invalidCorpus = map[string]invalidCase{
 	"max-keys-huge.json":      {field: "max_keys"},
 
 	"on-error-unknown.json": {field: "on_error"},
-	"on-error-bool.json":    {field: "on_error"},
+
+	"cost-leaky-bucket.json":        {field: "rules[0].cost"},
+	"cost-concurrency.json":         {field: "rules[0].cost"},
+	"cost-on-status-range.json":     {field: "rules[0].cost.on_status[1]"},
+	"cost-on-status-duplicate.json": {field: "rules[0].cost.on_status[2]"},
+	"cost-on-status-empty.json":     {field: "rules[0].cost.on_status"},
+	"cost-on-status-string.json":    {field: "rules[0].cost.on_status[0]"},
+	"cost-empty.json":               {field: "rules[0].cost"},
+	"cost-max-only.json":            {field: "rules[0].cost"},
+	"cost-not-object.json":          {field: "rules[0].cost"},
+	"cost-both.json":                {field: "rules[0].cost.request_header"},
+	"cost-max-over-capacity.json": {field: "rules[0].cost.max", semanticOnly: "max above the rule's capacity: " +
+		"JSON Schema cannot compare two fields"},
+	"cost-max-zero.json":       {field: "rules[0].cost.max"},
+	"cost-header-invalid.json": {field: "rules[0].cost.response_header"},
+	"cost-header-pseudo.json":  {field: "rules[0].cost.request_header"},
+	"cost-max-delay.json":      {field: "rules[0].max_delay"},
+	"cost-unknown-field.json":  {field: "rules[0].cost.header"},
+	"on-error-bool.json":       {field: "on_error"},
 }
 
 func compileSchema(t testing.TB) *jsonschema.Schema {
@@ -780,7 +798,7 @@ func TestSchemaDefaults(t *testing.T) {
 			top[name] = p.Default
 		}
 	}
-	for _, want := range []string{"headers", "status", "max_keys", "on_error", "exempt_cidrs", "client_ip"} {
+	for _, want := range []string{"headers", "status", "max_keys", "on_error", "exempt_cidrs", "client_ip", "body"} {
 		if _, ok := top[want]; !ok {
 			t.Errorf("%s has no default in the schema", want)
 		}
@@ -849,6 +867,7 @@ func TestSchemaFieldsMatchParse(t *testing.T) {
 		{"rule", keys(s.Defs["rule"].Properties), `{"rules":[` + r + `,"zz":1}]}`},
 		{"match", keys(s.Defs["match"].Properties), `{"rules":[` + r + `,"match":{"zz":1}}]}`},
 		{"client_ip", keys(s.Properties["client_ip"].Properties), `{"rules":[` + r + `}],"client_ip":{"zz":1}}`},
+		{"cost", keys(s.Defs["cost"].Properties), `{"rules":[` + r + `,"cost":{"zz":1}}]}`},
 	} {
 		if parse := known(c.doc); !slices.Equal(c.schema, parse) {
 			t.Errorf("%s: the schema has %v, Parse knows %v", c.what, c.schema, parse)
@@ -878,6 +897,8 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"burst":     {[]string{absent, absent, `1`, `5`, `4294967295`}, []string{`0`, `-1`, `2.5`, `"5"`, `null`, `4294967296`}},
 		"max_delay": {[]string{absent, absent, `"0s"`, `"0"`, `"-0s"`, `"0.5ns"`, `"1s"`, `"60s"`, `"59s999ms"`}, []string{`"61s"`, `"1m1s"`, `"-1s"`, `1`, `"x"`, `null`}},
 		"shadow":    {[]string{absent, `true`, `false`}, []string{`"true"`, `0`, `null`}},
+		"cost": {[]string{absent, absent, absent, absent, absent, absent, absent, absent, absent, absent, absent, absent, `{"request_header":"x-cost"}`, `{"request_header":" X-Cost ","max":1}`, `{"response_header":"x-used","max":100000}`, `{"on_status":[401,403]}`, `{"on_status":[429.0],"response_header":"x-used"}`},
+			[]string{`{}`, `{"max":2}`, `{"request_header":"x-cost","on_status":[401]}`, `{"on_status":[]}`, `{"on_status":[401,401]}`, `{"on_status":[600]}`, `{"response_header":"a b"}`, `{"request_header":":path"}`, `{"response_header":"x","max":0}`, `{"x":1}`, `"x-cost"`, `null`}},
 	}
 	topPools := map[string]pool{
 		"client_ip":    {[]string{absent, `{}`, `{"xff_trusted_hops":2}`, `{"ipv6_prefix":1}`, `{"ipv6_prefix":128}`, `{"ipv6_prefix":56.0}`}, []string{`{"xff_trusted_hops":65}`, `{"xff_trusted_hops":-1}`, `{"ipv6_prefix":0}`, `{"hops":1}`, `null`, `[]`}},
@@ -886,6 +907,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"status":       {[]string{absent, `429`, `400`, `599`, `429.0`}, []string{`399`, `600`, `"429"`, `429.5`, `null`}},
 		"max_keys":     {[]string{absent, `1`, `100000000`, `1e5`}, []string{`0`, `100000001`, `null`}},
 		"on_error":     {[]string{absent, `"allow"`, `"deny"`}, []string{`"ignore"`, `true`, `null`}},
+		"body":         {[]string{absent, `"problem+json"`, `"text"`}, []string{`"json"`, `""`, `true`, `null`}},
 		"zz_unknown":   {[]string{absent}, []string{`1`}},
 	}
 	sortedKeys := func(m map[string]pool) []string {
@@ -912,10 +934,11 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		return strings.Contains(msg, "duplicate rule name") ||
 			strings.Contains(msg, "span more than") ||
 			strings.Contains(msg, "is longer than 60s") ||
-			strings.HasSuffix(msg, ".window: must be > 0, got 0s") // "0.5ns" rounds down to 0
+			strings.HasSuffix(msg, ".window: must be > 0, got 0s") || // "0.5ns" rounds down to 0
+			strings.Contains(msg, "more than the rule holds") // cost.max over the capacity
 	}
 	counts := map[string]int{}
-	for i := range 8000 {
+	for i := range 10000 {
 		rules := make([]map[string]string, 1+r.IntN(3))
 		for j := range rules {
 			rules[j] = map[string]string{}
