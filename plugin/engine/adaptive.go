@@ -10,8 +10,8 @@ import (
 // Adaptive concurrency rules (algorithm "adaptive_concurrency") are
 // concurrency rules (concurrency.go: the same slots, leases, queue and
 // release paths) whose limit is learnt: limit.Gauge, one per rule and key,
-// in the same shared table as the slots (under a fingerprint of its own)
-// and updated with the same CAS loop by every worker. This file keeps what
+// in the same shared table as the slots (in a region of its own, see
+// Regions) and updated with the same CAS loop by every worker. This file keeps what
 // one worker knows of it:
 //
 //   - the Gauge as this worker last read or wrote it: admission uses its
@@ -35,7 +35,7 @@ const (
 	learnerIdle = 5 * time.Second
 	// MaxLearners bounds the Gauges one worker keeps a copy of.
 	MaxLearners = 4096
-	// gaugeSalt makes a Gauge's fingerprint out of its key's.
+	// gaugeSalt makes the ID of a rule's Gauge region out of the rule's.
 	gaugeSalt = 0x6761756765000000
 )
 
@@ -116,7 +116,7 @@ func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 	op := &e.gop
 	*op = gaugeOp{lim: &r.Limit, batch: l.batch, learn: l.batch.N > 0}
 	l.synced = now
-	_, err := e.table.Modify(k.fp^gaugeSalt, e.overflowFPs[k.rule]^gaugeSalt, false, now, op)
+	_, err := e.table.Modify(k.fp, e.gaugeRegion[k.rule], false, now, op)
 	if err != nil {
 		// Keep learning on this worker's copy until shared data is back.
 		e.Stats.GaugeErrors++
@@ -131,6 +131,21 @@ func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 	l.g = op.out
 	l.batch = limit.Samples{Round: l.g.Round}
 	e.lastGauge[k.rule] = l.g
+}
+
+// gaugeRegions returns, per rule, the table region of its Gauges (see
+// Regions; -1 for a rule that is not adaptive).
+func gaugeRegions(cfg *config.Config) []int {
+	out := make([]int, len(cfg.Rules))
+	next := len(cfg.Rules)
+	for i := range cfg.Rules {
+		out[i] = -1
+		if IsAdaptive(&cfg.Rules[i]) {
+			out[i] = next
+			next++
+		}
+	}
+	return out
 }
 
 // forgetLearners drops the views not used for learnerIdle (all idle ones
