@@ -158,6 +158,9 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 			return nil, err
 		}
 	}
+	if n.AccessLogFormat != "" && n.AccessLogPath == "" {
+		n.AccessLogPath = filepath.Join(e.dir, "access.log")
+	}
 	if n.Wasm != nil {
 		if _, err := os.Stat(n.Wasm.File); err != nil {
 			return nil, fmt.Errorf("envoytest: wasm module: %w", err)
@@ -372,6 +375,14 @@ func (e *Envoy) Admin(ctx context.Context, path string) ([]byte, error) {
 		return b, fmt.Errorf("envoytest: admin %s: status %d: %s", path, code, b)
 	}
 	return b, nil
+}
+
+// AccessLogPath is the file of Options.AccessLogFormat's access log ("" if
+// none). Envoy writes it asynchronously (flushed about once a second).
+func (e *Envoy) AccessLogPath() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.opts.AccessLogPath
 }
 
 // URL returns the listener's base URL, "http://127.0.0.1:<port>".
@@ -726,6 +737,9 @@ func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
 	n, err := next.normalized()
 	if err != nil {
 		return err
+	}
+	if n.AccessLogFormat != "" && n.AccessLogPath == "" {
+		n.AccessLogPath = filepath.Join(e.dir, "access.log")
 	}
 	render := n
 	if n.Wasm != nil {
