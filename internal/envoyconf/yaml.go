@@ -11,7 +11,7 @@ import (
 // yamlToJSON converts a YAML (or JSON) document to JSON for protojson:
 // mappings to objects (keys as their text), sequences to arrays, and
 // scalars by their resolved YAML tag (and YAML 1.1's yes/no/on/off as
-// booleans, as before with sigs.k8s.io/yaml); a number keeps the spelling it was
+// booleans, as Envoy's reader, yaml-cpp, takes them); a number keeps the spelling it was
 // written with, so that protojson sees what Envoy would.
 func yamlToJSON(src []byte) ([]byte, error) {
 	var doc yamlv3.Node
