@@ -206,7 +206,7 @@ func (p *pluginContext) countStates(now int64) {
 		return
 	}
 	t := p.engine.Table()
-	n, err := p.census.Step(t, now, (t.Buckets()+4)/5)
+	n, err := p.census.Step(t, now, (t.Keys()+4)/5)
 	if err == nil && p.census.Complete() {
 		p.metrics.recordActiveStates(n)
 	}

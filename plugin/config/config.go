@@ -94,6 +94,11 @@ type Rule struct {
 	MaxDelay time.Duration
 	// Shadow rules count and report but never reject or delay.
 	Shadow bool
+	// MaxKeys is the rule's own max_keys (0: not set); Share is the number
+	// of client states the rule may keep, its part of the top-level
+	// max_keys (see shareTable).
+	MaxKeys int
+	Share   int
 	// Global rules ("scope": "global") count in the rate-limit service's
 	// fixed windows, one budget across the fleet; Window is then 1s, 1m,
 	// 1h or 24h and the algorithm fixed_window.
@@ -206,6 +211,9 @@ func Parse(doc []byte) (*Config, error) {
 		return nil, err
 	}
 	if err := parseTop(fields{m: top}, c); err != nil {
+		return nil, err
+	}
+	if err := shareTable(c); err != nil {
 		return nil, err
 	}
 	if c.Global == nil {
@@ -422,7 +430,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "cost"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "cost", "max_keys"); err != nil {
 		return r, err
 	}
 	f := fields{path: field, m: m}
@@ -502,6 +510,11 @@ func ruleIdentity(f fields, r *Rule) error {
 		if err := parseMatch(f.name("match"), raw, &r.Match); err != nil {
 			return err
 		}
+	}
+	if n, ok, err := f.whole("max_keys", MinMaxKeys, 100_000_000, "%d is out of range %d..100000000 (the rule's share of the state table: at least one bucket and its overflow state)", MinMaxKeys); err != nil {
+		return err
+	} else if ok {
+		r.MaxKeys = int(n)
 	}
 	r.Key = []KeyPart{{Kind: KeyClientIP}}
 	if raw := f.m.Get("key"); raw != nil {
@@ -686,6 +699,42 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// shareTable divides max_keys between the rules: a rule with its own
+// max_keys takes that many states, the others share what is left equally
+// (rounded down). Every rule keeps its states apart from the others' (a
+// flood of new keys on one rule fills only its own share), so every share
+// must hold at least one bucket and the rule's overflow state (MinMaxKeys),
+// and the shares never add up to more than max_keys.
+func shareTable(c *Config) error {
+	left, rest := c.MaxKeys, 0
+	for i := range c.Rules {
+		if c.Rules[i].MaxKeys == 0 {
+			rest++
+		}
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if r.MaxKeys == 0 {
+			continue
+		}
+		if r.MaxKeys > left-rest*MinMaxKeys {
+			return errf(sprintf.Sprintf("rules[%d].max_keys", i), "%d does not fit: max_keys %d leaves %d states for this rule after the rules before it took theirs and each rule without max_keys keeps %d", r.MaxKeys, c.MaxKeys, left-rest*MinMaxKeys, MinMaxKeys)
+		}
+		left -= r.MaxKeys
+	}
+	if rest > 0 && left/rest < MinMaxKeys {
+		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), MinMaxKeys, c.MaxKeys-left+rest*MinMaxKeys)
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		r.Share = r.MaxKeys
+		if r.MaxKeys == 0 {
+			r.Share = left / rest
+		}
+	}
+	return nil
 }
 
 // ruleID hashes everything that changes how a rule counts. The name is

@@ -198,7 +198,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 		if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true}]; h != nil {
 			op.heldOv, op.epochOv = h.n, h.epoch
 		}
-		_, err := e.table.Modify(p.fp, e.overflowFPs[p.rule], false, now, op)
+		_, err := e.table.Modify(p.fp, p.rule, false, now, op)
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
@@ -285,7 +285,7 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 		r := &e.cfg.Rules[s.Rule]
 		op := &e.op
 		*op = concOp{kind: opRelease, lim: &r.Limit, held: 1, epoch: h.epoch}
-		if _, err := e.table.Modify(s.FP, e.overflowFPs[s.Rule], s.Overflow, now, op); err != nil {
+		if _, err := e.table.Modify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
 			e.Stats.ReleaseErrors++
@@ -341,7 +341,7 @@ func (e *Engine) Abandon(id uint32, now int64) {
 // refund gives back the rate charges of a waiter that will not be served.
 func (e *Engine) refund(w *Waiter, now int64) {
 	for _, c := range w.charges {
-		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, 1, 0)
 	}
 	w.charges = nil
 }
@@ -351,7 +351,7 @@ func (e *Engine) refund(w *Waiter, now int64) {
 func (e *Engine) leave(w *Waiter, now int64) bool {
 	op := &e.op
 	*op = concOp{kind: opLeave, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
-	if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err != nil {
+	if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err != nil {
 		return false
 	}
 	if op.left {
@@ -417,7 +417,7 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 			op.held, op.epoch = h.n, h.epoch
 		}
 		granted := false
-		if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err == nil {
+		if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err == nil {
 			if h != nil {
 				h.epoch = op.out.Epoch
 			}
@@ -483,7 +483,7 @@ func (e *Engine) renewDue(now int64) {
 func (e *Engine) expire(w *Waiter, now int64) {
 	op := &e.op
 	*op = concOp{kind: opExpire, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
-	_, _ = e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op)
+	_, _ = e.table.Modify(w.fp, w.rule, w.overflow, now, op)
 	w.ID = 0
 }
 
@@ -497,7 +497,7 @@ func (e *Engine) renew(now int64) {
 		}
 		op := &e.op
 		*op = concOp{kind: opRenew, lim: &e.cfg.Rules[hk.rule].Limit, held: h.n, epoch: h.epoch}
-		if _, err := e.table.Modify(hk.fp, e.overflowFPs[hk.rule], hk.overflow, now, op); err == nil {
+		if _, err := e.table.Modify(hk.fp, hk.rule, hk.overflow, now, op); err == nil {
 			h.epoch = op.out.Epoch
 		}
 	}
@@ -508,7 +508,7 @@ func (e *Engine) renew(now int64) {
 func (e *Engine) InFlight(i int, fp uint64, now int64) (inFlight, waiting int64, err error) {
 	op := &e.op
 	*op = concOp{kind: opView, lim: &e.cfg.Rules[i].Limit}
-	if _, err := e.table.Modify(fp, e.overflowFPs[i], false, now, op); err != nil {
+	if _, err := e.table.Modify(fp, i, false, now, op); err != nil {
 		return 0, 0, err
 	}
 	return op.observed.InFlight(), op.observed.Queued(), nil

@@ -120,16 +120,15 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg         *config.Config
-	table       *Table
-	seed        uint64
-	needMethod  bool
-	needPath    bool
-	overflowFPs []uint64
-	matched     []int
-	charged     []charge
-	keyBuf      []byte
-	Stats       Stats
+	cfg        *config.Config
+	table      *Table
+	seed       uint64
+	needMethod bool
+	needPath   bool
+	matched    []int
+	charged    []charge
+	keyBuf     []byte
+	Stats      Stats
 	// Global rules (global.go).
 	Global  GlobalStats
 	caller  Caller
@@ -176,7 +175,7 @@ func (e *Engine) now() int64 {
 func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	e := &Engine{
 		cfg:     cfg,
-		table:   NewTable(store, cfg.MaxKeys),
+		table:   NewTable(store, Regions(cfg)),
 		seed:    seed,
 		matched: make([]int, 0, len(cfg.Rules)),
 		charged: make([]charge, 0, len(cfg.Rules)),
@@ -203,9 +202,18 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 				e.needPath = true
 			}
 		}
-		e.overflowFPs = append(e.overflowFPs, hash64(seed, r.ID^0x6f766572666c6f77, nil))
 	}
 	return e
+}
+
+// Regions returns the state table's regions for the rules of cfg: one per
+// rule, of the rule's share of max_keys.
+func Regions(cfg *config.Config) []Region {
+	rs := make([]Region, len(cfg.Rules))
+	for i := range cfg.Rules {
+		rs[i] = Region{ID: cfg.Rules[i].ID, Share: cfg.Rules[i].Share}
+	}
+	return rs
 }
 
 // Config returns the engine's configuration.
@@ -403,7 +411,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again.
 	for _, c := range e.charged {
-		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
 	// Report the longest wait among the rules not yet evaluated, so that the
 	// client's retry is not rejected by the next rule in line.
@@ -417,7 +425,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), i, &r.Limit, now, 1, 0)
 		if err != nil || d.Allowed {
 			continue
 		}
@@ -438,7 +446,7 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		return d, 0, err
 	}
 	n := e.requestCost(r, ri)
-	d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, n, e.maxDelay(r))
+	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.maxDelay(r))
 	return d, n, err
 }
 
