@@ -63,7 +63,7 @@ func TestConcurrencyInEnvoy(t *testing.T) {
 				if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 1 || r.Latency > 150*time.Millisecond {
 					t.Errorf("429 with Retry-After %q after %v: want >= 1, at once", r.Header.Get("Retry-After"), r.Latency)
 				}
-				if r.Header.Get("Ratelimit-Policy") != `"now";q=10` || r.Header.Get("X-Ratelimit-Remaining") != "0" {
+				if r.Header.Get("Ratelimit-Policy") != `"now";q=10;qu="concurrent-requests"` || r.Header.Get("X-Ratelimit-Remaining") != "0" {
 					t.Errorf("429 headers: %v", r.Header)
 				}
 			}

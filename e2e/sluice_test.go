@@ -136,13 +136,18 @@ func TestRoutesAndRefill(t *testing.T) {
 	}
 	wantHeaders(t, resp, 429, map[string]string{
 		"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0", "RateLimit-Policy": `"refill";q=1;w=2`,
+		"Content-Type": "application/problem+json",
 	})
-	if !strings.Contains(body, "Too Many Requests") {
-		t.Errorf("429 body = %q", body)
+	if !strings.Contains(body, `"violated-policies":["refill"]`) || !strings.Contains(body, "#quota-exceeded") {
+		t.Errorf("429 body = %q, want the quota-exceeded problem naming refill", body)
 	}
 	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	if err != nil || ra < 1 || ra > 2 {
 		t.Fatalf("Retry-After = %q, want 1 or 2", resp.Header.Get("Retry-After"))
+	}
+	// On a rejection t is Retry-After (the draft: never earlier than t).
+	if got, want := resp.Header.Get("RateLimit"), `"refill";r=0;t=`+strconv.Itoa(ra); got != want {
+		t.Errorf("429 RateLimit = %q, want %q", got, want)
 	}
 	time.Sleep(time.Duration(ra) * time.Second)
 	resp, _, err = e.Get(ctx, "/refill", nil)

@@ -74,11 +74,13 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	case engine.Delay:
+		p.tell(&h.verdict)
 		release := pd.Arrival + int64(v.Delay)
 		if release <= now || !p.held.push(h.id, release) {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	default:
+		p.tell(&h.verdict)
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
 			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of request %d failed: %v", h.id, err))
 		}

@@ -203,3 +203,17 @@ func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) 
 	}
 	return unsafe.Slice(ret, size), cas, true, nil
 }
+
+//go:wasmimport env proxy_set_property
+//go:noescape
+func proxySetProperty(pathData *byte, pathSize int32, valueData *byte, valueSize int32) uint32
+
+// setProperty sets the stream's property path (one segment) to value: one
+// host call, nothing allocated (Envoy copies both).
+func setProperty(path []byte, value string) {
+	vp := &path[0] // any valid pointer for an empty value
+	if len(value) > 0 {
+		vp = unsafe.StringData(value)
+	}
+	_ = proxySetProperty(&path[0], int32(len(path)), vp, int32(len(value)))
+}

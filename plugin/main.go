@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/shared/header"
 )
 
 func main() {}
@@ -52,6 +53,9 @@ type pluginContext struct {
 	conc    bool
 	waiting map[uint32]*httpContext
 	events  []engine.ConcEvent
+	// a rejection's body (why.go), reused
+	body  []byte
+	names []string
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -106,7 +110,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := nowNanos()
-	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() {
+	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() || p.engine.PendingCharges() > 0 {
 		p.engine.Sweep(now)
 	}
 	p.held.release(now, func(id uint32) {
@@ -119,10 +123,13 @@ func (p *pluginContext) OnTick() {
 	})
 	if p.conc {
 		p.pollQueues(now)
+		p.engine.Learn(now)
 	}
 	if now-p.lastFlush >= int64(time.Second) {
 		p.lastFlush = now
 		p.metrics.flush(p.engine, p.held.len())
+		p.metrics.flushOverflow(p.engine.Table())
+		p.logOverflow(now)
 		p.countStates(now)
 	}
 }
@@ -155,24 +162,33 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Reject:
 			_ = p.reject(v, now)
 		case engine.Delay:
+			p.tell(v)
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
+				h.sent = now + int64(rest)
 				continue
 			}
 			v.Outcome = engine.Allow
+			h.sent = now
 			_ = proxywasm.ResumeHttpRequest()
 		default:
+			h.sent = now
+			p.tell(v)
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	}
 }
 
-// reject answers the current stream with the rejection v: its headers, a
-// rate-limited log line, the configured status.
+// reject answers the current stream with the rejection v: its filter
+// state for the access log, its headers and body, a rate-limited log
+// line, the configured status.
 func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
+	p.tell(v)
 	p.headers.Build(v, p.engine.Config().Headers, true)
+	body, ctype := p.rejectionBody(v)
+	p.headers.Add(header.ContentType, ctype)
 	p.logRejection(v, now)
-	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
+	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), body)
 }
 
 // logRejection logs a rejection at debug level, at most once a second per
@@ -196,9 +212,33 @@ func (p *pluginContext) countStates(now int64) {
 		return
 	}
 	t := p.engine.Table()
-	n, err := p.census.Step(t, now, (t.Buckets()+4)/5)
+	n, err := p.census.Step(t, now, (t.Keys()+4)/5)
 	if err == nil && p.census.Complete() {
-		p.metrics.recordActiveStates(n)
+		p.metrics.recordActiveStates(n, &p.census)
+	}
+}
+
+// logOverflow logs, once per episode process-wide (Table.StartOverflow),
+// that a rule has started deciding new clients on its overflow state: its
+// share of the state table is full. One line, not one per request: the
+// operator sees the flood (or a share too small for real clients) and the
+// setting that sizes it; the per-rule overflow counter tells how long it
+// lasts.
+func (p *pluginContext) logOverflow(now int64) {
+	t := p.engine.Table()
+	cfg := p.engine.Config()
+	for i := range p.metrics.rules {
+		rm := &p.metrics.rules[i]
+		if !rm.overflowSeen {
+			continue
+		}
+		rm.overflowSeen = false
+		if !t.StartOverflow(i, now) {
+			continue
+		}
+		r := &cfg.Rules[i]
+		proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s: its share of the state table is full (%d client states): new clients of the rule are limited together on its overflow state (a flood of new keys, or real clients: then raise rules[%d].max_keys or max_keys); other rules are not affected",
+			r.Name, t.RegionCapacity(i), i))
 	}
 }
 
@@ -216,6 +256,10 @@ type httpContext struct {
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
 	gone    bool
+	// adaptive concurrency (adaptive.go): when the request was forwarded,
+	// and whether its latency was sampled.
+	sent    int64
+	sampled bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -232,6 +276,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
+	h.sent = now + int64(v.Delay)
 	if v.Err != nil && v.ErrRule != nil {
 		if v.ErrRule.Global {
 			p.logCallError(v, now)
@@ -255,14 +300,21 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionPause
 	case engine.Delay:
 		if !p.held.push(h.id, now+int64(v.Delay)) {
-			// Too many held requests on this worker: reject instead.
+			// Too many held requests on this worker: reject instead, in
+			// the name of the rule that would have held it.
 			p.engine.Release(v.Slots, now)
 			v.Slots = nil
 			v.Outcome = engine.Reject
 			v.RetryAfter = v.Delay
-			p.headers.Build(v, p.engine.Config().Headers, true)
-			_ = sendLocalResponse(p.engine.Config().Status, p.headers.List(), rejectBody)
+			if v.Delayer != nil {
+				v.Report = v.Delayer
+			}
+			_ = p.reject(v, now)
+			return types.ActionPause
 		}
+	}
+	p.tell(v)
+	if v.Outcome == engine.Delay {
 		return types.ActionPause
 	}
 	return types.ActionContinue
@@ -273,6 +325,10 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		return types.ActionContinue
 	}
 	p := h.plugin
+	if len(h.verdict.Slots) > 0 {
+		h.sample(nowNanos(), true)
+	}
+	h.settle()
 	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
@@ -306,11 +362,13 @@ func (h *httpContext) responseDone() {
 }
 
 // releaseSlots gives back the slots h holds, exactly once (they are
-// forgotten), and with handoff hands freed slots to this worker's waiters
-// at once. Only from OnHttpStreamDone: in the `make demo` runs that also
-// resumed other streams from a stream's request or response callbacks,
-// 7-10 requests (buys with max_delay, even background requests) hung until
-// the client's timeout, and none with the hand-off from the stream's end.
+// forgotten): from responseDone without hand-off, and from
+// OnHttpStreamDone with handoff, which hands freed slots to this worker's
+// waiters at once. The hand-off is only at the stream's end: in the
+// `make demo` runs that also resumed other streams from a stream's request
+// or response callbacks, 7-10 requests (buys with max_delay, even
+// background requests) hung until the client's timeout, and none with the
+// hand-off from the stream's end.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
@@ -348,7 +406,9 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		h.releaseSlots(nowNanos(), true)
+		now := nowNanos()
+		h.sample(now, false)
+		h.releaseSlots(now, true)
 	}
 }
 
@@ -378,8 +438,6 @@ func contextIDSalt() int64 {
 	_ = engine.ReadRandom(b[:])
 	return int64(binary.LittleEndian.Uint64(b[:]))
 }
-
-var rejectBody = []byte("Too Many Requests: rate limit exceeded, retry after the time in Retry-After.\n")
 
 func onErrorWord(c *config.Config) string {
 	if c.OnErrorDeny {

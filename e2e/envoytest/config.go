@@ -104,6 +104,15 @@ type Options struct {
 	// minute on a loaded machine). The context given to Start can cut it
 	// shorter.
 	StartTimeout time.Duration
+	// AccessLogFormat, if set, adds a file access log to the HTTP
+	// connection manager, one line per request in this text format (e.g.
+	// with %FILTER_STATE(wasm.sluice_decision:PLAIN)%), written to
+	// AccessLogPath (in both modes: Dir is mounted in the container).
+	AccessLogFormat string
+	// AccessLogPath is the access log's file. Empty: access.log in Dir
+	// (Envoy.AccessLogPath says where).
+	AccessLogPath string
+
 	// ExtraArgs are appended to Envoy's command line.
 	ExtraArgs []string
 	// LogOutput, if set, also receives Envoy's stdout and stderr.
@@ -374,6 +383,15 @@ filter_chains:
     typed_config:
       "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
       stat_prefix: ingress_http
+{{- if .O.AccessLogFormat}}
+      access_log:
+      - name: envoy.access_loggers.file
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+          path: {{q .O.AccessLogPath}}
+          log_format:
+            text_format_source: {inline_string: {{q .O.AccessLogFormat}}}
+{{- end}}
       use_remote_address: {{if .O.UseRemoteAddress}}{{deref .O.UseRemoteAddress}}{{else}}true{{end}}
       xff_num_trusted_hops: {{.O.XFFNumTrustedHops}}
       route_config:

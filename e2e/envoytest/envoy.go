@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,9 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 		if err := os.MkdirAll(e.dir, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if n.AccessLogFormat != "" && n.AccessLogPath == "" {
+		n.AccessLogPath = filepath.Join(e.dir, "access.log")
 	}
 	if n.Wasm != nil {
 		if _, err := os.Stat(n.Wasm.File); err != nil {
@@ -373,6 +377,14 @@ func (e *Envoy) Admin(ctx context.Context, path string) ([]byte, error) {
 	return b, nil
 }
 
+// AccessLogPath is the file of Options.AccessLogFormat's access log ("" if
+// none). Envoy writes it asynchronously (flushed about once a second).
+func (e *Envoy) AccessLogPath() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.opts.AccessLogPath
+}
+
 // URL returns the listener's base URL, "http://127.0.0.1:<port>".
 func (e *Envoy) URL() string { return "http://127.0.0.1:" + strconv.Itoa(e.listenPort) }
 
@@ -481,22 +493,11 @@ func (e *Envoy) Stats(filter string) (map[string]uint64, error) {
 
 // Stat returns one counter or gauge by its exact name (0 if absent).
 func (e *Envoy) Stat(name string) (uint64, error) {
-	m, err := e.Stats("^" + regexpQuote(name) + "$")
+	m, err := e.Stats("^" + regexp.QuoteMeta(name) + "$")
 	if err != nil {
 		return 0, err
 	}
 	return m[name], nil
-}
-
-func regexpQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // ParseStats parses the plain-text output of Envoy's /stats ("name: value"
@@ -736,6 +737,9 @@ func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
 	n, err := next.normalized()
 	if err != nil {
 		return err
+	}
+	if n.AccessLogFormat != "" && n.AccessLogPath == "" {
+		n.AccessLogPath = filepath.Join(e.dir, "access.log")
 	}
 	render := n
 	if n.Wasm != nil {

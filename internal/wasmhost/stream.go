@@ -888,6 +888,14 @@ func (s *Stream) recordOp(op HeaderOp) {
 	}
 }
 
+// FilterState returns what the plugin set with proxy_set_property under
+// name (one segment): in Envoy, the filter state "wasm.<name>" that an
+// access log prints with %FILTER_STATE(wasm.<name>:PLAIN)%.
+func (s *Stream) FilterState(name string) (string, bool) {
+	v, ok := s.setProps[name]
+	return v, ok
+}
+
 // property resolves a stream property (wire path).
 func (s *Stream) property(path string) (string, bool) {
 	if strings.IndexByte(path, 0) < 0 {

@@ -117,6 +117,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `}],"status":200}`, "status:"},
 		{`{"rules":[{` + ok + `}],"max_keys":0}`, "max_keys:"},
 		{`{"rules":[{` + ok + `}],"on_error":"ignore"}`, "on_error:"},
+		{`{"rules":[{` + ok + `}],"body":"json"}`, "body:"},
+		{`{"rules":[{` + ok + `}],"body":true}`, "body:"},
 		{`{"rules":[{` + ok + `}],"status":null}`, "status:"},
 	}
 	for _, c := range cases {
@@ -187,6 +189,12 @@ func TestRuleIDUnchanged(t *testing.T) {
 				fmt.Fprintf(h, "%d:%s,", k.Kind, k.Header)
 			}
 			fmt.Fprintf(h, "|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+			if c := r.Cost; c.Set() {
+				fmt.Fprintf(h, "|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)
+				for _, s := range c.OnStatus {
+					fmt.Fprintf(h, ",%d", s)
+				}
+			}
 			if r.ID != h.Sum64() {
 				t.Errorf("%s: rule %s: ID %x, fmt gives %x", f, r.Name, r.ID, h.Sum64())
 			}

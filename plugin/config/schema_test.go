@@ -146,15 +146,28 @@ var invalidCorpus = map[string]invalidCase{
 
 	"max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
 		"durations written in mixed units (\"59s999ms\" is fine, \"1m1s\" is not)"},
-	"max-delay-negative.json":          {field: "rules[0].max_delay"},
-	"max-delay-number.json":            {field: "rules[0].max_delay"},
-	"max-delay-words.json":             {field: "rules[0].max_delay"},
-	"max-delay-sliding-window.json":    {field: "rules[0].max_delay"},
-	"shadow-string.json":               {field: "rules[0].shadow"},
-	"concurrency-window.json":          {field: "rules[0].window"},
-	"concurrency-global.json":          {field: "rules[0].algorithm"},
-	"concurrency-burst.json":           {field: "rules[0].burst"},
-	"concurrency-limit-too-large.json": {field: "rules[0].limit"},
+	"max-delay-negative.json":       {field: "rules[0].max_delay"},
+	"max-delay-number.json":         {field: "rules[0].max_delay"},
+	"max-delay-words.json":          {field: "rules[0].max_delay"},
+	"max-delay-sliding-window.json": {field: "rules[0].max_delay"},
+	"shadow-string.json":            {field: "rules[0].shadow"},
+	"concurrency-window.json":       {field: "rules[0].window"},
+
+	"adaptive-limit.json":                {field: "rules[0].limit"},
+	"adaptive-window.json":               {field: "rules[0].window"},
+	"adaptive-burst.json":                {field: "rules[0].burst"},
+	"adaptive-min-zero.json":             {field: "rules[0].min_limit"},
+	"adaptive-max-too-large.json":        {field: "rules[0].max_limit"},
+	"adaptive-min-over-max.json":         {field: "rules[0].max_limit", semanticOnly: "min_limit <= max_limit compares two fields"},
+	"adaptive-min-over-default-max.json": {field: "rules[0].min_limit", semanticOnly: "min_limit <= the default max_limit compares two fields"},
+	"max-limit-token-bucket.json":        {field: "rules[0].max_limit"},
+	"min-limit-concurrency.json":         {field: "rules[0].min_limit"},
+	"adaptive-global.json":               {field: "rules[0].algorithm"},
+	"adaptive-cost.json":                 {field: "rules[0].cost"},
+	"adaptive-max-delay-too-long.json":   {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s is checked by Parse"},
+	"concurrency-global.json":            {field: "rules[0].algorithm"},
+	"concurrency-burst.json":             {field: "rules[0].burst"},
+	"concurrency-limit-too-large.json":   {field: "rules[0].limit"},
 	"concurrency-max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
 		"durations written in mixed units"},
 	"shadow-number.json": {field: "rules[0].shadow"},
@@ -194,7 +207,26 @@ var invalidCorpus = map[string]invalidCase{
 	"max-keys-huge.json":      {field: "max_keys"},
 
 	"on-error-unknown.json": {field: "on_error"},
-	"on-error-bool.json":    {field: "on_error"},
+
+	"cost-leaky-bucket.json":        {field: "rules[0].cost"},
+	"cost-concurrency.json":         {field: "rules[0].cost"},
+	"cost-adaptive.json":            {field: "rules[0].cost"},
+	"cost-on-status-range.json":     {field: "rules[0].cost.on_status[1]"},
+	"cost-on-status-duplicate.json": {field: "rules[0].cost.on_status[2]"},
+	"cost-on-status-empty.json":     {field: "rules[0].cost.on_status"},
+	"cost-on-status-string.json":    {field: "rules[0].cost.on_status[0]"},
+	"cost-empty.json":               {field: "rules[0].cost"},
+	"cost-max-only.json":            {field: "rules[0].cost"},
+	"cost-not-object.json":          {field: "rules[0].cost"},
+	"cost-both.json":                {field: "rules[0].cost.request_header"},
+	"cost-max-over-capacity.json": {field: "rules[0].cost.max", semanticOnly: "max above the rule's capacity: " +
+		"JSON Schema cannot compare two fields"},
+	"cost-max-zero.json":       {field: "rules[0].cost.max"},
+	"cost-header-invalid.json": {field: "rules[0].cost.response_header"},
+	"cost-header-pseudo.json":  {field: "rules[0].cost.request_header"},
+	"cost-max-delay.json":      {field: "rules[0].max_delay"},
+	"cost-unknown-field.json":  {field: "rules[0].cost.header"},
+	"on-error-bool.json":       {field: "on_error"},
 }
 
 func compileSchema(t testing.TB) *jsonschema.Schema {
@@ -758,10 +790,26 @@ func TestSchemaDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	rule := map[string]json.RawMessage{"name": json.RawMessage(`"r"`), "limit": json.RawMessage(`7`), "window": json.RawMessage(`"1s"`)}
+	adaptive := map[string]json.RawMessage{"name": json.RawMessage(`"r"`), "algorithm": json.RawMessage(`"adaptive_concurrency"`)}
 	for name, p := range s.Defs.Rule.Properties {
-		if p.Default != nil {
+		switch {
+		case p.Default == nil:
+		case name == "min_limit" || name == "max_limit": // adaptive_concurrency only
+			adaptive[name] = p.Default
+		default:
 			rule[name] = p.Default
 		}
+	}
+	if len(adaptive) != 4 {
+		t.Errorf("min_limit and max_limit need defaults in the schema: %v", adaptive)
+	}
+	withDefaults, _ := json.Marshal(map[string]any{"rules": []any{adaptive}})
+	ad, err := Parse(withDefaults)
+	if err != nil {
+		t.Fatalf("the schema's adaptive defaults do not parse: %v", err)
+	}
+	if bare, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"adaptive_concurrency"}]}`)); err != nil || !reflect.DeepEqual(ad, bare) {
+		t.Errorf("the schema's adaptive defaults differ from Parse's (%v)", err)
 	}
 	top := map[string]any{"rules": []any{rule}}
 	for name, p := range s.Properties {
@@ -780,7 +828,7 @@ func TestSchemaDefaults(t *testing.T) {
 			top[name] = p.Default
 		}
 	}
-	for _, want := range []string{"headers", "status", "max_keys", "on_error", "exempt_cidrs", "client_ip"} {
+	for _, want := range []string{"headers", "status", "max_keys", "on_error", "exempt_cidrs", "client_ip", "body"} {
 		if _, ok := top[want]; !ok {
 			t.Errorf("%s has no default in the schema", want)
 		}
@@ -849,6 +897,7 @@ func TestSchemaFieldsMatchParse(t *testing.T) {
 		{"rule", keys(s.Defs["rule"].Properties), `{"rules":[` + r + `,"zz":1}]}`},
 		{"match", keys(s.Defs["match"].Properties), `{"rules":[` + r + `,"match":{"zz":1}}]}`},
 		{"client_ip", keys(s.Properties["client_ip"].Properties), `{"rules":[` + r + `}],"client_ip":{"zz":1}}`},
+		{"cost", keys(s.Defs["cost"].Properties), `{"rules":[` + r + `,"cost":{"zz":1}}]}`},
 	} {
 		if parse := known(c.doc); !slices.Equal(c.schema, parse) {
 			t.Errorf("%s: the schema has %v, Parse knows %v", c.what, c.schema, parse)
@@ -878,6 +927,8 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"burst":     {[]string{absent, absent, `1`, `5`, `4294967295`}, []string{`0`, `-1`, `2.5`, `"5"`, `null`, `4294967296`}},
 		"max_delay": {[]string{absent, absent, `"0s"`, `"0"`, `"-0s"`, `"0.5ns"`, `"1s"`, `"60s"`, `"59s999ms"`}, []string{`"61s"`, `"1m1s"`, `"-1s"`, `1`, `"x"`, `null`}},
 		"shadow":    {[]string{absent, `true`, `false`}, []string{`"true"`, `0`, `null`}},
+		"cost": {[]string{absent, absent, absent, absent, absent, absent, absent, absent, absent, absent, absent, absent, `{"request_header":"x-cost"}`, `{"request_header":" X-Cost ","max":1}`, `{"response_header":"x-used","max":100000}`, `{"on_status":[401,403]}`, `{"on_status":[429.0],"response_header":"x-used"}`},
+			[]string{`{}`, `{"max":2}`, `{"request_header":"x-cost","on_status":[401]}`, `{"on_status":[]}`, `{"on_status":[401,401]}`, `{"on_status":[600]}`, `{"response_header":"a b"}`, `{"request_header":":path"}`, `{"response_header":"x","max":0}`, `{"x":1}`, `"x-cost"`, `null`}},
 	}
 	topPools := map[string]pool{
 		"client_ip":    {[]string{absent, `{}`, `{"xff_trusted_hops":2}`, `{"ipv6_prefix":1}`, `{"ipv6_prefix":128}`, `{"ipv6_prefix":56.0}`}, []string{`{"xff_trusted_hops":65}`, `{"xff_trusted_hops":-1}`, `{"ipv6_prefix":0}`, `{"hops":1}`, `null`, `[]`}},
@@ -886,6 +937,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"status":       {[]string{absent, `429`, `400`, `599`, `429.0`}, []string{`399`, `600`, `"429"`, `429.5`, `null`}},
 		"max_keys":     {[]string{absent, `1`, `100000000`, `1e5`}, []string{`0`, `100000001`, `null`}},
 		"on_error":     {[]string{absent, `"allow"`, `"deny"`}, []string{`"ignore"`, `true`, `null`}},
+		"body":         {[]string{absent, `"problem+json"`, `"text"`}, []string{`"json"`, `""`, `true`, `null`}},
 		"zz_unknown":   {[]string{absent}, []string{`1`}},
 	}
 	sortedKeys := func(m map[string]pool) []string {
@@ -912,10 +964,12 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		return strings.Contains(msg, "duplicate rule name") ||
 			strings.Contains(msg, "span more than") ||
 			strings.Contains(msg, "is longer than 60s") ||
-			strings.HasSuffix(msg, ".window: must be > 0, got 0s") // "0.5ns" rounds down to 0
+			strings.Contains(msg, "must be >= min_limit") || strings.Contains(msg, "over the default max_limit") ||
+			strings.HasSuffix(msg, ".window: must be > 0, got 0s") || // "0.5ns" rounds down to 0
+			strings.Contains(msg, "more than the rule holds") // cost.max over the capacity
 	}
 	counts := map[string]int{}
-	for i := range 8000 {
+	for i := range 10000 {
 		rules := make([]map[string]string, 1+r.IntN(3))
 		for j := range rules {
 			rules[j] = map[string]string{}

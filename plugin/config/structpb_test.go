@@ -80,7 +80,7 @@ func TestStructAsJSON(t *testing.T) {
 		r[k] = v
 		return map[string]any{"rules": []any{r}}
 	}
-	for _, n := range []any{10.0, 4.29e2, 1e21, 1e-7, 0.1, -0.0, 1.5, 1 << 53, 1<<53 + 2, 9.007199254740993e15, -1e300, nil, true, "10", []any{}} {
+	for _, n := range []any{10.0, 4.29e2, 1e21, 1e-7, 0.1, math.Copysign(0, -1), 1.5, 1 << 53, 1<<53 + 2, 9.007199254740993e15, -1e300, nil, true, "10", []any{}} {
 		docs = append(docs, rule("limit", n), rule("burst", n), map[string]any{"rules": []any{map[string]any{"name": "r", "limit": 1, "window": "1s"}}, "status": n})
 	}
 	docs = append(docs, rule("name", "caf\u00e9 \u2028<&>"), rule("match", map[string]any{"methods": []any{"get", nil}}), rule("key", []any{}))
@@ -150,7 +150,7 @@ func TestStructEdgeCases(t *testing.T) {
 		{append(doc(str("a"), 5), entry("status", num(500))...), ""},
 		{append(append(doc(str("a"), 5), entry("status", num(math.NaN()))...), entry("status", num(503))...), ""},
 		{doc(str("a\xffb"), 5), "rules[0].name: \"a\uFFFDb\" must match [a-z0-9_-]+ (at most 64 characters)"},
-		{doc(str("a"), 5, entry("x\xc3", str("y"))), `rules[0].x` + "\ufffd" + `: unknown field (known: name, match, key, algorithm, limit, window, burst, max_delay, shadow, scope)`},
+		{doc(str("a"), 5, entry("x\xc3", str("y"))), `rules[0].x` + "\ufffd" + `: unknown field (known: name, match, key, algorithm, limit, window, burst, max_delay, shadow, scope, min_limit, max_limit, cost, max_keys)`},
 		{doc(str("a"), 1.5), `rules[0].limit: 1.5 is not a whole number`},
 		{doc(str("a"), 1e21), `rules[0].limit: 1e+21 is not a whole number`},
 		{doc(str("a"), 1e-7), `rules[0].limit: 1e-7 is not a whole number`},

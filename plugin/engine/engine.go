@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
+	"github.com/sluicehq/sluice/shared/limit"
 )
 
 // Request gives the engine what it needs of one HTTP request. The plugin
@@ -55,6 +56,14 @@ type Verdict struct {
 	Remaining  int64
 	Reset      time.Duration
 	RetryAfter time.Duration
+	// Violated has bit i set for every rule i (config order, at most
+	// config.MaxRules) that refused the request (Outcome Reject): the
+	// one that rejected it and those that would have too. The lowest is
+	// the rule that refused it.
+	Violated uint64
+	// Delayer is the rule that held the request (a max_delay, or a
+	// concurrency queue it waited in).
+	Delayer *config.Rule
 	// Shadow is a shadow rule that would have rejected the request.
 	Shadow           *config.Rule
 	ShadowRetryAfter time.Duration
@@ -71,6 +80,12 @@ type Verdict struct {
 	// Slots are the concurrency slots the request holds: Release them when
 	// its stream ends.
 	Slots []SlotRef
+	// ReportLimit is the limit of an adaptive concurrency Report, as
+	// learnt when the request was decided.
+	ReportLimit int64
+	// post are the rules that charge the request once the upstream's
+	// response arrives (cost.go: Settle).
+	post postList
 }
 
 // RuleStats counts the decisions of one rule.
@@ -79,6 +94,9 @@ type RuleStats struct {
 	// WaitNS is the total time requests waited in a concurrency rule's
 	// queue (they count as Delayed once admitted).
 	WaitNS uint64
+	// Charged is the units charged to admitted requests (one each without
+	// a cost; with a cost, what the request header or the response said).
+	Charged uint64
 }
 
 // Stats counts what the engine decided since it started.
@@ -90,6 +108,12 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
+	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
+	// that failed (the worker learnt on its own copy meanwhile).
+	GaugeErrors uint64
+	// ChargeErrors counts charges after the response that were lost
+	// (shared data failed, or a global rule's charge call failed).
+	ChargeErrors uint64
 }
 
 // charge is a rule that admitted the request being decided, with the
@@ -97,20 +121,20 @@ type Stats struct {
 type charge struct {
 	rule int
 	fp   uint64
+	n    int64 // units charged (a request_header cost)
 }
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg         *config.Config
-	table       *Table
-	seed        uint64
-	needMethod  bool
-	needPath    bool
-	overflowFPs []uint64
-	matched     []int
-	charged     []charge
-	keyBuf      []byte
-	Stats       Stats
+	cfg        *config.Config
+	table      *Table
+	seed       uint64
+	needMethod bool
+	needPath   bool
+	matched    []int
+	charged    []charge
+	keyBuf     []byte
+	Stats      Stats
 	// Global rules (global.go).
 	Global  GlobalStats
 	caller  Caller
@@ -136,7 +160,19 @@ type Engine struct {
 	waiters  []*Waiter
 	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
-	renewed  uint16  // the epoch of the last renewal
+	// debts are global rules' charges after the response that wait for
+	// the tick (cost.go).
+	debts   map[callKey]*debt
+	renewed uint16 // the epoch of the last renewal
+	// adaptive concurrency rules (adaptive.go)
+	learners   map[learnKey]*learner
+	gop        gaugeOp
+	slotLim    limit.Limit
+	lastGauge  []limit.Gauge
+	lastSlots  []slotsSeen
+	learnSwept int64
+	// gaugeRegion is the table region of adaptive rule i's Gauges.
+	gaugeRegion []int
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 }
@@ -154,7 +190,7 @@ func (e *Engine) now() int64 {
 func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	e := &Engine{
 		cfg:     cfg,
-		table:   NewTable(store, cfg.MaxKeys),
+		table:   NewTable(store, Regions(cfg)),
 		seed:    seed,
 		matched: make([]int, 0, len(cfg.Rules)),
 		charged: make([]charge, 0, len(cfg.Rules)),
@@ -164,6 +200,11 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 
 		holdings: map[holdKey]*holding{},
 		hold:     make([]int64, len(cfg.Rules)),
+
+		learners:    map[learnKey]*learner{},
+		gaugeRegion: gaugeRegions(cfg),
+		lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
+		lastSlots:   make([]slotsSeen, len(cfg.Rules)),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -181,9 +222,25 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 				e.needPath = true
 			}
 		}
-		e.overflowFPs = append(e.overflowFPs, hash64(seed, r.ID^0x6f766572666c6f77, nil))
 	}
 	return e
+}
+
+// Regions returns the state table's regions for the rules of cfg: one per
+// rule, of the rule's share of max_keys, in rule order; then one per
+// adaptive concurrency rule for its Gauges (a key of such a rule keeps two
+// states, slots and Gauge: the rule's share is split between them).
+func Regions(cfg *config.Config) []Region {
+	rs := make([]Region, len(cfg.Rules))
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		rs[i] = Region{ID: r.ID, Share: r.Share}
+		if IsAdaptive(r) {
+			rs[i].Share -= r.Share / 2
+			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2})
+		}
+	}
+	return rs
 }
 
 // Config returns the engine's configuration.
@@ -280,7 +337,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			// and never need it.
 			off := len(e.gkeys)
 			e.gkeys = append(e.gkeys, e.keyBuf...)
-			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf)})
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf), cost: e.requestCost(r, &ri)})
 			continue
 		}
 		if IsConcurrency(r) {
@@ -289,12 +346,13 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
 			continue
 		}
-		d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, 1, e.maxDelay(r))
+		d, n, err := e.decideLocal(&v, r, i, fp, &ri, now)
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
 				e.Stats.OnErrorDenied++
 				rejected = i
+				v.violate(i)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
 				break
 			}
@@ -308,20 +366,23 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 				if v.Shadow == nil {
 					v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 				}
-			} else {
-				e.charged = append(e.charged, charge{i, fp})
+			} else if n > 0 {
+				e.charged = append(e.charged, charge{i, fp, n})
 			}
 			continue
 		}
 		if !d.Allowed {
 			st.Rejected++
 			rejected = i
+			v.violate(i)
 			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 			break
 		}
-		e.charged = append(e.charged, charge{i, fp})
+		if n > 0 {
+			e.charged = append(e.charged, charge{i, fp, n})
+		}
 		if d.Delay > v.Delay {
-			v.Delay = d.Delay
+			v.Delay, v.Delayer = d.Delay, r
 		}
 		if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
@@ -355,6 +416,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	if rejected < 0 {
 		for _, c := range e.charged {
 			if !e.cfg.Rules[c.rule].Shadow {
+				e.Stats.Rules[c.rule].Charged += uint64(c.n)
 				if v.Delay > 0 {
 					e.Stats.Rules[c.rule].Delayed++
 				} else {
@@ -362,6 +424,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 				}
 			}
 		}
+		e.countPost(&v)
 		if v.Delay > 0 {
 			v.Outcome = Delay
 		}
@@ -371,10 +434,11 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client
+	v.post = postList{} // a refused request is never charged
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again.
 	for _, c := range e.charged {
-		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
 	// Report the longest wait among the rules not yet evaluated, so that the
 	// client's retry is not rejected by the next rule in line.
@@ -388,12 +452,29 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
-		if err == nil && !d.Allowed && d.RetryAfter > v.RetryAfter {
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), i, &r.Limit, now, 1, 0)
+		if err != nil || d.Allowed {
+			continue
+		}
+		v.violate(i)
+		if d.RetryAfter > v.RetryAfter {
 			v.Report, v.Reset, v.RetryAfter = r, d.Reset, d.RetryAfter
 		}
 	}
 	return v
+}
+
+// decideLocal charges local rule r (index i) for client fp: the request's
+// cost at admission, or, for a rule charged after the response, nothing
+// yet (n = 0) if the client's balance is positive.
+func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *requestInfo, now int64) (limit.Decision, int64, error) {
+	if r.Cost.AfterResponse() {
+		d, err := e.admitPost(v, i, fp, now)
+		return d, 0, err
+	}
+	n := e.requestCost(r, ri)
+	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.maxDelay(r))
+	return d, n, err
 }
 
 // maxDelay is how long rule r may hold a request.

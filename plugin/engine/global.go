@@ -93,7 +93,8 @@ func (p *Pending) Cancel() { p.cancelled = true }
 type globalRef struct {
 	rule   int
 	fp     uint64
-	off, n int // the client's key bytes in Pending.keys
+	off, n int   // the client's key bytes in Pending.keys
+	cost   int64 // the request's cost at admission (request_header; else 1)
 }
 
 // Decided is called by the engine when a request that waited for a call
@@ -111,6 +112,7 @@ type GlobalStats struct {
 	Probes         uint64 // calls sent by the tick to learn whether a failing service is back
 	Expired        uint64 // waiting requests whose timeout ran out before a hit came
 	Prefetches     uint64 // calls prepared before the lease ran out (counted in Calls once sent)
+	ChargeCalls    uint64 // calls that charged costs after admission (counted in Calls)
 }
 
 const (
@@ -211,7 +213,7 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		r := &e.cfg.Rules[g.rule]
 		end := lease.WindowEnd(now, r.Limit.Window())
 		var admitted, exhausted bool
-		st, err := e.table.Lease(g.fp, now, end, func(s *lease.State) bool {
+		st, err := e.table.Lease(g.fp, g.rule, now, end, func(s *lease.State) bool {
 			var ns lease.State
 			ns, admitted, exhausted = lease.Take(*s)
 			if !admitted {
@@ -381,7 +383,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: in.desc}},
 		Limit:   uint32(r.Limit.Limit()),
 		Unit:    unit,
-		Hits:    in.k,
+		Hits:    in.k + e.takeDebt(in.key),
 	}
 	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Calls++
@@ -406,6 +408,7 @@ func (e *Engine) Sweep(now int64) {
 	if e.circuit.probeDue(now) {
 		e.probe(now)
 	}
+	e.sendCharges(now)
 	for _, in := range e.calls {
 		if in.deferred {
 			in.deferred = false
@@ -507,7 +510,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		}
 	}
 	var granted uint32
-	st, lerr := e.table.Lease(in.ref.fp, now, end, func(s *lease.State) bool {
+	st, lerr := e.table.Lease(in.ref.fp, in.ref.rule, now, end, func(s *lease.State) bool {
 		var g uint32
 		*s, g = lease.Grant(*s, a, w, now)
 		granted = g
@@ -587,7 +590,7 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 		old.waiters = append(old.waiters, live...)
 		return
 	}
-	st, _ := e.table.Lease(in.ref.fp, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
+	st, _ := e.table.Lease(in.ref.fp, in.ref.rule, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
 	k := uint32(1)
 	if !in.noLease {
 		k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, uint32(len(live)))
@@ -625,7 +628,17 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
 	r := &e.cfg.Rules[g.rule]
-	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp})
+	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1)})
+	if r.Cost.Set() {
+		// One hit of the lease is taken (the deposit); the rest of the
+		// cost is settled now (request_header) or after the response.
+		pc := PostCharge{rule: g.rule, fp: g.fp, desc: descriptorKey(p.keys[g.off : g.off+g.n])}
+		if r.Cost.AfterResponse() {
+			p.verdict.post.add(pc)
+		} else {
+			e.debitGlobal(&pc, g.cost, now)
+		}
+	}
 	rem := int64(st.Tokens)
 	if st.Known {
 		rem += int64(st.Remaining)
@@ -649,6 +662,7 @@ func (e *Engine) rejectGlobal(p *Pending, i int, now, end int64) {
 	wait := time.Duration(end - now)
 	v.Outcome, v.Delay = Reject, 0
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+	v.violate(i)
 	e.refundGlobal(p, now)
 }
 
@@ -661,6 +675,7 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 		e.Stats.OnErrorDenied++
 		v.Outcome, v.Delay = Reject, 0
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+		v.violate(i)
 		e.refundGlobal(p, e.now())
 		return true
 	}
@@ -674,18 +689,19 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 	if len(p.verdict.Slots) > 0 {
 		e.releaseAll(&p.verdict, now)
 	}
+	p.verdict.post = postList{} // a refused request is never charged
 	for _, c := range p.charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
-			e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &r.Limit, now, 1, 0)
+			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
 			continue
 		}
 		end := lease.WindowEnd(now, r.Limit.Window())
-		e.table.Lease(c.fp, now, end, func(s *lease.State) bool {
+		e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
 				return false // another window: nothing to give back to
 			}
-			s.Tokens++
+			s.Tokens += uint32(min(c.n, lease.MaxK))
 			return true
 		})
 	}
@@ -699,9 +715,14 @@ func (e *Engine) finishAdmit(p *Pending) {
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
+	e.countPost(v)
 	for _, c := range p.charged {
-		if e.cfg.Rules[c.rule].Shadow {
+		r := &e.cfg.Rules[c.rule]
+		if r.Shadow {
 			continue
+		}
+		if !r.Cost.AfterResponse() {
+			e.Stats.Rules[c.rule].Charged += uint64(c.n)
 		}
 		if v.Delay > 0 {
 			e.Stats.Rules[c.rule].Delayed++

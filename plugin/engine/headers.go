@@ -6,8 +6,9 @@ import (
 	"github.com/sluicehq/sluice/shared/header"
 )
 
-// MaxHeaders is the most headers ResponseHeaders returns.
-const MaxHeaders = 7
+// MaxHeaders is the most headers a HeaderSet holds: Retry-After, three
+// legacy, two draft, the shadow header and a rejection's content-type.
+const MaxHeaders = 8
 
 // HeaderSet is a fixed list of response headers whose values point into one
 // buffer, so building it allocates nothing after the first use.
@@ -15,6 +16,17 @@ type HeaderSet struct {
 	Pairs [MaxHeaders][2]string
 	N     int
 	buf   []byte
+}
+
+// Add appends a header whose value outlives h (a constant); false when h
+// is full.
+func (h *HeaderSet) Add(name, value string) bool {
+	if h.N >= MaxHeaders {
+		return false
+	}
+	h.Pairs[h.N] = [2]string{name, value}
+	h.N++
+	return true
 }
 
 // List returns the headers as the slice proxy-wasm calls take.
@@ -40,9 +52,13 @@ func (h *HeaderSet) Build(v *Verdict, mode header.Mode, rejected bool) {
 		h.add(header.RetryAfter, s)
 	}
 	if r := v.Report; r != nil && mode != header.None {
+		lim := r.Limit.Limit()
+		if IsAdaptive(r) && v.ReportLimit > 0 {
+			lim = v.ReportLimit // the learnt limit, not max_limit
+		}
 		if mode.Legacy() {
 			s := len(h.buf)
-			h.buf = strconv.AppendInt(h.buf, r.Limit.Limit(), 10)
+			h.buf = strconv.AppendInt(h.buf, lim, 10)
 			h.add(header.XLimit, s)
 			s = len(h.buf)
 			h.buf = strconv.AppendInt(h.buf, max(v.Remaining, 0), 10)
@@ -53,10 +69,19 @@ func (h *HeaderSet) Build(v *Verdict, mode header.Mode, rejected bool) {
 		}
 		if mode.Draft() {
 			s := len(h.buf)
-			h.buf = header.AppendPolicy(h.buf, r.Name, r.Limit.Limit(), r.Limit.Window())
+			h.buf = header.AppendPolicy(h.buf, r.Name, lim, r.Limit.Window())
+			if IsConcurrency(r) {
+				h.buf = header.AppendQuotaUnit(h.buf, header.UnitConcurrentRequests)
+			}
 			h.add(header.Policy, s)
 			s = len(h.buf)
-			h.buf = header.AppendRateLimit(h.buf, r.Name, v.Remaining, v.Reset)
+			if rejected {
+				// t says what Retry-After says (the draft: Retry-After is
+				// never earlier than the end of t).
+				h.buf = header.AppendRateLimitRefused(h.buf, r.Name, v.RetryAfter)
+			} else {
+				h.buf = header.AppendRateLimit(h.buf, r.Name, v.Remaining, v.Reset)
+			}
 			h.add(header.RateLimit, s)
 		}
 	}

@@ -51,7 +51,7 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 	// The fourth, on any worker and from any client, is rejected at once.
 	rej := open(t, vms[1], "/buy", "10.0.0.2:1").Result()
 	if rej.Status != 429 || rej.Headers.Value("retry-after") != "1" || rej.Headers.Value("x-ratelimit-remaining") != "0" ||
-		rej.Headers.Value("x-ratelimit-limit") != "3" || rej.Headers.Value("ratelimit-policy") != `"store";q=3` {
+		rej.Headers.Value("x-ratelimit-limit") != "3" || rej.Headers.Value("ratelimit-policy") != `"store";q=3;qu="concurrent-requests"` {
 		t.Fatalf("fourth request: %d %v", rej.Status, rej.Headers)
 	}
 	// A response done frees a slot: its headers say none is left (it was

@@ -118,13 +118,15 @@ func TestExactHeaders(t *testing.T) {
 	r = send(vm, "POST", "/checkout", "10.1.1.1:5").Must(t)
 	want = map[string]string{
 		"retry-after": "6", "x-ratelimit-limit": "10", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "12",
-		"ratelimit-policy": `"checkout";q=10;w=60`, "ratelimit": `"checkout";r=0;t=12`,
+		// t on a rejection is Retry-After, not the full reset (12).
+		"ratelimit-policy": `"checkout";q=10;w=60`, "ratelimit": `"checkout";r=0;t=6`,
+		"content-type": "application/problem+json",
 	}
 	expectHeaders(t, r, 429, want)
 	if r.Forwarded {
 		t.Error("a rejected request reached the upstream")
 	}
-	if !strings.Contains(string(r.Body), "Too Many Requests") {
+	if !strings.Contains(string(r.Body), `"violated-policies":["checkout"]`) {
 		t.Errorf("body %q", r.Body)
 	}
 	// GET does not match the POST-only rule: no limit headers at all.
@@ -230,6 +232,10 @@ func TestHostCallsPerRequest(t *testing.T) {
 	}
 	if reject["env.proxy_set_shared_data"] != 0 {
 		t.Error("the reject path wrote shared data")
+	}
+	// The access log's filter state: the decision and the rule, on both paths.
+	if admit["env.proxy_set_property"] != 2 || reject["env.proxy_set_property"] != 2 {
+		t.Errorf("set_property: admit %d, reject %d, want 2 each", admit["env.proxy_set_property"], reject["env.proxy_set_property"])
 	}
 	if n := total(admit); n > 16 {
 		t.Errorf("admit path makes %d host calls", n)

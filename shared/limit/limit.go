@@ -43,7 +43,7 @@ const (
 	LeakyBucket
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_window", "leaky_bucket", "concurrency"}
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_window", "leaky_bucket", "concurrency", "adaptive_concurrency"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
@@ -200,7 +200,7 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 		md = 0
 	}
 	switch l.algorithm {
-	case Concurrency:
+	case Concurrency, AdaptiveConcurrency:
 		// Not a rate: see Acquire. Admitting keeps a misuse harmless.
 		return s, Decision{Allowed: true, Remaining: l.limit}
 	case FixedWindow:
@@ -219,7 +219,7 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 // <= 0 means s may be discarded.
 func (l Limit) Reset(s State, now int64) time.Duration {
 	switch l.algorithm {
-	case Concurrency:
+	case Concurrency, AdaptiveConcurrency:
 		return time.Duration(DecodeSlots(s).Expiry(now) - now)
 	case FixedWindow:
 		if s.B <= 0 {
@@ -339,7 +339,9 @@ func (l Limit) fixedWindow(s State, now, n, maxDelay int64) (State, Decision) {
 		retry := satSub(end, now)
 		if n > l.limit {
 			retry = math.MaxInt64
-		} else if over := delay - maxDelay; over > retry && maxDelay > 0 {
+		} else if over := delay - maxDelay; over > retry {
+			// Reservations (throttling) or a debt (Debit) that reach
+			// beyond this window: the wait is until the request's window.
 			retry = over
 		}
 		return s, Decision{RetryAfter: time.Duration(retry), Reset: l.Reset(s, now)}
@@ -501,7 +503,7 @@ func (l Limit) Refund(s State, now int64, n int64) State {
 		n = 1
 	}
 	switch l.algorithm {
-	case Concurrency:
+	case Concurrency, AdaptiveConcurrency:
 		return s // see Release
 	case FixedWindow:
 		s.B -= n
@@ -522,4 +524,110 @@ func (l Limit) Refund(s State, now int64, n int64) State {
 		}
 	}
 	return s
+}
+
+// Balance returns the client's balance under l at now, in units: what a
+// request may still be charged before the client is refused. It is
+// negative while the client owes units charged after admission (a debt,
+// see Debit), which refill pays back: one unit per interval for token
+// bucket, limit per window for fixed_window, and for sliding_window as the
+// charged window slides out (at most two windows). Concurrency and leaky
+// bucket have no balance in units (0).
+func (l Limit) Balance(s State, now int64) int64 {
+	switch l.algorithm {
+	case TokenBucket:
+		tat := max(s.A, now)
+		// Whole units: the unit being refilled does not count yet.
+		return floorDiv(satSub(l.tolerance, satSub(tat, now)), l.interval)
+	case FixedWindow:
+		s = l.rollFixed(s, now)
+		return l.limit - s.B
+	case SlidingWindow:
+		start, prev, cur := l.rollSliding(s, now)
+		est := satAdd(mulDivCeil(prev, l.window-max(now-start, 0), l.window), cur)
+		return l.limit - est
+	}
+	return 0
+}
+
+// Admit decides, without charging, whether a request whose cost is charged
+// later (Debit, once its response arrives) may pass at now: while the
+// client's balance is at least one unit. The state is not changed, so
+// concurrent admissions all pass while the balance is positive; their
+// charges may then take it below zero (a debt). Decision.Remaining is the
+// balance (nothing is charged yet), RetryAfter how long until one unit is
+// back when refused (the debt paid back first).
+func (l Limit) Admit(s State, now int64) Decision {
+	_, d := l.AllowN(s, now, 1, 0)
+	if d.Allowed {
+		d.Remaining = max(l.Balance(s, now), 1)
+		d.Reset = l.Reset(s, now)
+	}
+	return d
+}
+
+// Debit charges n units to s at now unconditionally: the cost of a request
+// that was admitted earlier (Admit) and whose response said what it cost.
+// It may take the balance below zero. The Decision reports the balance
+// after the charge (Remaining, never below 0), when the state is fully
+// recovered (Reset) and, if the balance is no longer positive, how long
+// until a request would be admitted again (RetryAfter).
+func (l Limit) Debit(s State, now int64, n int64) (State, Decision) {
+	if n <= 0 {
+		return s, l.settled(s, now)
+	}
+	switch l.algorithm {
+	case TokenBucket:
+		s = State{A: satAdd(max(s.A, now), satMul(n, l.interval))}
+	case FixedWindow:
+		s = l.rollFixed(s, now)
+		s.B = satAdd(s.B, n)
+	case SlidingWindow:
+		start, prev, cur := l.rollSliding(s, now)
+		s = State{A: start, B: packCounts(prev, satAdd(cur, n))}
+	default:
+		return s, Decision{Allowed: true}
+	}
+	return s, l.settled(s, now)
+}
+
+// settled describes s at now after a charge.
+func (l Limit) settled(s State, now int64) Decision {
+	d := Decision{Allowed: true, Remaining: max(l.Balance(s, now), 0), Reset: l.Reset(s, now)}
+	if _, next := l.AllowN(s, now, 1, 0); !next.Allowed {
+		d.RetryAfter = next.RetryAfter
+	}
+	return d
+}
+
+// rollFixed brings a fixed_window state to the window holding now (what
+// fixedWindow does before deciding).
+func (l Limit) rollFixed(s State, now int64) State {
+	start := now - floorMod(now, l.window)
+	if s.A < start && s.B > 0 {
+		elapsed := (start - s.A) / l.window
+		s.B = max(satSub(s.B, satMul(elapsed, l.limit)), 0)
+	} else if s.A > start {
+		start = s.A
+	}
+	s.B = max(s.B, 0)
+	s.A = start
+	return s
+}
+
+// rollSliding brings a sliding_window state to the window holding now:
+// its start and the previous and current counts.
+func (l Limit) rollSliding(s State, now int64) (start, prev, cur int64) {
+	start = now - floorMod(now, l.window)
+	prev, cur = unpackCounts(s.B)
+	switch {
+	case s.A == start:
+	case s.A == start-l.window:
+		prev, cur = cur, 0
+	case s.A > start:
+		start = s.A
+	default:
+		prev, cur = 0, 0
+	}
+	return start, prev, cur
 }

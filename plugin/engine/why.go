@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"math/bits"
+
+	"github.com/sluicehq/sluice/plugin/config"
+)
+
+// Decision is what happened to a request, as the access log tells it
+// (the plugin's sluice_decision property).
+type Decision uint8
+
+const (
+	Allowed        Decision = iota // forwarded, no rule objected
+	Rejected                       // refused by a rule
+	Delayed                        // held (max_delay or a concurrency queue), then forwarded
+	ShadowRejected                 // forwarded; a shadow rule would have refused it
+	OnErrorAllowed                 // state or the service failed, on_error: allow let it through
+	OnErrorDenied                  // state or the service failed, on_error: deny refused it
+	undecided
+)
+
+var decisionWords = [...]string{
+	Allowed:        "allowed",
+	Rejected:       "rejected",
+	Delayed:        "delayed",
+	ShadowRejected: "shadow_rejected",
+	OnErrorAllowed: "on_error_allowed",
+	OnErrorDenied:  "on_error_denied",
+}
+
+// String is the decision's word in the access log.
+func (d Decision) String() string {
+	if int(d) < len(decisionWords) {
+		return decisionWords[d]
+	}
+	return ""
+}
+
+// violate records that rule i refused the request.
+func (v *Verdict) violate(i int) {
+	if i >= 0 && i < 64 {
+		v.Violated |= 1 << uint(i)
+	}
+}
+
+// Refuser is the rule that refused a rejected request: the first rule (in
+// configuration order) that refused it, else the rule the headers report.
+func (v *Verdict) Refuser(cfg *config.Config) *config.Rule {
+	if v.Violated != 0 {
+		if i := bits.TrailingZeros64(v.Violated); i < len(cfg.Rules) {
+			return &cfg.Rules[i]
+		}
+	}
+	return v.Report
+}
+
+// ViolatedNames appends the names of the rules that refused v, in
+// configuration order (the problem body's violated-policies), or for a
+// rejection that does not say, the reported rule's.
+func (v *Verdict) ViolatedNames(cfg *config.Config, dst []string) []string {
+	for m := v.Violated; m != 0; m &= m - 1 {
+		if i := bits.TrailingZeros64(m); i < len(cfg.Rules) {
+			dst = append(dst, cfg.Rules[i].Name)
+		}
+	}
+	if len(dst) == 0 && v.Outcome == Reject && v.Report != nil {
+		dst = append(dst, v.Report.Name)
+	}
+	return dst
+}
+
+// Decision says what happened to v's request and which rule made it
+// happen (nil for Allowed, and when no rule is to name). ok is false while
+// the request is still undecided (Outcome Call or Queue).
+func (v *Verdict) Decision(cfg *config.Config) (d Decision, rule *config.Rule, ok bool) {
+	switch {
+	case v.Outcome == Call || v.Outcome == Queue:
+		return undecided, nil, false
+	case v.Outcome == Reject:
+		r := v.Refuser(cfg)
+		if v.Err != nil && v.ErrRule != nil && v.ErrRule == r {
+			return OnErrorDenied, r, true
+		}
+		return Rejected, r, true
+	case v.Err != nil:
+		return OnErrorAllowed, v.ErrRule, true
+	case v.Outcome == Delay || v.Delayer != nil:
+		if v.Delayer != nil {
+			return Delayed, v.Delayer, true
+		}
+		return Delayed, v.Report, true
+	case v.Shadow != nil:
+		return ShadowRejected, v.Shadow, true
+	}
+	return Allowed, nil, true
+}
