@@ -123,10 +123,13 @@ func (p *pluginContext) OnTick() {
 	})
 	if p.conc {
 		p.pollQueues(now)
+		p.engine.Learn(now)
 	}
 	if now-p.lastFlush >= int64(time.Second) {
 		p.lastFlush = now
 		p.metrics.flush(p.engine, p.held.len())
+		p.metrics.flushOverflow(p.engine.Table())
+		p.logOverflow(now)
 		p.countStates(now)
 	}
 }
@@ -162,11 +165,14 @@ func (p *pluginContext) pollQueues(now int64) {
 			p.tell(v)
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
+				h.sent = now + int64(rest)
 				continue
 			}
 			v.Outcome = engine.Allow
+			h.sent = now
 			_ = proxywasm.ResumeHttpRequest()
 		default:
+			h.sent = now
 			p.tell(v)
 			_ = proxywasm.ResumeHttpRequest()
 		}
@@ -208,7 +214,31 @@ func (p *pluginContext) countStates(now int64) {
 	t := p.engine.Table()
 	n, err := p.census.Step(t, now, (t.Keys()+4)/5)
 	if err == nil && p.census.Complete() {
-		p.metrics.recordActiveStates(n)
+		p.metrics.recordActiveStates(n, &p.census)
+	}
+}
+
+// logOverflow logs, once per episode process-wide (Table.StartOverflow),
+// that a rule has started deciding new clients on its overflow state: its
+// share of the state table is full. One line, not one per request: the
+// operator sees the flood (or a share too small for real clients) and the
+// setting that sizes it; the per-rule overflow counter tells how long it
+// lasts.
+func (p *pluginContext) logOverflow(now int64) {
+	t := p.engine.Table()
+	cfg := p.engine.Config()
+	for i := range p.metrics.rules {
+		rm := &p.metrics.rules[i]
+		if !rm.overflowSeen {
+			continue
+		}
+		rm.overflowSeen = false
+		if !t.StartOverflow(i, now) {
+			continue
+		}
+		r := &cfg.Rules[i]
+		proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s: its share of the state table is full (%d client states): new clients of the rule are limited together on its overflow state (a flood of new keys, or real clients: then raise rules[%d].max_keys or max_keys); other rules are not affected",
+			r.Name, t.RegionCapacity(i), i))
 	}
 }
 
@@ -226,6 +256,10 @@ type httpContext struct {
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
 	gone    bool
+	// adaptive concurrency (adaptive.go): when the request was forwarded,
+	// and whether its latency was sampled.
+	sent    int64
+	sampled bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -242,6 +276,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
+	h.sent = now + int64(v.Delay)
 	if v.Err != nil && v.ErrRule != nil {
 		if v.ErrRule.Global {
 			p.logCallError(v, now)
@@ -290,6 +325,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		return types.ActionContinue
 	}
 	p := h.plugin
+	if len(h.verdict.Slots) > 0 {
+		h.sample(nowNanos(), true)
+	}
 	h.settle()
 	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
@@ -366,7 +404,9 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		h.releaseSlots(nowNanos(), true)
+		now := nowNanos()
+		h.sample(now, false)
+		h.releaseSlots(now, true)
 	}
 }
 

@@ -44,7 +44,16 @@ type ruleMetrics struct {
 	charged                                    counter // rules with a cost only
 	waitMS                                     counter // concurrency rules only
 	holdMS                                     gauge   // concurrency rules only
+	inFlight, queued                           gauge   // concurrency rules only
+	limit, latencyUS                           gauge   // adaptive concurrency rules only
 	waitNS                                     uint64  // published so far, in ns
+	// The rule's part of the state table: decisions on its overflow state
+	// (this worker's, published so far in overflowLast; overflowSeen: some
+	// since the last tick's look), and its active states (the census).
+	overflow     counter
+	activeStates gauge
+	overflowLast uint64
+	overflowSeen bool
 }
 
 // counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
@@ -62,6 +71,8 @@ func newMetrics(cfg *config.Config) *metrics {
 			rejected:       defineCounter(p + "rejected"),
 			delayed:        defineCounter(p + "delayed"),
 			shadowRejected: defineCounter(p + "shadow_rejected"),
+			overflow:       defineCounter(p + "overflow"),
+			activeStates:   defineGauge(p + "active_states"),
 		})
 		if r.Cost.Set() {
 			// Units charged: one per admitted request without a cost;
@@ -75,6 +86,15 @@ func newMetrics(cfg *config.Config) *metrics {
 			// Retry-After, Reset and the queue bound are estimated from),
 			// as the last worker to publish saw it.
 			m.rules[i].holdMS = defineGauge(p + "hold_ms")
+			// Requests in flight and waiting in the queue, process-wide,
+			// as the last decision of the publishing worker saw them.
+			m.rules[i].inFlight = defineGauge(p + "in_flight")
+			m.rules[i].queued = defineGauge(p + "queued")
+		}
+		if engine.IsAdaptive(&cfg.Rules[i]) {
+			// The learnt limit and the no-queue latency it is learnt from.
+			m.rules[i].limit = defineGauge(p + "limit")
+			m.rules[i].latencyUS = defineGauge(p + "latency_us")
 		}
 	}
 	g := &m.global
@@ -132,6 +152,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 				rm.holdMS.Add(h - rm.holdMS.Value())
 			}
 		}
+		m.flushSlots(e, i)
 		if rm := &m.rules[i]; rm.waitMS != 0 {
 			if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
 				rm.waitMS.Increment(ms)
@@ -189,9 +210,52 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	m.heldLast = int64(held)
 }
 
-// recordActiveStates sets the tracked-client-states gauge (one worker, the
-// census lease holder, computes it for the whole process).
-func (m *metrics) recordActiveStates(n int) {
+// flushSlots publishes the in-flight gauges of concurrency rule i (nothing
+// for other rules).
+func (m *metrics) flushSlots(e *engine.Engine, i int) {
+	rm := &m.rules[i]
+	if rm.inFlight == 0 {
+		return
+	}
+	n, q := e.LastSlots(i)
+	setGauge(rm.inFlight, n)
+	setGauge(rm.queued, q)
+	if rm.limit != 0 {
+		if g := e.LearntGauge(i); g.Limit > 0 {
+			setGauge(rm.limit, g.Current())
+			setGauge(rm.latencyUS, g.Base.Microseconds())
+		}
+	}
+}
+
+// setGauge sets a process-wide gauge to v (the last worker to publish wins).
+func setGauge(g gauge, v int64) {
+	if d := v - g.Value(); d != 0 {
+		g.Add(d)
+	}
+}
+
+// recordActiveStates sets the tracked-client-states gauges, in all and per
+// rule (one worker, the census lease holder, computes them for the whole
+// process).
+func (m *metrics) recordActiveStates(n int, c *engine.Census) {
 	g := m.global.activeStates
 	g.Add(int64(n) - g.Value())
+	for i := range m.rules {
+		g := m.rules[i].activeStates
+		g.Add(int64(c.Rule(i)) - g.Value())
+	}
+}
+
+// flushOverflow publishes each rule's decisions on its overflow state and
+// notes the rules that made some since the last call.
+func (m *metrics) flushOverflow(t *engine.Table) {
+	for i := range m.rules {
+		rm := &m.rules[i]
+		if n := t.Overflow[i]; n > rm.overflowLast {
+			rm.overflow.Increment(n - rm.overflowLast)
+			rm.overflowLast = n
+			rm.overflowSeen = true
+		}
+	}
 }

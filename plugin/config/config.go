@@ -430,7 +430,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "cost", "max_keys"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "min_limit", "max_limit", "cost", "max_keys"); err != nil {
 		return r, err
 	}
 	f := fields{path: field, m: m}
@@ -443,6 +443,14 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	}
 	if m.Has("cost") && !costAlgorithm(alg) {
 		return r, errf(field+".cost", "not with %s: a cost applies to token_bucket, fixed_window, sliding_window and global rules (rates in units)", alg)
+	}
+	if alg == limit.AdaptiveConcurrency {
+		return parseAdaptive(f, r)
+	}
+	for _, k := range []string{"min_limit", "max_limit"} {
+		if m.Has(k) {
+			return r, errf(f.name(k), "applies to adaptive_concurrency only (the other algorithms take limit)")
+		}
 	}
 	if !m.Has("limit") {
 		return r, errf(field+".limit", "required (requests per window, > 0)")
@@ -547,7 +555,7 @@ func ruleAlgorithm(f fields, global bool) (limit.Algorithm, error) {
 	} else if ok {
 		a, ok := limit.ParseAlgorithm(s)
 		if !ok {
-			return alg, errf(f.name("algorithm"), "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
+			return alg, errf(f.name("algorithm"), "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency, adaptive_concurrency", s)
 		}
 		alg = a
 		if global && a != limit.FixedWindow {
@@ -610,6 +618,46 @@ func parseConcurrency(f fields, r Rule, lim int64) (Rule, error) {
 	}
 	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
 		return r, errf(f.name("limit"), "%v", err)
+	}
+	r.ID = ruleID(&r)
+	return r, nil
+}
+
+// parseAdaptive finishes an adaptive_concurrency rule: nobody sets its
+// limit, so limit, window and burst are refused (each would suggest a
+// number the rule does not enforce); min_limit and max_limit bound what it
+// learns.
+func parseAdaptive(f fields, r Rule) (Rule, error) {
+	for _, k := range []string{"limit", "window", "burst"} {
+		if f.m.Has(k) {
+			return r, errf(f.name(k), "not allowed with adaptive_concurrency: the rule learns how many requests may be in flight from the upstream's latency; bound it with min_limit and max_limit instead")
+		}
+	}
+	bounds := [2]int64{1, 1000}
+	for i, k := range []string{"min_limit", "max_limit"} {
+		n, ok, err := f.whole(k, 1, limit.MaxConcurrency, "%d is out of range 1..%d requests in flight", limit.MaxConcurrency)
+		if err != nil {
+			return r, err
+		}
+		if ok {
+			bounds[i] = n
+		}
+	}
+	if bounds[0] > bounds[1] {
+		if !f.m.Has("max_limit") {
+			return r, errf(f.name("min_limit"), "%d is over the default max_limit 1000: set max_limit too", bounds[0])
+		}
+		return r, errf(f.name("max_limit"), "must be >= min_limit (%d), got %d", bounds[0], bounds[1])
+	}
+	var err error
+	if r.MaxDelay, err = f.maxDelay(); err != nil {
+		return r, err
+	}
+	if err := f.flag("shadow", &r.Shadow); err != nil {
+		return r, err
+	}
+	if r.Limit, err = limit.NewAdaptive(bounds[0], bounds[1]); err != nil {
+		return r, errf(f.name("max_limit"), "%v", err)
 	}
 	r.ID = ruleID(&r)
 	return r, nil

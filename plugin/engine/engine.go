@@ -80,6 +80,9 @@ type Verdict struct {
 	// Slots are the concurrency slots the request holds: Release them when
 	// its stream ends.
 	Slots []SlotRef
+	// ReportLimit is the limit of an adaptive concurrency Report, as
+	// learnt when the request was decided.
+	ReportLimit int64
 	// post are the rules that charge the request once the upstream's
 	// response arrives (cost.go: Settle).
 	post postList
@@ -105,6 +108,9 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
+	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
+	// that failed (the worker learnt on its own copy meanwhile).
+	GaugeErrors uint64
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's charge call failed).
 	ChargeErrors uint64
@@ -158,6 +164,15 @@ type Engine struct {
 	// the tick (cost.go).
 	debts   map[callKey]*debt
 	renewed uint16 // the epoch of the last renewal
+	// adaptive concurrency rules (adaptive.go)
+	learners   map[learnKey]*learner
+	gop        gaugeOp
+	slotLim    limit.Limit
+	lastGauge  []limit.Gauge
+	lastSlots  []slotsSeen
+	learnSwept int64
+	// gaugeRegion is the table region of adaptive rule i's Gauges.
+	gaugeRegion []int
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 }
@@ -185,6 +200,11 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 
 		holdings: map[holdKey]*holding{},
 		hold:     make([]int64, len(cfg.Rules)),
+
+		learners:    map[learnKey]*learner{},
+		gaugeRegion: gaugeRegions(cfg),
+		lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
+		lastSlots:   make([]slotsSeen, len(cfg.Rules)),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -207,11 +227,18 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 }
 
 // Regions returns the state table's regions for the rules of cfg: one per
-// rule, of the rule's share of max_keys.
+// rule, of the rule's share of max_keys, in rule order; then one per
+// adaptive concurrency rule for its Gauges (a key of such a rule keeps two
+// states, slots and Gauge: the rule's share is split between them).
 func Regions(cfg *config.Config) []Region {
 	rs := make([]Region, len(cfg.Rules))
 	for i := range cfg.Rules {
-		rs[i] = Region{ID: cfg.Rules[i].ID, Share: cfg.Rules[i].Share}
+		r := &cfg.Rules[i]
+		rs[i] = Region{ID: r.ID, Share: r.Share}
+		if IsAdaptive(r) {
+			rs[i].Share -= r.Share / 2
+			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2})
+		}
 	}
 	return rs
 }
