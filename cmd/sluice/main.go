@@ -110,6 +110,10 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return nil
 		}
 		fmt.Fprintf(stdout, "%s: ok (%s)\n", label, plural(len(c.Rules), "rule"))
+		for _, w := range floodWarnings(c) {
+			warned = true
+			fmt.Fprintf(stdout, "%s: warning: %s\n", label, w)
+		}
 		return c
 	}
 	read := func(file string) ([]byte, string, error) {
