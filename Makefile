@@ -203,7 +203,8 @@ bench-cost: build envoy
 flood: build envoy
 	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
-# Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
+# Each fuzzer for FUZZTIME (default 60s): header parsing (the fields, and
+# problem+json bodies against encoding/json), configuration
 # parsing, the plugin's JSON decoder against encoding/json, the rate-limit
 # service's reply decoder and wire format (against protowire), addresses and
 # prefixes (against net/netip), the Envoy-config extractor of `sluice
@@ -214,6 +215,7 @@ fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseProblem$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
