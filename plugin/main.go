@@ -362,11 +362,13 @@ func (h *httpContext) responseDone() {
 }
 
 // releaseSlots gives back the slots h holds, exactly once (they are
-// forgotten), and with handoff hands freed slots to this worker's waiters
-// at once. Only from OnHttpStreamDone: in the `make demo` runs that also
-// resumed other streams from a stream's request or response callbacks,
-// 7-10 requests (buys with max_delay, even background requests) hung until
-// the client's timeout, and none with the hand-off from the stream's end.
+// forgotten): from responseDone without hand-off, and from
+// OnHttpStreamDone with handoff, which hands freed slots to this worker's
+// waiters at once. The hand-off is only at the stream's end: in the
+// `make demo` runs that also resumed other streams from a stream's request
+// or response callbacks, 7-10 requests (buys with max_delay, even
+// background requests) hung until the client's timeout, and none with the
+// hand-off from the stream's end.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)

@@ -221,7 +221,7 @@ func TestValidateProjectEnvoyConfig(t *testing.T) {
 	}
 }
 
-// envoyconf (protojson over sigs.k8s.io/yaml) finds what a walk of the
+// envoyconf (protojson over go.yaml.in/yaml/v3) finds what a walk of the
 // YAML tree finds: the same wasm filters, names, lines and documents.
 func TestReaderAgreesWithYAMLTree(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.yaml")
