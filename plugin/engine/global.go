@@ -653,6 +653,11 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
+	if p.next < len(p.globals) && p.globals[p.next].rule == g.rule {
+		// After an answer g is the call's: p's own reference has p's cost
+		// and the offset of p's key bytes.
+		g = p.globals[p.next]
+	}
 	r := &e.cfg.Rules[g.rule]
 	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1)})
 	if r.Cost.Set() {
