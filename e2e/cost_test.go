@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,4 +233,46 @@ func testCostConcurrent(t *testing.T, ctx context.Context, e *envoytest.Envoy, u
 		t.Fatalf("balance after 50 concurrent answers reporting %d tokens and one of 1: %q, want %s", sum, r.Header.Get("X-RateLimit-Remaining"), want)
 	}
 	t.Logf("50 concurrent answers reported %d tokens; charged %d", sum, sum)
+}
+
+// TestCostExample runs examples/cost (Envoy as a process, whatever
+// SLUICE_ENVOY says: the example starts its own) and checks its story:
+// mallory is refused after 5 failures, a correct login of hers too, alice
+// never; team-a is refused once its tokens are spent, team-b is not.
+func TestCostExample(t *testing.T) {
+	envoytest.RequireEnvoy(t)
+	sluiceWasm(t)
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", "./examples/cost")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run ./examples/cost: %v\n%s", err, out)
+	}
+	count := func(who, status string) int {
+		n := 0
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 3 && f[0] == who && f[2] == status {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		who, status string
+		want        int
+	}{{"alice", "200", 11}, {"alice", "429", 0}, {"mallory", "401", 5}, {"mallory", "429", 3}, {"team-a", "429", 1}, {"team-b", "200", 1}} {
+		if got := count(c.who, c.status); got != c.want {
+			t.Errorf("%s got %d responses %s, want %d\n%s", c.who, got, c.status, c.want, out)
+		}
+	}
+	if count("team-a", "200") < 2 {
+		t.Errorf("team-a admitted fewer than 2 prompts\n%s", out)
+	}
 }

@@ -123,6 +123,7 @@ func (p *pluginContext) OnTick() {
 	})
 	if p.conc {
 		p.pollQueues(now)
+		p.engine.Learn(now)
 	}
 	if now-p.lastFlush >= int64(time.Second) {
 		p.lastFlush = now
@@ -162,11 +163,14 @@ func (p *pluginContext) pollQueues(now int64) {
 			p.tell(v)
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
+				h.sent = now + int64(rest)
 				continue
 			}
 			v.Outcome = engine.Allow
+			h.sent = now
 			_ = proxywasm.ResumeHttpRequest()
 		default:
+			h.sent = now
 			p.tell(v)
 			_ = proxywasm.ResumeHttpRequest()
 		}
@@ -206,7 +210,7 @@ func (p *pluginContext) countStates(now int64) {
 		return
 	}
 	t := p.engine.Table()
-	n, err := p.census.Step(t, now, (t.Buckets()+4)/5)
+	n, err := p.census.Step(t, now, (t.Keys()+4)/5)
 	if err == nil && p.census.Complete() {
 		p.metrics.recordActiveStates(n)
 	}
@@ -226,6 +230,10 @@ type httpContext struct {
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
 	gone    bool
+	// adaptive concurrency (adaptive.go): when the request was forwarded,
+	// and whether its latency was sampled.
+	sent    int64
+	sampled bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -242,6 +250,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
+	h.sent = now + int64(v.Delay)
 	if v.Err != nil && v.ErrRule != nil {
 		if v.ErrRule.Global {
 			p.logCallError(v, now)
@@ -290,6 +299,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		return types.ActionContinue
 	}
 	p := h.plugin
+	if len(h.verdict.Slots) > 0 {
+		h.sample(nowNanos(), true)
+	}
 	h.settle()
 	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
@@ -366,7 +378,9 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	if len(h.verdict.Slots) > 0 {
-		h.releaseSlots(nowNanos(), true)
+		now := nowNanos()
+		h.sample(now, false)
+		h.releaseSlots(now, true)
 	}
 }
 

@@ -45,6 +45,8 @@ type ruleMetrics struct {
 	charged                                    counter // rules with a cost only
 	waitMS                                     counter // concurrency rules only
 	holdMS                                     gauge   // concurrency rules only
+	inFlight, queued                           gauge   // concurrency rules only
+	limit, latencyUS                           gauge   // adaptive concurrency rules only
 	waitNS                                     uint64  // published so far, in ns
 }
 
@@ -76,6 +78,15 @@ func newMetrics(cfg *config.Config) *metrics {
 			// Retry-After, Reset and the queue bound are estimated from),
 			// as the last worker to publish saw it.
 			m.rules[i].holdMS = defineGauge(p + "hold_ms")
+			// Requests in flight and waiting in the queue, process-wide,
+			// as the last decision of the publishing worker saw them.
+			m.rules[i].inFlight = defineGauge(p + "in_flight")
+			m.rules[i].queued = defineGauge(p + "queued")
+		}
+		if engine.IsAdaptive(&cfg.Rules[i]) {
+			// The learnt limit and the no-queue latency it is learnt from.
+			m.rules[i].limit = defineGauge(p + "limit")
+			m.rules[i].latencyUS = defineGauge(p + "latency_us")
 		}
 	}
 	g := &m.global
@@ -133,6 +144,7 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 				rm.holdMS.Add(h - rm.holdMS.Value())
 			}
 		}
+		m.flushSlots(e, i)
 		if rm := &m.rules[i]; rm.waitMS != 0 {
 			if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
 				rm.waitMS.Increment(ms)
@@ -188,6 +200,31 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	// The held-requests gauge is process-wide: each worker adds its change.
 	g.held.Add(int64(held) - m.heldLast)
 	m.heldLast = int64(held)
+}
+
+// flushSlots publishes the in-flight gauges of concurrency rule i (nothing
+// for other rules).
+func (m *metrics) flushSlots(e *engine.Engine, i int) {
+	rm := &m.rules[i]
+	if rm.inFlight == 0 {
+		return
+	}
+	n, q := e.LastSlots(i)
+	setGauge(rm.inFlight, n)
+	setGauge(rm.queued, q)
+	if rm.limit != 0 {
+		if g := e.LearntGauge(i); g.Limit > 0 {
+			setGauge(rm.limit, g.Current())
+			setGauge(rm.latencyUS, g.Base.Microseconds())
+		}
+	}
+}
+
+// setGauge sets a process-wide gauge to v (the last worker to publish wins).
+func setGauge(g gauge, v int64) {
+	if d := v - g.Value(); d != 0 {
+		g.Add(d)
+	}
 }
 
 // recordActiveStates sets the tracked-client-states gauge (one worker, the

@@ -20,28 +20,28 @@ func TestRetryBudgetAlgorithm(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	b := newRetryBudget(RetryBudget{Ratio: 0.1, MinPerSecond: 0, Burst: 3})
 	for i := 0; i < 3; i++ {
-		if !b.withdraw(t0) {
+		if !b.withdraw(t0, transientRetry) {
 			t.Fatalf("retry %d of a fresh budget of 3 refused", i)
 		}
 	}
-	if b.withdraw(t0) {
+	if b.withdraw(t0, transientRetry) {
 		t.Fatal("fourth retry allowed with a burst of 3")
 	}
 	for i := 0; i < 9; i++ {
 		b.deposit(t0)
 	}
-	if b.withdraw(t0) {
+	if b.withdraw(t0, transientRetry) {
 		t.Fatal("retry allowed after 9 requests at ratio 0.1")
 	}
 	b.deposit(t0)
-	if !b.withdraw(t0) {
+	if !b.withdraw(t0, transientRetry) {
 		t.Fatal("retry refused after 10 requests at ratio 0.1")
 	}
 	for i := 0; i < 1000; i++ {
 		b.deposit(t0)
 	}
 	n := 0
-	for b.withdraw(t0) {
+	for b.withdraw(t0, transientRetry) {
 		n++
 	}
 	if n != 3 {
@@ -50,13 +50,13 @@ func TestRetryBudgetAlgorithm(t *testing.T) {
 
 	// The floor: 2 per second, earned in steps as small as the calls.
 	f := newRetryBudget(RetryBudget{MinPerSecond: 2, Burst: 10})
-	for f.withdraw(t0) {
+	for f.withdraw(t0, transientRetry) {
 	}
 	now := t0
 	got := 0
 	for i := 0; i < 5000; i++ { // 5 s in 1 ms steps
 		now = now.Add(time.Millisecond)
-		if f.withdraw(now) {
+		if f.withdraw(now, transientRetry) {
 			got++
 		}
 	}
@@ -66,14 +66,14 @@ func TestRetryBudgetAlgorithm(t *testing.T) {
 	// Idle for a year: no more than the burst, no overflow.
 	now = now.Add(365 * 24 * time.Hour)
 	got = 0
-	for f.withdraw(now) {
+	for f.withdraw(now, transientRetry) {
 		got++
 	}
 	if got != 10 {
 		t.Errorf("%d retries after a year idle, want the burst of 10", got)
 	}
 	// A clock that goes back earns nothing and breaks nothing.
-	if f.withdraw(now.Add(-time.Hour)) {
+	if f.withdraw(now.Add(-time.Hour), transientRetry) {
 		t.Error("retry earned by a clock going back")
 	}
 
@@ -88,7 +88,7 @@ func TestRetryBudgetAlgorithm(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			now = now.Add(time.Duration(i) * time.Hour)
 			b.deposit(now)
-			b.withdraw(now)
+			b.withdraw(now, transientRetry)
 			if b.tokens < 0 || b.tokens > b.max {
 				t.Fatalf("%+v: tokens %d outside [0, %d]", c, b.tokens, b.max)
 			}

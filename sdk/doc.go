@@ -24,7 +24,9 @@
 // resets, and the response's Date corrects for clock skew). The client
 // never retries sooner than asked; jitter only adds to a hint. Without a
 // hint, an exponential backoff with jitter (github.com/cenkalti/backoff/v4)
-// decides.
+// decides, from a base of its class, as the AWS SDKs do: 1 s after a
+// throttle (a 429, a 503 with Retry-After), 50 ms after a transient failure
+// (a transport error, a 503 without).
 //
 // Every wait is bounded. A server that asks for more than MaxWait gets its
 // response returned at once, so the caller decides rather than a goroutine
@@ -69,10 +71,20 @@
 // budget (see RetryBudget, WithRetryBudget): by default, retries after a
 // 503, a transport error or a 429 without a hint add at most 10% to the
 // requests sent to the host, plus 1 per second, plus a one-time allowance
-// of 100. A retry that a 429 scheduled (Retry-After, or the reset of an
-// exhausted quota) is free: the server asked for it, and the views above
-// hold the other requests until then. With the budget empty, the Transport
-// returns the last response at once and the retry hook hears GiveUpBudget.
+// of 100, where a throttle's retry costs 5/14 of a transient one's. A retry
+// that a 429 scheduled (Retry-After, or the reset of an exhausted quota)
+// is free: the server asked for it, and the views above hold the other
+// requests until then. With the budget empty, the Transport returns the
+// last response at once and the retry hook hears GiveUpBudget.
+//
+// # Adaptive rate
+//
+// Many servers answer 429 with no hint at all. With WithAdaptiveRate, the
+// Transport learns from those the rate the host admits (per policy when
+// the answer names one), the AWS SDKs' way (a CUBIC curve: see
+// WithAdaptiveRate), and paces every attempt to it; a wait for a turn
+// that would exceed MaxWait or pass the deadline gives up at once, as a
+// hold does. The rate climbs back as the 429s stop.
 //
 // # Observability
 //

@@ -28,7 +28,7 @@ type hosts struct {
 	ids atomic.Uint64
 }
 
-func (hs *hosts) get(name string, now time.Time, rb *RetryBudget) *host {
+func (hs *hosts) get(name string, now time.Time, rb *RetryBudget, adaptive bool) *host {
 	name = strings.ToLower(name) // no allocation when already lower-case
 	if h, ok := hs.m.Load(name); ok {
 		return h.(*host)
@@ -36,8 +36,8 @@ func (hs *hosts) get(name string, now time.Time, rb *RetryBudget) *host {
 	if hs.n.Load() >= maxHosts {
 		hs.prune(now)
 	}
-	h := &host{id: hs.ids.Add(1)}
-	h.all.budget, h.all.crowd = -1, -1
+	h := &host{id: hs.ids.Add(1), adaptive: adaptive}
+	h.all.budget, h.all.crowd, h.all.adaptive = -1, -1, adaptive
 	if rb != nil {
 		h.retries, h.budgeted = newRetryBudget(*rb), true
 	}
@@ -74,8 +74,9 @@ func (hs *hosts) prune(now time.Time) {
 // then policies by id, so that a request may hold several at once; h.mu
 // (the policy table) may be held while locking a view, never the reverse.
 type host struct {
-	id  uint64 // distinguishes routes of different hosts, see routeOf
-	all view   // id 0
+	id       uint64 // distinguishes routes of different hosts, see routeOf
+	all      view   // id 0
+	adaptive bool   // WithAdaptiveRate: its views learn rates from bare 429s
 
 	// retries is the host's retry budget, guarded by all.mu.
 	retries  retryBudget
@@ -112,7 +113,7 @@ func (h *host) policy(name string, now time.Time) *view {
 			return nil
 		}
 	}
-	v := &view{name: strings.Clone(name), id: viewIDs.Add(1), host: h.id, budget: -1, crowd: -1}
+	v := &view{name: strings.Clone(name), id: viewIDs.Add(1), host: h.id, budget: -1, crowd: -1, adaptive: h.adaptive}
 	h.policies[v.name] = v
 	switch {
 	case h.multi.Load():
@@ -190,6 +191,8 @@ type view struct {
 	inflight  int           // admitted and not answered yet
 	crowd     int           // lowest Remaining since inflight was last 0; -1: none
 	crowdEnd  time.Time     // the latest reset among those answers
+	adaptive  bool          // WithAdaptiveRate
+	adapt     *adaptiveRate // the rate learned from bare 429s; nil until an answer
 }
 
 // ticket identifies an admitted request to observe.
@@ -203,6 +206,10 @@ type ticket struct {
 	// the latest was sent at least orderGap before: the server then saw the
 	// earlier ones first, so Remaining in this one's answer counts them.
 	ordered bool
+	// queued is when the request started waiting for its turn (see
+	// call.hold): a throttle of a request queued before the adaptive
+	// rate's last cut belongs to the congestion event already cut for.
+	queued time.Time
 }
 
 // orderGap is how far apart two requests must be sent for the server to be
@@ -214,23 +221,23 @@ const orderGap = 10 * time.Millisecond
 // how long to wait for it. reserved is false when there is no pacing to do
 // (not throttled, rate unknown, or the request must wait for the reset
 // anyway, after which it is paced).
-func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, reserved bool) {
+func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, learned, reserved bool) {
 	if !v.pacing.Load() {
-		return 0, nil, false // most views never pace: no lock
+		return 0, nil, false, false // most views never pace: no lock
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.pacer == nil || now.Before(v.blocked) {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	if v.refillLocked(now); v.budget == 0 && now.Before(v.resetAt) {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	r = v.pacer.ReserveN(now, 1)
 	if !r.OK() {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
-	return r.DelayFrom(now), r, true
+	return r.DelayFrom(now), r, v.adapt != nil && v.adapt.enabled, true
 }
 
 // viewIDs numbers policy views across every host and Transport, so that
@@ -312,13 +319,13 @@ func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Durat
 
 // withdraw spends one retry from the host's budget, if it has one; it
 // reports false when the budget is empty.
-func (h *host) withdraw(now time.Time) bool {
+func (h *host) withdraw(now time.Time, class int) bool {
 	if !h.budgeted {
 		return true
 	}
 	h.all.mu.Lock()
 	defer h.all.mu.Unlock()
-	return h.retries.withdraw(now)
+	return h.retries.withdraw(now, class)
 }
 
 // observe reports the outcome of a request that acquire admitted into g:
@@ -443,7 +450,7 @@ func (v *view) admitLocked(now time.Time) (t ticket) {
 	t.held = true
 	t.ordered = v.inflight == 0 || now.Sub(v.lastSend) >= orderGap
 	v.seq++
-	t.seq = v.seq
+	t.seq, t.queued = v.seq, now
 	v.lastSend = now
 	v.inflight++
 	return t
@@ -480,6 +487,9 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 	defer v.mu.Unlock()
 	if t.held {
 		v.inflight--
+	}
+	if v.adaptive && status != 0 {
+		v.learnLocked(now, t.queued, status, in)
 	}
 	if in.Has == 0 {
 		v.settleLocked(now, others)
@@ -562,19 +572,57 @@ func (v *view) settleLocked(now time.Time, others int) {
 	}
 }
 
+// learnLocked feeds an answer to the adaptive rate (WithAdaptiveRate): a
+// 429 that says nothing of when to come back is a throttle, any other
+// answer a success. v.mu must be held.
+func (v *view) learnLocked(now, sent time.Time, status int, in header.Info) {
+	if v.adapt == nil {
+		v.adapt = new(adaptiveRate)
+	}
+	if sent.IsZero() {
+		sent = now // an answer the view did not hold: taken as sent now
+	}
+	if changed, _ := v.adapt.observe(now, sent, status == 429 && in.Wait() <= 0); changed {
+		v.tune(now)
+	}
+}
+
 // tune sets the pacer to the announced rate, Limit per window, with a
 // burst two below the capacity seen: at exactly the server's rate, a client
 // that empties the server's bucket keeps it at 0 and is told to wait for the
-// reset; keeping two requests in hand absorbs the network's jitter.
+// reset; keeping two requests in hand absorbs the network's jitter. With
+// WithAdaptiveRate, the rate learned from bare 429s (see adaptiveRate)
+// paces too, with a burst of a tenth of a second's worth (at least 1),
+// starting empty: the host has just pushed back, and its own burst is
+// unknown (the AWS SDKs allow a second's worth, which right after a cut
+// meets the bucket the host has just said is empty). The lower rate wins.
 func (v *view) tune(now time.Time) {
-	c := v.capacity()
-	if !v.throttled || v.limit <= 0 || v.window <= 0 || c <= 0 {
+	var every rate.Limit
+	burst := 0
+	if c := v.capacity(); v.throttled && v.limit > 0 && v.window > 0 && c > 0 {
+		every, burst = rate.Limit(float64(v.limit)/v.window.Seconds()), max(c-2, 1)
+	}
+	learned := v.adapt != nil && v.adapt.enabled
+	if learned {
+		if r := rate.Limit(v.adapt.rate); every == 0 || r < every {
+			every = r
+		}
+		if b := max(int(v.adapt.rate/10), 1); burst == 0 || b < burst {
+			burst = b
+		}
+	}
+	if every == 0 {
+		if v.pacer != nil {
+			v.pacer = nil // the learned rate is forgotten, and nothing was announced
+			v.pacing.Store(false)
+		}
 		return
 	}
-	every := rate.Limit(float64(v.limit) / v.window.Seconds())
-	burst := max(c-2, 1)
 	if v.pacer == nil {
 		v.pacer = rate.NewLimiter(every, burst)
+		if learned {
+			v.pacer.ReserveN(now, burst)
+		}
 		v.pacing.Store(true)
 		return
 	}

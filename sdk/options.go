@@ -22,6 +22,14 @@ const (
 	// retry replaces) the Transport reads, so that its connection can be
 	// reused. A longer body costs its connection, never unbounded reading.
 	DrainLimit = 64 << 10
+	// DefaultThrottleBase is the first wait of the default backoff after a
+	// throttle the server gave no wait for (a bare 429): a server that
+	// sheds load answers the same way for a while.
+	DefaultThrottleBase = time.Second
+	// DefaultTransientBase is the first wait of the default backoff after
+	// a transient failure (a transport error, a 503 without Retry-After):
+	// a reset connection or a restarting instance is usually gone at once.
+	DefaultTransientBase = 50 * time.Millisecond
 )
 
 // An Option configures a Transport.
@@ -30,11 +38,12 @@ type Option func(*config)
 type config struct {
 	maxAttempts int
 	maxWait     time.Duration
-	newBackOff  func() backoff.BackOff
+	newBackOff  func(throttle bool) backoff.BackOff
 	hook        func(RetryEvent)
 	logger      *slog.Logger
 	clock       Clock
 	budget      *RetryBudget // nil: no retry budget
+	adaptive    bool
 }
 
 func newConfig(opts []Option) config {
@@ -55,8 +64,13 @@ func newConfig(opts []Option) config {
 	}
 	if c.newBackOff == nil {
 		clk := backoffClock{c.clock}
-		c.newBackOff = func() backoff.BackOff {
+		c.newBackOff = func(throttle bool) backoff.BackOff {
+			base := DefaultTransientBase
+			if throttle {
+				base = DefaultThrottleBase
+			}
 			return backoff.NewExponentialBackOff(
+				backoff.WithInitialInterval(base),
 				backoff.WithMaxElapsedTime(DefaultMaxElapsed),
 				backoff.WithClockProvider(clk),
 			)
@@ -89,10 +103,19 @@ func WithMaxWait(d time.Duration) Option {
 // backoff.Stop ends the retries, server hint or not, so
 // backoff.WithMaxRetries and MaxElapsedTime bound the whole sequence.
 //
-// The default is backoff.NewExponentialBackOff (500 ms, x1.5, ±50% jitter,
-// at most 60 s apart) with MaxElapsedTime set to DefaultMaxElapsed.
+// The default is backoff.NewExponentialBackOff (x1.5, ±50% jitter, at
+// most 60 s apart, MaxElapsedTime DefaultMaxElapsed) from one of two bases,
+// as the AWS SDKs do: DefaultThrottleBase (1 s) after a 429 or a 503 with
+// Retry-After, DefaultTransientBase (50 ms) after a transport error or a
+// 503 without. f replaces both.
 func WithBackOff(f func() backoff.BackOff) Option {
-	return func(c *config) { c.newBackOff = f }
+	return func(c *config) {
+		if f == nil {
+			c.newBackOff = nil
+			return
+		}
+		c.newBackOff = func(bool) backoff.BackOff { return f() }
+	}
 }
 
 // WithRetryHook calls f for every wait and every give-up, synchronously, on
@@ -130,4 +153,23 @@ func WithRetryBudget(b *RetryBudget) Option {
 		cp := *b
 		c.budget = &cp
 	}
+}
+
+// WithAdaptiveRate makes the Transport learn the rate a host admits from
+// the 429s it answers with no hint (no Retry-After, no rate-limit
+// headers), and pace requests to it, first attempts and retries alike; the
+// rate grows back once the 429s stop, and a host that has not throttled
+// for AdaptiveForget is no longer paced. A host that names the policy of
+// such a 429 (an application/problem+json body listing violated-policies)
+// is learned per policy; otherwise per host.
+//
+// The learner is the AWS SDKs' adaptive retry mode: a client token bucket
+// whose rate follows CUBIC (RFC 9438) on throttles, with AdaptiveBeta 0.7
+// (the rate kept after a throttle), AdaptiveScale 0.4 (how fast it grows
+// back), a send rate measured in half-second buckets and smoothed by
+// AdaptiveSmooth, and a floor of AdaptiveMinRate; see adaptiveRate for the
+// curve. Without it, a hintless 429 is retried after a backoff and the
+// request rate is whatever the callers push.
+func WithAdaptiveRate() Option {
+	return func(c *config) { c.adaptive = true }
 }

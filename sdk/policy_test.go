@@ -335,7 +335,7 @@ func TestBoundedMemory(t *testing.T) {
 		routes += len(s.m)
 		s.mu.Unlock()
 	}
-	h := tr.hosts.get("api.test", time.Now(), nil)
+	h := tr.hosts.get("api.test", time.Now(), nil, false)
 	h.mu.Lock()
 	policies := len(h.policies)
 	h.mu.Unlock()
@@ -411,11 +411,20 @@ func TestRetryBudgetGivesUp(t *testing.T) {
 		}
 	})
 	t.Run("429 without a hint counts", func(t *testing.T) {
-		s := &scripted{steps: repeat(3, reply(429))}
+		// At DefaultThrottleCost (5/14), a budget of one pays for two.
+		s := &scripted{steps: repeat(5, reply(429))}
 		srv := serve(t, s)
-		c := &http.Client{Transport: NewTransport(nil, WithClock(newFakeClock()), WithRetryBudget(one))}
+		c := &http.Client{Transport: NewTransport(nil, WithClock(newFakeClock()), WithRetryBudget(one), WithMaxAttempts(10))}
+		if r := do(t, c, "GET", srv.URL); r == nil || r.StatusCode != 429 || len(s.Hits()) != 3 {
+			t.Errorf("got %v after %d attempts, want 429 after 3", r, len(s.Hits()))
+		}
+		// At the transient cost of 1, for one.
+		s = &scripted{steps: repeat(5, reply(429))}
+		srv = serve(t, s)
+		c = &http.Client{Transport: NewTransport(nil, WithClock(newFakeClock()), WithMaxAttempts(10),
+			WithRetryBudget(&RetryBudget{Burst: 1, ThrottleCost: 1}))}
 		if r := do(t, c, "GET", srv.URL); r == nil || r.StatusCode != 429 || len(s.Hits()) != 2 {
-			t.Errorf("got %v after %d attempts, want 429 after 2", r, len(s.Hits()))
+			t.Errorf("ThrottleCost 1: got %v after %d attempts, want 429 after 2", r, len(s.Hits()))
 		}
 	})
 	t.Run("disabled", func(t *testing.T) {

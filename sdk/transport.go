@@ -78,179 +78,278 @@ func NewClient(opts ...Option) *http.Client {
 // exceeds MaxWait or passes the deadline, the first attempt is not sent at
 // all and RoundTrip returns a *RateLimitError.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	c := &t.cfg
-	now := c.clock.Now() // time.Now is not free: read it once per step
-	h := t.hosts.get(req.URL.Host, now, c.budget)
-	rk := routeOf(h.id, req.Method, req.URL.Path)
-	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-
-	var (
-		bo       backoff.BackOff
-		resp     *http.Response // outcome of the latest attempt
-		err      error
-		lastInfo header.Info
-		g        governing
-		known    bool
-	)
-	for attempt := 0; ; {
-		// Hold the attempt while a view that governs it says it would
-		// fail, and pace it at the policy's rate once it has limited us.
-		// The views are looked up again before every attempt: the answer to
-		// the last one may have taught the route its policy.
-		known = h.govern(&t.routes, rk, &g)
-		var paced turns // the views whose pace this attempt has reserved
-		for fresh := attempt == 0; ; fresh = false {
-			if !fresh { // after any wait, and before a retry
-				now = c.clock.Now()
-			}
-			if d, v, ok := t.pace(ctx, &g, &paced, now); ok {
-				t.emit(ctx, RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: d, Limit: fromInfo(lastInfo), Policy: v.name})
-				if e := t.sleep(ctx, d); e != nil {
-					if attempt == 0 {
-						closeBody(req)
-					}
-					return nil, e
-				}
-				continue
-			}
-			wait, holder, refills := h.acquire(&g, now, attempt == 0)
-			if wait <= 0 {
-				break
-			}
-			if refills {
-				// Held by a token bucket until its next token: the turns
-				// reserved before the hold are given back and taken again
-				// after it, in the pacer's order. Kept, they would release
-				// the whole crowd of waiters at once when the hold ends,
-				// to empty the server's bucket again. (A window restores
-				// its whole quota at the reset: there, the crowd that the
-				// budget releases at once is what the server admits.)
-				paced.giveBack(now)
-			}
-			ev := RetryEvent{Request: req, Attempt: attempt, Reason: HostLimit, Delay: wait, Limit: fromInfo(lastInfo), Policy: holder.name}
-			if resp != nil {
-				ev.StatusCode = resp.StatusCode
-			}
-			if why := t.tooLong(ctx, now, wait); why != "" {
-				ev.GiveUp = why
-				t.emit(ctx, ev)
-				if attempt > 0 {
-					return resp, err
-				}
-				closeBody(req)
-				return nil, &RateLimitError{RetryAfter: wait, Host: req.URL.Host}
-			}
-			t.emit(ctx, ev)
-			if e := t.sleep(ctx, wait); e != nil {
-				if attempt == 0 {
-					closeBody(req)
-				}
-				return nil, e
-			}
-			known = h.govern(&t.routes, rk, &g) // a concurrent answer may have taught the route
-		}
-
-		r := req
-		if attempt > 0 && req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-			body, e := req.GetBody()
-			if e != nil {
-				h.observe(&t.routes, rk, true, &g, c.clock.Now(), 0, header.Info{}) // admitted, never sent
-				return resp, err                                                    // the previous outcome stands
-			}
-			r = new(http.Request)
-			*r = *req
-			r.Body = body
-		}
-		attempt++
-		resp, err = t.base.RoundTrip(r)
-		now = c.clock.Now()
-
-		var reason Reason
-		status := 0
-		lastInfo = header.Info{}
-		switch {
-		case err != nil:
-			if ctx.Err() == nil && !permanent(err) {
-				reason = TransportError
-			}
-		case resp.StatusCode == http.StatusTooManyRequests:
-			reason = RateLimited
-		case resp.StatusCode == http.StatusServiceUnavailable:
-			reason = Unavailable
-		}
-		if resp != nil {
-			status = resp.StatusCode
-			lastInfo, _ = header.Parse(resp.Header, now)
-		}
-		h.observe(&t.routes, rk, known, &g, now, status, lastInfo)
-		if reason == 0 {
+	c := t.newCall(req)
+	for {
+		if resp, err, stop := c.hold(); stop {
 			return resp, err
 		}
-
-		// A retry is wanted. Find out whether it is allowed, and when.
-		ev := RetryEvent{Request: req, Attempt: attempt, Reason: reason, StatusCode: status, Err: err, Limit: fromInfo(lastInfo)}
-		var hint time.Duration
-		if reason != TransportError {
-			hint = lastInfo.Wait()
+		reason, stop := c.send()
+		if stop || reason == 0 {
+			return c.resp, c.err
 		}
-		switch {
-		case !replayable:
-			ev.GiveUp = GiveUpBody
-		case reason != RateLimited && !idempotent(req):
-			ev.GiveUp = GiveUpIdempotent
-		case attempt >= c.maxAttempts:
-			ev.GiveUp = GiveUpAttempts
+		ev, stop := c.plan(reason)
+		if stop {
+			return c.resp, c.err
 		}
-		if ev.GiveUp == "" {
-			if bo == nil {
-				bo = c.newBackOff()
-				bo.Reset()
-			}
-			ev.Delay = bo.NextBackOff()
-			switch {
-			case ev.Delay == backoff.Stop:
-				ev.Delay, ev.GiveUp = hint, GiveUpBackOff
-			case hint > 0:
-				ev.Delay = hint + jitter(hint)
-			case ev.Delay > c.maxWait:
-				ev.Delay = c.maxWait // a computed wait is shortened, a server's is not
-			}
-		}
-		if ev.GiveUp == "" {
-			ev.Delay, ev.GiveUp = t.fit(ctx, now, hint, ev.Delay)
-		}
-		// A retry the server did not schedule spends the host's retry
-		// budget (see RetryBudget); one it asked for is free.
-		if ev.GiveUp == "" && (reason != RateLimited || hint <= 0) && !h.withdraw(now) {
-			ev.GiveUp = GiveUpBudget
-		}
-		if ev.GiveUp != "" {
-			if c.observed() {
-				t.emit(ctx, ev)
-			}
-			return resp, err
-		}
-		t.emit(ctx, ev)
-		if resp != nil {
-			park(resp)
-		}
-		if e := t.sleep(ctx, ev.Delay); e != nil {
-			if c.observed() {
-				ev.GiveUp, ev.Err = GiveUpContextDone, e
-				t.emit(ctx, ev)
-			}
-			return nil, e
+		if err := c.wait(ev); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// call is one RoundTrip in progress: the request, what the Transport knows
+// of its host, and the outcome of its latest attempt. Its phases run in
+// turn for every attempt: hold (until the views that govern it let it
+// go), send, plan (whether and when to retry) and wait.
+type call struct {
+	t          *Transport
+	req        *http.Request
+	ctx        context.Context
+	h          *host
+	rk         routeKey
+	replayable bool
+	now        time.Time // time.Now is not free: read once per step
+
+	bos     [2]backoff.BackOff // per retry class, see retryClass
+	resp    *http.Response     // outcome of the latest attempt
+	err     error
+	info    header.Info // its rate-limit headers
+	g       governing
+	known   bool // the route's policies are known
+	attempt int  // attempts sent so far
+}
+
+func (t *Transport) newCall(req *http.Request) *call {
+	c := &call{t: t, req: req, ctx: req.Context(), now: t.cfg.clock.Now()}
+	c.h = t.hosts.get(req.URL.Host, c.now, t.cfg.budget, t.cfg.adaptive)
+	c.rk = routeOf(c.h.id, req.Method, req.URL.Path)
+	c.replayable = req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	return c
+}
+
+// hold waits until every view that governs the next attempt lets it go,
+// and admits it into them. Pacing turns are reserved first (see pace);
+// then the views' holds (a cool-down, an exhausted quota) are waited out.
+// stop says the call ends here with resp and err: the wait would exceed
+// MaxWait or pass the deadline, or the context ended.
+func (c *call) hold() (resp *http.Response, err error, stop bool) {
+	t := c.t
+	// The views are looked up again before every attempt: the answer to
+	// the last one may have taught the route its policy.
+	c.known = c.h.govern(&t.routes, c.rk, &c.g)
+	var paced turns // the views whose pace this attempt has reserved
+	queued := c.now
+	if c.attempt > 0 {
+		queued = t.cfg.clock.Now()
+	}
+	for fresh := c.attempt == 0; ; fresh = false {
+		if !fresh { // after any wait, and before a retry
+			c.now = t.cfg.clock.Now()
+		}
+		if d, v, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now); ok {
+			ev := c.holdEvent(d, v)
+			if strict {
+				return c.giveUpHold(ev, t.tooLong(c.ctx, c.now, d))
+			}
+			t.emit(c.ctx, ev)
+			if e := t.sleep(c.ctx, d); e != nil {
+				return c.interrupted(e)
+			}
+			continue
+		}
+		wait, holder, refills := c.h.acquire(&c.g, c.now, c.attempt == 0)
+		if wait <= 0 {
+			for i := range c.g.n {
+				c.g.tk[i].queued = queued
+			}
+			return nil, nil, false
+		}
+		if refills {
+			// Held by a token bucket until its next token: the turns
+			// reserved before the hold are given back and taken again
+			// after it, in the pacer's order. Kept, they would release
+			// the whole crowd of waiters at once when the hold ends, to
+			// empty the server's bucket again. (A window restores its
+			// whole quota at the reset: there, the crowd that the budget
+			// releases at once is what the server admits.)
+			paced.giveBack(c.now)
+		}
+		ev := c.holdEvent(wait, holder)
+		if why := t.tooLong(c.ctx, c.now, wait); why != "" {
+			return c.giveUpHold(ev, why)
+		}
+		t.emit(c.ctx, ev)
+		if e := t.sleep(c.ctx, wait); e != nil {
+			return c.interrupted(e)
+		}
+		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
+	}
+}
+
+func (c *call) holdEvent(d time.Duration, v *view) RetryEvent {
+	ev := RetryEvent{Request: c.req, Attempt: c.attempt, Reason: HostLimit, Delay: d, Limit: fromInfo(c.info), Policy: v.name}
+	if c.resp != nil {
+		ev.StatusCode = c.resp.StatusCode
+	}
+	return ev
+}
+
+// giveUpHold ends the call because a hold cannot be waited out: the first
+// attempt is not sent at all (a *RateLimitError), a retry leaves the last
+// outcome standing.
+func (c *call) giveUpHold(ev RetryEvent, why string) (*http.Response, error, bool) {
+	ev.GiveUp = why
+	c.t.emit(c.ctx, ev)
+	if c.attempt > 0 {
+		return c.resp, c.err, true
+	}
+	closeBody(c.req)
+	return nil, &RateLimitError{RetryAfter: ev.Delay, Host: c.req.URL.Host}, true
+}
+
+func (c *call) interrupted(e error) (*http.Response, error, bool) {
+	if c.attempt == 0 {
+		closeBody(c.req)
+	}
+	return nil, e, true
+}
+
+// send makes the attempt that hold admitted, reports its outcome to the
+// views, and says why it should be retried (0: it should not). stop says
+// the body could not be replayed, and the previous outcome stands.
+func (c *call) send() (reason Reason, stop bool) {
+	t, req := c.t, c.req
+	r := req
+	if c.attempt > 0 && req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+		body, e := req.GetBody()
+		if e != nil {
+			c.h.observe(&t.routes, c.rk, true, &c.g, t.cfg.clock.Now(), 0, header.Info{}) // admitted, never sent
+			return 0, true
+		}
+		r = new(http.Request)
+		*r = *req
+		r.Body = body
+	}
+	c.attempt++
+	c.resp, c.err = t.base.RoundTrip(r)
+	c.now = t.cfg.clock.Now()
+
+	status := 0
+	c.info = header.Info{}
+	switch {
+	case c.err != nil:
+		if c.ctx.Err() == nil && !permanent(c.err) {
+			reason = TransportError
+		}
+	case c.resp.StatusCode == http.StatusTooManyRequests:
+		reason = RateLimited
+	case c.resp.StatusCode == http.StatusServiceUnavailable:
+		reason = Unavailable
+	}
+	if c.resp != nil {
+		status = c.resp.StatusCode
+		c.info, _ = header.Parse(c.resp.Header, c.now)
+	}
+	c.h.observe(&t.routes, c.rk, c.known, &c.g, c.now, status, c.info)
+	return reason, false
+}
+
+// plan decides whether the outcome of the last attempt is retried, and
+// after which wait; stop says it is not (the hook has heard why).
+func (c *call) plan(reason Reason) (ev RetryEvent, stop bool) {
+	t, cfg := c.t, &c.t.cfg
+	ev = RetryEvent{Request: c.req, Attempt: c.attempt, Reason: reason, Err: c.err, Limit: fromInfo(c.info)}
+	if c.resp != nil {
+		ev.StatusCode = c.resp.StatusCode
+	}
+	var hint time.Duration
+	if reason != TransportError {
+		hint = c.info.Wait()
+	}
+	switch {
+	case !c.replayable:
+		ev.GiveUp = GiveUpBody
+	case reason != RateLimited && !idempotent(c.req):
+		ev.GiveUp = GiveUpIdempotent
+	case c.attempt >= cfg.maxAttempts:
+		ev.GiveUp = GiveUpAttempts
+	}
+	class := retryClass(reason, hint)
+	if ev.GiveUp == "" {
+		if c.bos[class] == nil {
+			c.bos[class] = cfg.newBackOff(class == throttleRetry)
+			c.bos[class].Reset()
+		}
+		ev.Delay = c.bos[class].NextBackOff()
+		switch {
+		case ev.Delay == backoff.Stop:
+			ev.Delay, ev.GiveUp = hint, GiveUpBackOff
+		case hint > 0:
+			ev.Delay = hint + jitter(hint)
+		case ev.Delay > cfg.maxWait:
+			ev.Delay = cfg.maxWait // a computed wait is shortened, a server's is not
+		}
+	}
+	if ev.GiveUp == "" {
+		ev.Delay, ev.GiveUp = t.fit(c.ctx, c.now, hint, ev.Delay)
+	}
+	// A retry the server did not schedule spends the host's retry budget
+	// (see RetryBudget), at the cost of its class; one it asked for is free.
+	if ev.GiveUp == "" && (reason != RateLimited || hint <= 0) && !c.h.withdraw(c.now, class) {
+		ev.GiveUp = GiveUpBudget
+	}
+	if ev.GiveUp != "" {
+		t.emit(c.ctx, ev)
+		return ev, true
+	}
+	return ev, false
+}
+
+// wait announces the retry and waits for it; the latest response is
+// parked meanwhile (see park).
+func (c *call) wait(ev RetryEvent) error {
+	t := c.t
+	t.emit(c.ctx, ev)
+	if c.resp != nil {
+		park(c.resp)
+	}
+	if e := t.sleep(c.ctx, ev.Delay); e != nil {
+		if t.cfg.observed() {
+			ev.GiveUp, ev.Err = GiveUpContextDone, e
+			t.emit(c.ctx, ev)
+		}
+		return e
+	}
+	return nil
+}
+
+// The two classes of retries, with their own backoff base and their own
+// cost against the retry budget (the AWS SDKs' split): a throttle (a 429,
+// or a 503 that pushes back with a wait: the server sheds load, and a
+// short wait would meet the same answer) and a transient failure (a
+// transport error, a 503 without a wait: a lost connection, a restarting
+// instance, usually over at once).
+const (
+	throttleRetry  = 0
+	transientRetry = 1
+)
+
+func retryClass(r Reason, hint time.Duration) int {
+	if r == RateLimited || (r == Unavailable && hint > 0) {
+		return throttleRetry
+	}
+	return transientRetry
 }
 
 // pace reserves the attempt's turn at the rate of each view of g that
 // paces (see view), in order, and returns the first wait to make, with the
 // view that asks for it. paced marks the views already reserved for this
-// attempt. Pacing is advice: a wait that would exceed MaxWait or pass the
-// deadline is cancelled and skipped, never a reason to fail.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time) (time.Duration, *view, bool) {
+// attempt. Pacing at an announced rate is advice: a wait that would exceed
+// MaxWait or pass the deadline is cancelled and skipped, never a reason to
+// fail. Pacing at a rate learned from bare 429s (WithAdaptiveRate) is not:
+// the host has shown it refuses requests sent faster, so such a wait is
+// returned with strict set, for the caller to give up.
+func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time) (d time.Duration, v *view, strict, ok bool) {
 next:
 	for _, v := range g.vs[:g.n] {
 		free := -1
@@ -262,12 +361,15 @@ next:
 				free = j
 			}
 		}
-		d, res, ok := v.pace(now)
+		d, res, learned, ok := v.pace(now)
 		if !ok {
 			continue
 		}
 		if t.tooLong(ctx, now, d) != "" {
 			res.CancelAt(now)
+			if learned {
+				return d, v, true, true
+			}
 			continue
 		}
 		if free >= 0 {
@@ -276,9 +378,9 @@ next:
 		if d <= 0 {
 			continue
 		}
-		return d, v, true
+		return d, v, false, true
 	}
-	return 0, nil, false
+	return 0, nil, false, false
 }
 
 // turns are the pacing turns one attempt has reserved, one per view.

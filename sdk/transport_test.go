@@ -53,7 +53,7 @@ func TestNewClientAndDefaults(t *testing.T) {
 		t.Errorf("WithMaxAttempts(0) = %d attempts, want 1", got)
 	}
 	// The default backoff is exponential with jitter and a total bound.
-	b, ok := tr.cfg.newBackOff().(*backoff.ExponentialBackOff)
+	b, ok := tr.cfg.newBackOff(true).(*backoff.ExponentialBackOff)
 	if !ok || b.RandomizationFactor == 0 || b.MaxElapsedTime != DefaultMaxElapsed {
 		t.Errorf("default backoff = %#v", b)
 	}
@@ -209,19 +209,25 @@ func TestBackOffWithoutHint(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	// The default exponential backoff: growing waits with jitter.
-	clk3 := newFakeClock()
-	s3 := &scripted{steps: repeat(3, reply(503))}
-	srv3 := serve(t, s3)
-	resp, err = (&http.Client{Transport: NewTransport(nil, WithClock(clk3))}).Get(srv3.URL)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("default backoff: %v, %v", resp, err)
-	}
-	resp.Body.Close()
-	sl := clk3.Sleeps()
-	if len(sl) != 3 || sl[0] < 250*time.Millisecond || sl[0] > 750*time.Millisecond ||
-		sl[2] < 562*time.Millisecond || sl[2] > 1688*time.Millisecond {
-		t.Errorf("default backoff sleeps = %v, want about 0.5s, 0.75s, 1.125s ±50%%", sl)
+	// The default exponential backoff: growing waits with jitter, from 50 ms
+	// after a transient failure (a 503 without Retry-After) and from 1 s
+	// after a throttle (a bare 429).
+	for _, c := range []struct {
+		status      int
+		first, last time.Duration
+	}{{503, 50 * time.Millisecond, 112500 * time.Microsecond}, {429, time.Second, 2250 * time.Millisecond}} {
+		clk3 := newFakeClock()
+		s3 := &scripted{steps: repeat(3, reply(c.status))}
+		srv3 := serve(t, s3)
+		resp, err = (&http.Client{Transport: NewTransport(nil, WithClock(clk3))}).Get(srv3.URL)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("default backoff: %v, %v", resp, err)
+		}
+		resp.Body.Close()
+		sl := clk3.Sleeps()
+		if len(sl) != 3 || sl[0] < c.first/2 || sl[0] > c.first*3/2 || sl[2] < c.last/2 || sl[2] > c.last*3/2 {
+			t.Errorf("default backoff sleeps after %d = %v, want about %v, x1.5, %v ±50%%", c.status, sl, c.first, c.last)
+		}
 	}
 }
 

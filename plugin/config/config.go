@@ -94,6 +94,11 @@ type Rule struct {
 	MaxDelay time.Duration
 	// Shadow rules count and report but never reject or delay.
 	Shadow bool
+	// MaxKeys is the rule's own max_keys (0: not set); Share is the number
+	// of client states the rule may keep, its part of the top-level
+	// max_keys (see shareTable).
+	MaxKeys int
+	Share   int
 	// Global rules ("scope": "global") count in the rate-limit service's
 	// fixed windows, one budget across the fleet; Window is then 1s, 1m,
 	// 1h or 24h and the algorithm fixed_window.
@@ -206,6 +211,9 @@ func Parse(doc []byte) (*Config, error) {
 		return nil, err
 	}
 	if err := parseTop(fields{m: top}, c); err != nil {
+		return nil, err
+	}
+	if err := shareTable(c); err != nil {
 		return nil, err
 	}
 	if c.Global == nil {
@@ -422,7 +430,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "cost"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "min_limit", "max_limit", "cost", "max_keys"); err != nil {
 		return r, err
 	}
 	f := fields{path: field, m: m}
@@ -435,6 +443,14 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	}
 	if m.Has("cost") && !costAlgorithm(alg) {
 		return r, errf(field+".cost", "not with %s: a cost applies to token_bucket, fixed_window, sliding_window and global rules (rates in units)", alg)
+	}
+	if alg == limit.AdaptiveConcurrency {
+		return parseAdaptive(f, r)
+	}
+	for _, k := range []string{"min_limit", "max_limit"} {
+		if m.Has(k) {
+			return r, errf(f.name(k), "applies to adaptive_concurrency only (the other algorithms take limit)")
+		}
 	}
 	if !m.Has("limit") {
 		return r, errf(field+".limit", "required (requests per window, > 0)")
@@ -503,6 +519,11 @@ func ruleIdentity(f fields, r *Rule) error {
 			return err
 		}
 	}
+	if n, ok, err := f.whole("max_keys", MinMaxKeys, 100_000_000, "%d is out of range %d..100000000 (the rule's share of the state table: at least one bucket and its overflow state)", MinMaxKeys); err != nil {
+		return err
+	} else if ok {
+		r.MaxKeys = int(n)
+	}
 	r.Key = []KeyPart{{Kind: KeyClientIP}}
 	if raw := f.m.Get("key"); raw != nil {
 		var parts []string
@@ -534,7 +555,7 @@ func ruleAlgorithm(f fields, global bool) (limit.Algorithm, error) {
 	} else if ok {
 		a, ok := limit.ParseAlgorithm(s)
 		if !ok {
-			return alg, errf(f.name("algorithm"), "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency", s)
+			return alg, errf(f.name("algorithm"), "%q is not one of token_bucket, fixed_window, sliding_window, leaky_bucket, concurrency, adaptive_concurrency", s)
 		}
 		alg = a
 		if global && a != limit.FixedWindow {
@@ -597,6 +618,46 @@ func parseConcurrency(f fields, r Rule, lim int64) (Rule, error) {
 	}
 	if r.Limit, err = limit.NewConcurrency(lim); err != nil {
 		return r, errf(f.name("limit"), "%v", err)
+	}
+	r.ID = ruleID(&r)
+	return r, nil
+}
+
+// parseAdaptive finishes an adaptive_concurrency rule: nobody sets its
+// limit, so limit, window and burst are refused (each would suggest a
+// number the rule does not enforce); min_limit and max_limit bound what it
+// learns.
+func parseAdaptive(f fields, r Rule) (Rule, error) {
+	for _, k := range []string{"limit", "window", "burst"} {
+		if f.m.Has(k) {
+			return r, errf(f.name(k), "not allowed with adaptive_concurrency: the rule learns how many requests may be in flight from the upstream's latency; bound it with min_limit and max_limit instead")
+		}
+	}
+	bounds := [2]int64{1, 1000}
+	for i, k := range []string{"min_limit", "max_limit"} {
+		n, ok, err := f.whole(k, 1, limit.MaxConcurrency, "%d is out of range 1..%d requests in flight", limit.MaxConcurrency)
+		if err != nil {
+			return r, err
+		}
+		if ok {
+			bounds[i] = n
+		}
+	}
+	if bounds[0] > bounds[1] {
+		if !f.m.Has("max_limit") {
+			return r, errf(f.name("min_limit"), "%d is over the default max_limit 1000: set max_limit too", bounds[0])
+		}
+		return r, errf(f.name("max_limit"), "must be >= min_limit (%d), got %d", bounds[0], bounds[1])
+	}
+	var err error
+	if r.MaxDelay, err = f.maxDelay(); err != nil {
+		return r, err
+	}
+	if err := f.flag("shadow", &r.Shadow); err != nil {
+		return r, err
+	}
+	if r.Limit, err = limit.NewAdaptive(bounds[0], bounds[1]); err != nil {
+		return r, errf(f.name("max_limit"), "%v", err)
 	}
 	r.ID = ruleID(&r)
 	return r, nil
@@ -686,6 +747,42 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// shareTable divides max_keys between the rules: a rule with its own
+// max_keys takes that many states, the others share what is left equally
+// (rounded down). Every rule keeps its states apart from the others' (a
+// flood of new keys on one rule fills only its own share), so every share
+// must hold at least one bucket and the rule's overflow state (MinMaxKeys),
+// and the shares never add up to more than max_keys.
+func shareTable(c *Config) error {
+	left, rest := c.MaxKeys, 0
+	for i := range c.Rules {
+		if c.Rules[i].MaxKeys == 0 {
+			rest++
+		}
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if r.MaxKeys == 0 {
+			continue
+		}
+		if r.MaxKeys > left-rest*MinMaxKeys {
+			return errf(sprintf.Sprintf("rules[%d].max_keys", i), "%d does not fit: max_keys %d leaves %d states for this rule after the rules before it took theirs and each rule without max_keys keeps %d", r.MaxKeys, c.MaxKeys, left-rest*MinMaxKeys, MinMaxKeys)
+		}
+		left -= r.MaxKeys
+	}
+	if rest > 0 && left/rest < MinMaxKeys {
+		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), MinMaxKeys, c.MaxKeys-left+rest*MinMaxKeys)
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		r.Share = r.MaxKeys
+		if r.MaxKeys == 0 {
+			r.Share = left / rest
+		}
+	}
+	return nil
 }
 
 // ruleID hashes everything that changes how a rule counts. The name is

@@ -146,15 +146,28 @@ var invalidCorpus = map[string]invalidCase{
 
 	"max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
 		"durations written in mixed units (\"59s999ms\" is fine, \"1m1s\" is not)"},
-	"max-delay-negative.json":          {field: "rules[0].max_delay"},
-	"max-delay-number.json":            {field: "rules[0].max_delay"},
-	"max-delay-words.json":             {field: "rules[0].max_delay"},
-	"max-delay-sliding-window.json":    {field: "rules[0].max_delay"},
-	"shadow-string.json":               {field: "rules[0].shadow"},
-	"concurrency-window.json":          {field: "rules[0].window"},
-	"concurrency-global.json":          {field: "rules[0].algorithm"},
-	"concurrency-burst.json":           {field: "rules[0].burst"},
-	"concurrency-limit-too-large.json": {field: "rules[0].limit"},
+	"max-delay-negative.json":       {field: "rules[0].max_delay"},
+	"max-delay-number.json":         {field: "rules[0].max_delay"},
+	"max-delay-words.json":          {field: "rules[0].max_delay"},
+	"max-delay-sliding-window.json": {field: "rules[0].max_delay"},
+	"shadow-string.json":            {field: "rules[0].shadow"},
+	"concurrency-window.json":       {field: "rules[0].window"},
+
+	"adaptive-limit.json":                {field: "rules[0].limit"},
+	"adaptive-window.json":               {field: "rules[0].window"},
+	"adaptive-burst.json":                {field: "rules[0].burst"},
+	"adaptive-min-zero.json":             {field: "rules[0].min_limit"},
+	"adaptive-max-too-large.json":        {field: "rules[0].max_limit"},
+	"adaptive-min-over-max.json":         {field: "rules[0].max_limit", semanticOnly: "min_limit <= max_limit compares two fields"},
+	"adaptive-min-over-default-max.json": {field: "rules[0].min_limit", semanticOnly: "min_limit <= the default max_limit compares two fields"},
+	"max-limit-token-bucket.json":        {field: "rules[0].max_limit"},
+	"min-limit-concurrency.json":         {field: "rules[0].min_limit"},
+	"adaptive-global.json":               {field: "rules[0].algorithm"},
+	"adaptive-cost.json":                 {field: "rules[0].cost"},
+	"adaptive-max-delay-too-long.json":   {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s is checked by Parse"},
+	"concurrency-global.json":            {field: "rules[0].algorithm"},
+	"concurrency-burst.json":             {field: "rules[0].burst"},
+	"concurrency-limit-too-large.json":   {field: "rules[0].limit"},
 	"concurrency-max-delay-too-long.json": {field: "rules[0].max_delay", semanticOnly: "max_delay <= 60s: a pattern cannot compare " +
 		"durations written in mixed units"},
 	"shadow-number.json": {field: "rules[0].shadow"},
@@ -776,10 +789,26 @@ func TestSchemaDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	rule := map[string]json.RawMessage{"name": json.RawMessage(`"r"`), "limit": json.RawMessage(`7`), "window": json.RawMessage(`"1s"`)}
+	adaptive := map[string]json.RawMessage{"name": json.RawMessage(`"r"`), "algorithm": json.RawMessage(`"adaptive_concurrency"`)}
 	for name, p := range s.Defs.Rule.Properties {
-		if p.Default != nil {
+		switch {
+		case p.Default == nil:
+		case name == "min_limit" || name == "max_limit": // adaptive_concurrency only
+			adaptive[name] = p.Default
+		default:
 			rule[name] = p.Default
 		}
+	}
+	if len(adaptive) != 4 {
+		t.Errorf("min_limit and max_limit need defaults in the schema: %v", adaptive)
+	}
+	withDefaults, _ := json.Marshal(map[string]any{"rules": []any{adaptive}})
+	ad, err := Parse(withDefaults)
+	if err != nil {
+		t.Fatalf("the schema's adaptive defaults do not parse: %v", err)
+	}
+	if bare, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"adaptive_concurrency"}]}`)); err != nil || !reflect.DeepEqual(ad, bare) {
+		t.Errorf("the schema's adaptive defaults differ from Parse's (%v)", err)
 	}
 	top := map[string]any{"rules": []any{rule}}
 	for name, p := range s.Properties {
@@ -934,6 +963,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		return strings.Contains(msg, "duplicate rule name") ||
 			strings.Contains(msg, "span more than") ||
 			strings.Contains(msg, "is longer than 60s") ||
+			strings.Contains(msg, "must be >= min_limit") || strings.Contains(msg, "over the default max_limit") ||
 			strings.HasSuffix(msg, ".window: must be > 0, got 0s") || // "0.5ns" rounds down to 0
 			strings.Contains(msg, "more than the rule holds") // cost.max over the capacity
 	}

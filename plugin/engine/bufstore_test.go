@@ -38,7 +38,7 @@ func (s *bufStore) GetInto(key string, buf []byte) ([]byte, uint32, bool, error)
 // shared buckets still get exactly their own limit.
 func TestTableReadsBucketsIntoItsBuffer(t *testing.T) {
 	s := &bufStore{memStore: newMemStore()}
-	tb := NewTable(s, 4*bucketSlots) // 4 buckets
+	tb := NewTable(s, []Region{{ID: 1, Share: 4*SlotsPerBucket + 1}}) // 4 buckets
 	lim, err := limit.New(limit.TokenBucket, 3, time.Hour, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestTableReadsBucketsIntoItsBuffer(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		for c := 0; c < clients; c++ {
 			fp := uint64(c)*0x9E3779B97F4A7C15 | 1
-			d, kind, err := tb.Update(Charge, fp, 2, &lim, now, 1, 0)
+			d, kind, err := tb.Update(Charge, fp, 0, &lim, now, 1, 0)
 			if err != nil || kind != SlotOwn {
 				t.Fatalf("client %d: kind %d err %v", c, kind, err)
 			}

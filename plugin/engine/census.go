@@ -9,42 +9,46 @@ import (
 const CensusKey = "sluice.v1.census"
 
 // Census counts the active client states of a table for the
-// tracked-states metric. Reading every bucket at once would stall a worker
-// for milliseconds, so each Step reads a slice of them and keeps per-bucket
-// counts; the total is exact once a full pass has completed, and at most one
-// pass old.
+// tracked-states metrics, in all and per rule. Reading every bucket at once
+// would stall a worker for milliseconds, so each Step reads a slice of the
+// table's keys and keeps per-key counts; the totals are exact once a full
+// pass has completed, and at most one pass old.
 //
 // Only one worker needs to count: AcquireLease elects one through shared
 // data (a lease that its holder renews and that another worker takes over
 // when it expires).
 type Census struct {
 	counts []uint16
+	rules  []int // active states per region
 	next   int
 	total  int
 	passes int
 }
 
-// Step reads up to n buckets of t and returns the current total.
+// Step reads up to n keys of t and returns the current total.
 func (c *Census) Step(t *Table, now int64, n int) (int, error) {
-	if len(c.counts) != t.Buckets() {
-		c.counts, c.next, c.total, c.passes = make([]uint16, t.Buckets()), 0, 0, 0
+	if len(c.counts) != t.Keys() || len(c.rules) != t.Regions() {
+		c.counts, c.rules = make([]uint16, t.Keys()), make([]int, t.Regions())
+		c.next, c.total, c.passes = 0, 0, 0
 	}
 	for k := 0; k < n; k++ {
 		i := c.next
-		val, _, found, err := t.store.Get(t.BucketKey(i))
+		key, r, _ := t.Key(i)
+		val, _, found, err := t.store.Get(key)
 		if err != nil {
 			return c.total, err
 		}
 		cnt := 0
-		if found && len(val) == BucketSize {
-			for j := 0; j < bucketSlots; j++ {
-				s := val[j*slotSize:]
+		if found && (len(val) == BucketSize || len(val) == slotSize) {
+			for j := 0; j+slotSize <= len(val); j += slotSize {
+				s := val[j:]
 				if getUint64(s[0:8]) != 0 && int64(getUint64(s[8:16])) > now {
 					cnt++
 				}
 			}
 		}
 		c.total += cnt - int(c.counts[i])
+		c.rules[r] += cnt - int(c.counts[i])
 		c.counts[i] = uint16(cnt)
 		if c.next++; c.next == len(c.counts) {
 			c.next = 0
@@ -52,6 +56,14 @@ func (c *Census) Step(t *Table, now int64, n int) (int, error) {
 		}
 	}
 	return c.total, nil
+}
+
+// Rule returns the active states of region (rule) r as last counted.
+func (c *Census) Rule(r int) int {
+	if r < len(c.rules) {
+		return c.rules[r]
+	}
+	return 0
 }
 
 // Complete reports whether a full pass has been made.

@@ -32,6 +32,9 @@ type SlotRef struct {
 	FP       uint64
 	Overflow bool  // the slot is the rule's overflow slot of the bucket
 	Since    int64 // when it was acquired (ns)
+	// Saturated: an adaptive rule's slot taken at its learnt limit (or
+	// after a wait in its queue): see limit.Gauge.AtLimit.
+	Saturated bool
 }
 
 type holdKey struct {
@@ -128,7 +131,9 @@ func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, 
 }
 
 // IsConcurrency reports whether rule r limits requests in flight.
-func IsConcurrency(r *config.Rule) bool { return r.Limit.Algorithm() == limit.Concurrency }
+func IsConcurrency(r *config.Rule) bool {
+	return r.Limit.Algorithm() == limit.Concurrency || IsAdaptive(r)
+}
 
 // HasConcurrency reports whether any rule of c is a concurrency rule (the
 // plugin then ticks often enough to renew its slots every epoch).
@@ -160,7 +165,7 @@ func (e *Engine) waitEstimate(i int, waiting int64) time.Duration {
 	if h <= 0 {
 		return time.Second
 	}
-	return time.Duration((waiting + 1) * h / e.cfg.Rules[i].Limit.Limit())
+	return time.Duration((waiting + 1) * h / e.ruleLimit(i))
 }
 
 // queueBound is how many tickets rule i's queue may hold: MaxQueue, or
@@ -173,7 +178,7 @@ func (e *Engine) queueBound(i int) int64 {
 	}
 	q := int64(limit.MaxQueue)
 	if h := e.hold[i]; h > 0 {
-		q = min(q, int64(r.MaxDelay)*r.Limit.Limit()/h)
+		q = min(q, int64(r.MaxDelay)*e.ruleLimit(i)/h)
 	}
 	return q
 }
@@ -188,7 +193,8 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 		r := &e.cfg.Rules[p.rule]
 		hk := holdKey{rule: p.rule, fp: p.fp}
 		op := &e.op
-		*op = concOp{kind: opAcquire, lim: &r.Limit, queue: e.queueBound(p.rule)}
+		lim := e.slotLimit(p.rule, p.fp, now)
+		*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule)}
 		if len(e.waiters) >= MaxWaiters {
 			op.queue = 0
 		}
@@ -198,7 +204,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 		if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true}]; h != nil {
 			op.heldOv, op.epochOv = h.n, h.epoch
 		}
-		_, err := e.table.Modify(p.fp, e.overflowFPs[p.rule], false, now, op)
+		_, err := e.table.Modify(p.fp, p.rule, false, now, op)
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
@@ -217,16 +223,18 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			h.epoch = d.Epoch // renewed on the way
 		}
 		st := &e.Stats.Rules[p.rule]
+		e.lastSlots[p.rule] = slotsSeen{d.InFlight, d.Waiting}
 		switch {
 		case d.Admitted:
 			if !r.Shadow {
 				st.Allowed++
 			}
 			e.hold1(hk, d.Epoch)
-			v.Slots = append(v.Slots, SlotRef{Rule: p.rule, FP: p.fp, Overflow: hk.overflow, Since: now})
-			rem := r.Limit.Limit() - d.InFlight
+			v.Slots = append(v.Slots, SlotRef{Rule: p.rule, FP: p.fp, Overflow: hk.overflow, Since: now,
+				Saturated: e.atLimit(p.rule, p.fp, d.InFlight)})
+			rem := lim.Limit() - d.InFlight
 			if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(p.rule) > v.Reset) {
-				v.Report, v.Remaining, v.Reset = r, rem, e.HoldEstimate(p.rule)
+				v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(p.rule), lim.Limit()
 			}
 		case d.Queued:
 			w := &Waiter{
@@ -246,7 +254,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			st.Rejected++
 			e.releaseAll(v, now)
 			wait := e.waitEstimate(p.rule, d.Waiting)
-			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
+			v.Report, v.Remaining, v.Reset, v.RetryAfter, v.ReportLimit = r, 0, wait, wait, lim.Limit()
 			v.violate(p.rule)
 			return p.rule
 		}
@@ -285,7 +293,7 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 		r := &e.cfg.Rules[s.Rule]
 		op := &e.op
 		*op = concOp{kind: opRelease, lim: &r.Limit, held: 1, epoch: h.epoch}
-		if _, err := e.table.Modify(s.FP, e.overflowFPs[s.Rule], s.Overflow, now, op); err != nil {
+		if _, err := e.table.Modify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
 			e.Stats.ReleaseErrors++
@@ -341,7 +349,7 @@ func (e *Engine) Abandon(id uint32, now int64) {
 // refund gives back the rate charges of a waiter that will not be served.
 func (e *Engine) refund(w *Waiter, now int64) {
 	for _, c := range w.charges {
-		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, 1, 0)
 	}
 	w.charges = nil
 }
@@ -350,8 +358,8 @@ func (e *Engine) refund(w *Waiter, now int64) {
 // can then be dropped).
 func (e *Engine) leave(w *Waiter, now int64) bool {
 	op := &e.op
-	*op = concOp{kind: opLeave, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
-	if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err != nil {
+	*op = concOp{kind: opLeave, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket}
+	if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err != nil {
 		return false
 	}
 	if op.left {
@@ -411,13 +419,13 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 		}
 		hk := key
 		op := &e.op
-		*op = concOp{kind: opClaim, lim: &r.Limit, ticket: w.ticket}
+		*op = concOp{kind: opClaim, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket}
 		h := e.holdings[hk]
 		if h != nil {
 			op.held, op.epoch = h.n, h.epoch
 		}
 		granted := false
-		if _, err := e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op); err == nil {
+		if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err == nil {
 			if h != nil {
 				h.epoch = op.out.Epoch
 			}
@@ -431,9 +439,10 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 		}
 		e.hold1(hk, op.out.Epoch)
 		v := &w.verdict
-		v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now})
-		if rem := r.Limit.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
-			v.Report, v.Remaining, v.Reset = r, rem, e.HoldEstimate(w.rule)
+		v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r)})
+		e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
+		if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
+			v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(w.rule), op.lim.Limit()
 		}
 		e.Stats.Rules[w.rule].Delayed++
 		e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
@@ -483,7 +492,7 @@ func (e *Engine) renewDue(now int64) {
 func (e *Engine) expire(w *Waiter, now int64) {
 	op := &e.op
 	*op = concOp{kind: opExpire, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
-	_, _ = e.table.Modify(w.fp, e.overflowFPs[w.rule], w.overflow, now, op)
+	_, _ = e.table.Modify(w.fp, w.rule, w.overflow, now, op)
 	w.ID = 0
 }
 
@@ -497,7 +506,7 @@ func (e *Engine) renew(now int64) {
 		}
 		op := &e.op
 		*op = concOp{kind: opRenew, lim: &e.cfg.Rules[hk.rule].Limit, held: h.n, epoch: h.epoch}
-		if _, err := e.table.Modify(hk.fp, e.overflowFPs[hk.rule], hk.overflow, now, op); err == nil {
+		if _, err := e.table.Modify(hk.fp, hk.rule, hk.overflow, now, op); err == nil {
 			h.epoch = op.out.Epoch
 		}
 	}
@@ -508,7 +517,7 @@ func (e *Engine) renew(now int64) {
 func (e *Engine) InFlight(i int, fp uint64, now int64) (inFlight, waiting int64, err error) {
 	op := &e.op
 	*op = concOp{kind: opView, lim: &e.cfg.Rules[i].Limit}
-	if _, err := e.table.Modify(fp, e.overflowFPs[i], false, now, op); err != nil {
+	if _, err := e.table.Modify(fp, i, false, now, op); err != nil {
 		return 0, 0, err
 	}
 	return op.observed.InFlight(), op.observed.Queued(), nil

@@ -121,7 +121,7 @@ func (e *Engine) requestCost(r *config.Rule, ri *requestInfo) int64 {
 // client fp: admitted while its balance is positive, charged nothing now.
 func (e *Engine) admitPost(v *Verdict, i int, fp uint64, now int64) (limit.Decision, error) {
 	r := &e.cfg.Rules[i]
-	d, _, err := e.table.Update(Admit, fp, e.overflowFPs[i], &r.Limit, now, 1, 0)
+	d, _, err := e.table.Update(Admit, fp, i, &r.Limit, now, 1, 0)
 	if err == nil && d.Allowed {
 		v.post.add(PostCharge{rule: i, fp: fp})
 	}
@@ -176,7 +176,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			e.debitGlobal(c, n, now)
 			continue
 		}
-		d, _, err := e.table.Update(Debit, c.fp, e.overflowFPs[c.rule], &r.Limit, now, n, 0)
+		d, _, err := e.table.Update(Debit, c.fp, c.rule, &r.Limit, now, n, 0)
 		if err != nil {
 			e.Stats.ChargeErrors++
 			continue
@@ -203,7 +203,7 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	r := &e.cfg.Rules[c.rule]
 	end := lease.WindowEnd(now, r.Limit.Window())
 	if n == 0 {
-		e.table.Lease(c.fp, now, end, func(s *lease.State) bool {
+		e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
 				return false // another window: nothing to give back to
 			}
@@ -217,7 +217,7 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 		return
 	}
 	owed := extra
-	_, err := e.table.Lease(c.fp, now, end, func(s *lease.State) bool {
+	_, err := e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
 		take := min(s.Tokens, extra)
 		owed = extra - take
 		if take == 0 {
@@ -281,7 +281,7 @@ func (e *Engine) sendCharges(now int64) {
 		e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 		e.Global.Calls++
 		e.Global.ChargeCalls++
-		fp, w := d.ref.fp, r.Limit.Window()
+		fp, rule, w := d.ref.fp, d.ref.rule, r.Limit.Window()
 		err := e.caller.Call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
 			if err != nil {
 				e.Global.CallFailures++
@@ -293,7 +293,7 @@ func (e *Engine) sendCharges(now int64) {
 			}
 			e.Global.OverLimit++
 			t := e.now()
-			e.table.Lease(fp, t, lease.WindowEnd(t, w), func(s *lease.State) bool {
+			e.table.Lease(fp, rule, t, lease.WindowEnd(t, w), func(s *lease.State) bool {
 				s.Exhausted, s.Known, s.Remaining, s.Tokens = true, true, 0, 0
 				return true
 			})

@@ -80,6 +80,9 @@ type Verdict struct {
 	// Slots are the concurrency slots the request holds: Release them when
 	// its stream ends.
 	Slots []SlotRef
+	// ReportLimit is the limit of an adaptive concurrency Report, as
+	// learnt when the request was decided.
+	ReportLimit int64
 	// post are the rules that charge the request once the upstream's
 	// response arrives (cost.go: Settle).
 	post postList
@@ -105,6 +108,9 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
+	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
+	// that failed (the worker learnt on its own copy meanwhile).
+	GaugeErrors uint64
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's charge call failed).
 	ChargeErrors uint64
@@ -120,16 +126,15 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg         *config.Config
-	table       *Table
-	seed        uint64
-	needMethod  bool
-	needPath    bool
-	overflowFPs []uint64
-	matched     []int
-	charged     []charge
-	keyBuf      []byte
-	Stats       Stats
+	cfg        *config.Config
+	table      *Table
+	seed       uint64
+	needMethod bool
+	needPath   bool
+	matched    []int
+	charged    []charge
+	keyBuf     []byte
+	Stats      Stats
 	// Global rules (global.go).
 	Global  GlobalStats
 	caller  Caller
@@ -159,6 +164,15 @@ type Engine struct {
 	// the tick (cost.go).
 	debts   map[callKey]*debt
 	renewed uint16 // the epoch of the last renewal
+	// adaptive concurrency rules (adaptive.go)
+	learners   map[learnKey]*learner
+	gop        gaugeOp
+	slotLim    limit.Limit
+	lastGauge  []limit.Gauge
+	lastSlots  []slotsSeen
+	learnSwept int64
+	// gaugeRegion is the table region of adaptive rule i's Gauges.
+	gaugeRegion []int
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 }
@@ -176,7 +190,7 @@ func (e *Engine) now() int64 {
 func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	e := &Engine{
 		cfg:     cfg,
-		table:   NewTable(store, cfg.MaxKeys),
+		table:   NewTable(store, Regions(cfg)),
 		seed:    seed,
 		matched: make([]int, 0, len(cfg.Rules)),
 		charged: make([]charge, 0, len(cfg.Rules)),
@@ -186,6 +200,11 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 
 		holdings: map[holdKey]*holding{},
 		hold:     make([]int64, len(cfg.Rules)),
+
+		learners:    map[learnKey]*learner{},
+		gaugeRegion: gaugeRegions(cfg),
+		lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
+		lastSlots:   make([]slotsSeen, len(cfg.Rules)),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -203,9 +222,25 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 				e.needPath = true
 			}
 		}
-		e.overflowFPs = append(e.overflowFPs, hash64(seed, r.ID^0x6f766572666c6f77, nil))
 	}
 	return e
+}
+
+// Regions returns the state table's regions for the rules of cfg: one per
+// rule, of the rule's share of max_keys, in rule order; then one per
+// adaptive concurrency rule for its Gauges (a key of such a rule keeps two
+// states, slots and Gauge: the rule's share is split between them).
+func Regions(cfg *config.Config) []Region {
+	rs := make([]Region, len(cfg.Rules))
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		rs[i] = Region{ID: r.ID, Share: r.Share}
+		if IsAdaptive(r) {
+			rs[i].Share -= r.Share / 2
+			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2})
+		}
+	}
+	return rs
 }
 
 // Config returns the engine's configuration.
@@ -403,7 +438,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again.
 	for _, c := range e.charged {
-		e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
 	// Report the longest wait among the rules not yet evaluated, so that the
 	// client's retry is not rejected by the next rule in line.
@@ -417,7 +452,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), e.overflowFPs[i], &r.Limit, now, 1, 0)
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), i, &r.Limit, now, 1, 0)
 		if err != nil || d.Allowed {
 			continue
 		}
@@ -438,7 +473,7 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		return d, 0, err
 	}
 	n := e.requestCost(r, ri)
-	d, _, err := e.table.Update(Charge, fp, e.overflowFPs[i], &r.Limit, now, n, e.maxDelay(r))
+	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.maxDelay(r))
 	return d, n, err
 }
 

@@ -213,7 +213,7 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		r := &e.cfg.Rules[g.rule]
 		end := lease.WindowEnd(now, r.Limit.Window())
 		var admitted, exhausted bool
-		st, err := e.table.Lease(g.fp, now, end, func(s *lease.State) bool {
+		st, err := e.table.Lease(g.fp, g.rule, now, end, func(s *lease.State) bool {
 			var ns lease.State
 			ns, admitted, exhausted = lease.Take(*s)
 			if !admitted {
@@ -510,7 +510,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		}
 	}
 	var granted uint32
-	st, lerr := e.table.Lease(in.ref.fp, now, end, func(s *lease.State) bool {
+	st, lerr := e.table.Lease(in.ref.fp, in.ref.rule, now, end, func(s *lease.State) bool {
 		var g uint32
 		*s, g = lease.Grant(*s, a, w, now)
 		granted = g
@@ -590,7 +590,7 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 		old.waiters = append(old.waiters, live...)
 		return
 	}
-	st, _ := e.table.Lease(in.ref.fp, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
+	st, _ := e.table.Lease(in.ref.fp, in.ref.rule, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
 	k := uint32(1)
 	if !in.noLease {
 		k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, uint32(len(live)))
@@ -693,11 +693,11 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 	for _, c := range p.charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
-			e.table.Update(Refund, c.fp, e.overflowFPs[c.rule], &r.Limit, now, c.n, 0)
+			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
 			continue
 		}
 		end := lease.WindowEnd(now, r.Limit.Window())
-		e.table.Lease(c.fp, now, end, func(s *lease.State) bool {
+		e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
 				return false // another window: nothing to give back to
 			}

@@ -52,9 +52,13 @@ func (h *HeaderSet) Build(v *Verdict, mode header.Mode, rejected bool) {
 		h.add(header.RetryAfter, s)
 	}
 	if r := v.Report; r != nil && mode != header.None {
+		lim := r.Limit.Limit()
+		if IsAdaptive(r) && v.ReportLimit > 0 {
+			lim = v.ReportLimit // the learnt limit, not max_limit
+		}
 		if mode.Legacy() {
 			s := len(h.buf)
-			h.buf = strconv.AppendInt(h.buf, r.Limit.Limit(), 10)
+			h.buf = strconv.AppendInt(h.buf, lim, 10)
 			h.add(header.XLimit, s)
 			s = len(h.buf)
 			h.buf = strconv.AppendInt(h.buf, max(v.Remaining, 0), 10)
@@ -65,7 +69,7 @@ func (h *HeaderSet) Build(v *Verdict, mode header.Mode, rejected bool) {
 		}
 		if mode.Draft() {
 			s := len(h.buf)
-			h.buf = header.AppendPolicy(h.buf, r.Name, r.Limit.Limit(), r.Limit.Window())
+			h.buf = header.AppendPolicy(h.buf, r.Name, lim, r.Limit.Window())
 			if IsConcurrency(r) {
 				h.buf = header.AppendQuotaUnit(h.buf, header.UnitConcurrentRequests)
 			}

@@ -57,7 +57,9 @@ func Summary(c *config.Config, t *Table) string {
 	b.WriteString(sprintf.Sprintf("%d rule(s):", len(c.Rules)))
 	for i := range c.Rules {
 		r := &c.Rules[i]
-		if IsConcurrency(r) {
+		if IsAdaptive(r) {
+			b.WriteString(sprintf.Sprintf(" %s=adaptive_concurrency %d..%d in flight", r.Name, r.Limit.MinLimit(), r.Limit.Limit()))
+		} else if IsConcurrency(r) {
 			b.WriteString(sprintf.Sprintf(" %s=concurrency %d in flight", r.Name, r.Limit.Limit()))
 		} else {
 			b.WriteString(sprintf.Sprintf(" %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst()))

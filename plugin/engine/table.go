@@ -15,25 +15,34 @@ import (
 // data has no delete: a key per client would grow forever under a flood of
 // addresses).
 //
+// Every rule has a region of its own: its share of max_keys (config
+// Rule.Share) as buckets under a key prefix derived from the rule's ID
+// only, and one overflow state. A flood of new keys on one rule fills its
+// own region and nobody else's, and the keys of a rule never depend on the
+// other rules, so its states survive a configuration update that leaves it
+// unchanged.
+//
 // A client's fingerprint (64-bit keyed hash of rule and client key) picks
-// one bucket; a bucket is one shared-data value of SlotsPerBucket regular
-// slots plus one overflow slot, each slotSize bytes:
+// one bucket of its rule's region (jump consistent hash: when the share
+// changes, because a rule was added or removed, only the clients of the
+// buckets added or dropped move). A bucket is one shared-data value of
+// SlotsPerBucket slots, each slotSize bytes:
 //
 //	fingerprint uint64 | expiry int64 (ns) | limit.State (16 bytes)
 //
 // expiry is when the state will be fully recovered; from then on the slot is
 // indistinguishable from an empty one and may be reused by another client.
 // An active client's slot is never taken, so a flood of new addresses cannot
-// buy anyone a fresh budget. When all regular slots of a bucket are active,
-// new clients of a rule share that rule's overflow slot (they are limited
-// together, like one client); if even that is held by another rule, the
-// request is decided by on_error and counted.
+// buy anyone a fresh budget. When every slot of a client's bucket is
+// active, the client is decided on its rule's overflow state (one slot under
+// its own key): all such clients of the rule are limited together, like one
+// client. No rule can take another's room, so a full table is never a
+// reason for on_error.
 const (
 	SlotsPerBucket = 8
 	slotSize       = 8 + 8 + limit.StateSize
-	bucketSlots    = SlotsPerBucket + 1
 	// BucketSize is the size of one shared-data value.
-	BucketSize = bucketSlots * slotSize
+	BucketSize = SlotsPerBucket * slotSize
 	// MaxCASRetries bounds the compare-and-swap loop of one update.
 	MaxCASRetries = 32
 	// createCAS is the CAS passed when creating a missing key. A set on a
@@ -42,70 +51,115 @@ const (
 	// makes our set fail (instead of overwriting its state) and we retry
 	// with a get. Zero would be unconditional.
 	createCAS = ^uint32(0)
+	// overflowFP marks the state in a rule's overflow key.
+	overflowFP = 1
 )
 
 // Errors of the table.
 var (
 	// ErrContention: MaxCASRetries conflicting updates in a row.
 	ErrContention = errors.New("shared data contention: CAS retries exhausted")
-	// ErrFull: the client's bucket has no free slot and its overflow slot
-	// belongs to another rule.
+	// ErrFull: a lease found no free slot in its bucket (a lease is one
+	// client's hits and cannot go to the overflow state).
 	ErrFull = errors.New("state table full")
 )
 
 // Slot kinds returned by Table.Update.
 const (
 	SlotOwn      = iota // the client's own slot
-	SlotOverflow        // the rule's shared overflow slot of the bucket
+	SlotOverflow        // the rule's overflow state
 )
+
+// Region is a rule's part of the table.
+type Region struct {
+	ID    uint64 // the rule's ID (config.Rule.ID): its keys derive from it
+	Share int    // client states it may keep, overflow state included
+}
+
+type region struct {
+	prefix      string
+	buckets     uint64
+	overflowKey string
+}
 
 // Table is the bounded client-state table of one worker. It is not safe for
 // concurrent use (a proxy-wasm VM is single-threaded); workers share the
 // store, not the Table.
 type Table struct {
 	store   Store
-	buckets uint64
-	prefix  string
+	regions []region
+	total   int              // buckets of all regions
 	key     []byte           // scratch for the key of a bucket
 	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
 	Stats   TableStats
+	// Overflow counts, per region, the decisions made on its overflow state.
+	Overflow []uint64
 }
 
 // TableStats counts what the table did, for metrics.
 type TableStats struct {
 	CASRetries   uint64 // conflicting sets retried
 	CASExhausted uint64 // updates that gave up after MaxCASRetries
-	Overflow     uint64 // decisions made on an overflow slot
-	Full         uint64 // decisions with no slot at all
+	Overflow     uint64 // decisions made on an overflow state
+	Full         uint64 // leases with no slot
 	Corrupt      uint64 // values of a wrong size, reset
 	StoreErrors  uint64 // get/set errors other than a CAS mismatch
 }
 
-// NewTable returns a table of at most maxKeys client states in all, regular
-// and overflow slots together (max_keys is a hard bound), and at least one
-// bucket in store. The key prefix includes the table's shape, so a
-// table of another size never misreads this one.
-func NewTable(store Store, maxKeys int) *Table {
-	if maxKeys < 1 {
-		maxKeys = 1
+// NewTable returns a table of one region per rule. A region of share n
+// holds (n-1)/SlotsPerBucket buckets (at least one) and its overflow state,
+// never more than n states: the shares are a hard bound.
+func NewTable(store Store, regions []Region) *Table {
+	t := &Table{store: store, Overflow: make([]uint64, len(regions))}
+	for _, r := range regions {
+		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
+		p := "sluice.v2." + strconv.FormatUint(r.ID, 16) + "."
+		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o"})
+		t.total += int(n)
+		if cap(t.key) < len(p)+20 {
+			t.key = make([]byte, 0, len(p)+20)
+		}
 	}
-	n := uint64(maxKeys / bucketSlots)
-	if n < 1 {
-		n = 1
-	}
-	p := "sluice.v1." + strconv.FormatUint(n, 10) + "."
-	return &Table{store: store, buckets: n, prefix: p, key: make([]byte, 0, len(p)+20)}
+	return t
 }
 
-// Buckets returns the number of shared-data keys the table may use.
-func (t *Table) Buckets() int { return int(t.buckets) }
+// Buckets returns the number of buckets of all regions (the shared-data
+// keys the table may use, besides one overflow key per region).
+func (t *Table) Buckets() int { return t.total }
+
+// Regions returns the number of regions (rules).
+func (t *Table) Regions() int { return len(t.regions) }
+
+// RegionBuckets returns the number of buckets of region r.
+func (t *Table) RegionBuckets(r int) int { return int(t.regions[r].buckets) }
 
 // Capacity returns the number of client states the table can hold, overflow
-// slots included.
-func (t *Table) Capacity() int { return int(t.buckets) * bucketSlots }
+// states included.
+func (t *Table) Capacity() int { return t.total*SlotsPerBucket + len(t.regions) }
 
-// BucketKey returns the shared-data key of bucket i.
-func (t *Table) BucketKey(i int) string { return t.prefix + strconv.Itoa(i) }
+// RegionCapacity returns the number of client states region r can hold,
+// its overflow state included.
+func (t *Table) RegionCapacity(r int) int { return int(t.regions[r].buckets)*SlotsPerBucket + 1 }
+
+// Key returns the shared-data key of entry i of the table's enumeration
+// (for the census): every region's buckets, then its overflow key. It
+// returns the region and whether the key is an overflow key.
+func (t *Table) Key(i int) (key string, r int, overflow bool) {
+	for r := range t.regions {
+		rg := &t.regions[r]
+		if i < int(rg.buckets) {
+			return rg.prefix + strconv.Itoa(i), r, false
+		}
+		if i -= int(rg.buckets); i == 0 {
+			return rg.overflowKey, r, true
+		}
+		i--
+	}
+	return "", -1, false
+}
+
+// Keys returns the number of entries of the enumeration of Key.
+func (t *Table) Keys() int { return t.total + len(t.regions) }
 
 // Op is what Update does to a state.
 type Op uint8
@@ -125,69 +179,98 @@ const (
 	Debit
 )
 
-// Update applies op for client fingerprint fp under lim at now, with a CAS
-// loop so that concurrent workers never lose an update. overflowFP is the
-// fingerprint of the rule's overflow slot.
-func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64, n int64, maxDelay time.Duration) (limit.Decision, int, error) {
+// spot is where a client's state is: slot i of the value val of key, read
+// under cas; kind says whether it is the rule's overflow state.
+type spot struct {
+	key  string
+	val  []byte
+	cas  uint32
+	i    int
+	kind int
+	fp   uint64 // the fingerprint the slot is marked with
+}
+
+func (sp *spot) slot() []byte { return sp.val[sp.i*slotSize : (sp.i+1)*slotSize] }
+
+// locate reads client fp's spot in rule's region: its own slot, else a free
+// one of its bucket, else the rule's overflow state.
+func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
+	rg := &t.regions[rule]
+	key := t.bucketKey(rg, fp)
+	val, cas, err := t.loadValue(key, BucketSize)
+	if err != nil {
+		return spot{}, err
+	}
+	if i := findSlot(val, fp, now); i >= 0 {
+		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
+	}
+	return t.overflow(rule)
+}
+
+// overflow reads rule's overflow state.
+func (t *Table) overflow(rule int) (spot, error) {
+	key := t.regions[rule].overflowKey
+	val, cas, err := t.loadValue(key, slotSize)
+	if err != nil {
+		return spot{}, err
+	}
+	return spot{key: key, val: val, cas: cas, kind: SlotOverflow, fp: overflowFP}, nil
+}
+
+func (t *Table) countOverflow(rule, kind int) {
+	if kind == SlotOverflow {
+		t.Stats.Overflow++
+		t.Overflow[rule]++
+	}
+}
+
+// Update applies op for client fingerprint fp of rule under lim at now,
+// with a CAS loop so that concurrent workers never lose an update.
+func (t *Table) Update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, n int64, maxDelay time.Duration) (limit.Decision, int, error) {
 	if fp == 0 {
 		fp = 1 // 0 marks an empty slot
 	}
-	key := t.bucketKey(fp)
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		val, cas, err := t.loadBucket(key)
+		sp, err := t.locate(fp, rule, now)
 		if err != nil {
 			return limit.Decision{}, 0, err
 		}
-		i, kind := findSlot(val, fp, overflowFP, now)
-		if i < 0 {
-			t.Stats.Full++
-			return limit.Decision{}, 0, ErrFull
-		}
-		s := val[i*slotSize : (i+1)*slotSize]
+		s := sp.slot()
+		mine := getUint64(s[0:8]) == sp.fp
 		var st limit.State
-		slotFP := fp
-		if kind == SlotOverflow {
-			slotFP = overflowFP
-		}
-		if getUint64(s[0:8]) == slotFP {
+		if mine {
 			st = limit.DecodeState(s[16:])
 		}
 		var d limit.Decision
 		switch op {
 		case Refund:
-			if getUint64(s[0:8]) != slotFP {
-				return d, kind, nil // nothing to give back
+			if !mine {
+				return d, sp.kind, nil // nothing to give back
 			}
 			st = lim.Refund(st, now, n)
 		case Debit:
 			st, d = lim.Debit(st, now, n)
 		case Admit:
 			d = lim.Admit(st, now)
-			if kind == SlotOverflow {
-				t.Stats.Overflow++
-			}
-			return d, kind, nil
+			t.countOverflow(rule, sp.kind)
+			return d, sp.kind, nil
 		default:
 			st, d = lim.AllowN(st, now, n, maxDelay)
 			if op == Peek || !d.Allowed {
-				if kind == SlotOverflow {
-					t.Stats.Overflow++
-				}
-				return d, kind, nil
+				t.countOverflow(rule, sp.kind)
+				return d, sp.kind, nil
 			}
 		}
 		st.Encode(s[16:])
-		retry, err := t.storeSlot(key, val, cas, s, slotFP, now+int64(lim.Reset(st, now)))
+		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, now+int64(lim.Reset(st, now)))
 		if err != nil {
-			return limit.Decision{}, kind, err
+			return limit.Decision{}, sp.kind, err
 		}
 		if retry {
 			continue
 		}
-		if kind == SlotOverflow {
-			t.Stats.Overflow++
-		}
-		return d, kind, nil
+		t.countOverflow(rule, sp.kind)
+		return d, sp.kind, nil
 	}
 	t.Stats.CASExhausted++
 	return limit.Decision{}, 0, ErrContention
@@ -195,108 +278,87 @@ func (t *Table) Update(op Op, fp, overflowFP uint64, lim *limit.Limit, now int64
 
 // Modifier computes the new state of a slot for Table.Modify. It may be
 // called several times for one Modify (once per CAS attempt), each time
-// with the state as it is then, and whether it is the rule's overflow slot;
-// it reports write false to leave the slot
-// as it is.
+// with the state as it is then, and whether it is the rule's overflow
+// state; it reports write false to leave the slot as it is.
 type Modifier interface {
 	Modify(st limit.State, now int64, overflow bool) (next limit.State, expiry int64, write bool)
 }
 
-// Modify updates the state of client fp with m under the same CAS loop as
-// Update (the concurrency rules' transitions, which need more than
-// charge/refund). onlyOverflow addresses the rule's overflow slot of fp's
-// bucket directly: a client that was given the overflow slot must give its
-// slots back there even if a regular slot has freed since. A state whose
-// expiry has passed reads as the zero state.
-func (t *Table) Modify(fp, overflowFP uint64, onlyOverflow bool, now int64, m Modifier) (int, error) {
+// Modify updates the state of client fp of rule with m under the same CAS
+// loop as Update (the concurrency rules' transitions, which need more than
+// charge/refund). onlyOverflow addresses the rule's overflow state
+// directly: a client that was given the overflow state must give its
+// slots back there even if a slot of its bucket has freed since. A state
+// whose expiry has passed reads as the zero state.
+func (t *Table) Modify(fp uint64, rule int, onlyOverflow bool, now int64, m Modifier) (int, error) {
 	if fp == 0 {
 		fp = 1
 	}
-	key := t.bucketKey(fp)
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		val, cas, err := t.loadBucket(key)
+		var sp spot
+		var err error
+		if onlyOverflow {
+			sp, err = t.overflow(rule)
+		} else {
+			sp, err = t.locate(fp, rule, now)
+		}
 		if err != nil {
 			return 0, err
 		}
-		i, kind := SlotsPerBucket, SlotOverflow
-		if onlyOverflow {
-			s := val[i*slotSize:]
-			if f := getUint64(s[0:8]); f != overflowFP && f != 0 && int64(getUint64(s[8:16])) > now {
-				return kind, nil // taken over by another rule: nothing of ours is left
-			}
-		} else if i, kind = findSlot(val, fp, overflowFP, now); i < 0 {
-			t.Stats.Full++
-			return 0, ErrFull
-		}
-		s := val[i*slotSize : (i+1)*slotSize]
-		slotFP := fp
-		if kind == SlotOverflow {
-			slotFP = overflowFP
-		}
+		s := sp.slot()
 		var st limit.State
-		if getUint64(s[0:8]) == slotFP && int64(getUint64(s[8:16])) > now {
+		if getUint64(s[0:8]) == sp.fp && int64(getUint64(s[8:16])) > now {
 			st = limit.DecodeState(s[16:])
 		}
-		next, expiry, write := m.Modify(st, now, kind == SlotOverflow)
+		next, expiry, write := m.Modify(st, now, sp.kind == SlotOverflow)
 		if !write || next == st {
-			if kind == SlotOverflow {
-				t.Stats.Overflow++
-			}
-			return kind, nil
+			t.countOverflow(rule, sp.kind)
+			return sp.kind, nil
 		}
 		next.Encode(s[16:])
-		retry, err := t.storeSlot(key, val, cas, s, slotFP, expiry)
+		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
 		if err != nil {
-			return kind, err
+			return sp.kind, err
 		}
 		if retry {
 			continue
 		}
-		if kind == SlotOverflow {
-			t.Stats.Overflow++
-		}
-		return kind, nil
+		t.countOverflow(rule, sp.kind)
+		return sp.kind, nil
 	}
 	t.Stats.CASExhausted++
 	return 0, ErrContention
 }
 
-// findSlot returns the slot for fp: its own, else the first free regular
-// slot, else the overflow slot if it is free or already overflowFP's.
-func findSlot(val []byte, fp, overflowFP uint64, now int64) (int, int) {
+// findSlot returns fp's own slot of the bucket val, else its first free
+// slot, else -1.
+func findSlot(val []byte, fp uint64, now int64) int {
 	free := -1
 	for i := 0; i < SlotsPerBucket; i++ {
 		s := val[i*slotSize:]
 		f := getUint64(s[0:8])
 		if f == fp {
-			return i, SlotOwn
+			return i
 		}
 		if free < 0 && (f == 0 || int64(getUint64(s[8:16])) <= now) {
 			free = i
 		}
 	}
-	if free >= 0 {
-		return free, SlotOwn
-	}
-	s := val[SlotsPerBucket*slotSize:]
-	if f := getUint64(s[0:8]); f == overflowFP || f == 0 || int64(getUint64(s[8:16])) <= now {
-		return SlotsPerBucket, SlotOverflow
-	}
-	return -1, 0
+	return free
 }
 
-// loadBucket reads the bucket at key for a CAS update: its value and CAS,
-// or, for a missing bucket, a zeroed one with createCAS (see Update). A
-// value of the wrong size (not ours, or damaged) is started over, zeroed,
-// under the CAS it was read with.
+// loadValue reads the value of size bytes at key (a bucket, or an overflow
+// state) for a CAS update: its value and CAS, or, for a missing key, a
+// zeroed one with createCAS (see Update). A value of the wrong size (not
+// ours, or damaged) is started over, zeroed, under the CAS it was read with.
 //
 // With a BufferStore the value is read into t.fresh: no garbage per read.
-// That aliasing is the one a missing bucket always had: every caller
-// (Update, Modify, Lease) decodes, edits and Sets val within one CAS
-// attempt, reloads on the next, and gives no view of it to anyone (their
-// callbacks get decoded states), and a Table is never re-entered (t.key is
-// scratch too).
-func (t *Table) loadBucket(key string) ([]byte, uint32, error) {
+// That aliasing is the one a missing key always had: every caller (Update,
+// Modify, Lease) decodes, edits and Sets val within one CAS attempt,
+// reloads on the next, and gives no view of it to anyone (their callbacks
+// get decoded states), and a Table is never re-entered (t.key is scratch
+// too).
+func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 	var (
 		val   []byte
 		cas   uint32
@@ -314,20 +376,20 @@ func (t *Table) loadBucket(key string) ([]byte, uint32, error) {
 	}
 	switch {
 	case !found:
-		val, cas = t.fresh[:], createCAS
+		val, cas = t.fresh[:size], createCAS
 		clear(val)
-	case len(val) != BucketSize:
+	case len(val) != size:
 		t.Stats.Corrupt++
-		val = t.fresh[:]
+		val = t.fresh[:size]
 		clear(val)
 	}
 	return val, cas, nil
 }
 
-// storeSlot marks slot s of bucket val as fp's until expiry (the caller
-// has encoded the state into s[16:]) and writes the bucket back under cas.
-// retry reports that another worker changed the bucket first: read it
-// again. The three CAS loops (Update, Modify, Lease) share it.
+// storeSlot marks slot s of value val as fp's until expiry (the caller
+// has encoded the state into s[16:]) and writes the value back under cas.
+// retry reports that another worker changed it first: read it again. The
+// three CAS loops (Update, Modify, Lease) share it.
 func (t *Table) storeSlot(key string, val []byte, cas uint32, s []byte, fp uint64, expiry int64) (retry bool, err error) {
 	putUint64(s[0:8], fp)
 	putUint64(s[8:16], uint64(expiry))
@@ -342,10 +404,23 @@ func (t *Table) storeSlot(key string, val []byte, cas uint32, s []byte, fp uint6
 	return mismatch, nil
 }
 
-func (t *Table) bucketKey(fp uint64) string {
-	t.key = append(t.key[:0], t.prefix...)
-	t.key = strconv.AppendUint(t.key, (fp>>1)%t.buckets, 10)
+func (t *Table) bucketKey(rg *region, fp uint64) string {
+	t.key = append(t.key[:0], rg.prefix...)
+	t.key = strconv.AppendUint(t.key, jumpHash(fp, rg.buckets), 10)
 	return unsafeString(t.key)
+}
+
+// jumpHash is Lamping and Veach's jump consistent hash: the bucket of key
+// among n, such that going from n to m buckets moves only the keys of the
+// buckets added or removed.
+func jumpHash(key, n uint64) uint64 {
+	b, j := int64(-1), int64(0)
+	for j < int64(n) {
+		b = j
+		key = key*2862933555777941757 + 1
+		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64(key>>33+1)))
+	}
+	return uint64(b)
 }
 
 // putUint64 and getUint64 use encoding/binary's unrolled form, which the
@@ -357,21 +432,23 @@ func getUint64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // Lease applies fn to the lease state of fingerprint fp (a global rule's
 // client) with a CAS loop, and returns the state fn left. A lease lives in
-// a regular slot of its own (never an overflow slot: a lease is one
-// client's hits, it cannot be shared) until expiry, the end of its window:
-// a slot whose expiry has passed reads as a zero state and may be reused.
-// fn returns false to leave the store unchanged. ErrFull: no free slot.
-func (t *Table) Lease(fp uint64, now, expiry int64, fn func(*lease.State) bool) (lease.State, error) {
+// a slot of its own in the rule's region (never the overflow state: a lease
+// is one client's hits, it cannot be shared) until expiry, the end of its
+// window: a slot whose expiry has passed reads as a zero state and may be
+// reused. fn returns false to leave the store unchanged. ErrFull: no free
+// slot.
+func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.State) bool) (lease.State, error) {
 	if fp == 0 {
 		fp = 1
 	}
-	key := t.bucketKey(fp)
+	rg := &t.regions[rule]
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		val, cas, err := t.loadBucket(key)
+		key := t.bucketKey(rg, fp)
+		val, cas, err := t.loadValue(key, BucketSize)
 		if err != nil {
 			return lease.State{}, err
 		}
-		i := leaseSlot(val, fp, now)
+		i := findSlot(val, fp, now)
 		if i < 0 {
 			t.Stats.Full++
 			return lease.State{}, ErrFull
@@ -396,20 +473,4 @@ func (t *Table) Lease(fp uint64, now, expiry int64, fn func(*lease.State) bool) 
 	}
 	t.Stats.CASExhausted++
 	return lease.State{}, ErrContention
-}
-
-// leaseSlot returns fp's own regular slot, else the first free one, else -1.
-func leaseSlot(val []byte, fp uint64, now int64) int {
-	free := -1
-	for i := 0; i < SlotsPerBucket; i++ {
-		s := val[i*slotSize:]
-		f := getUint64(s[0:8])
-		if f == fp {
-			return i
-		}
-		if free < 0 && (f == 0 || int64(getUint64(s[8:16])) <= now) {
-			free = i
-		}
-	}
-	return free
 }

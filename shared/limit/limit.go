@@ -43,7 +43,7 @@ const (
 	LeakyBucket
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_window", "leaky_bucket", "concurrency"}
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_window", "leaky_bucket", "concurrency", "adaptive_concurrency"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
@@ -200,7 +200,7 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 		md = 0
 	}
 	switch l.algorithm {
-	case Concurrency:
+	case Concurrency, AdaptiveConcurrency:
 		// Not a rate: see Acquire. Admitting keeps a misuse harmless.
 		return s, Decision{Allowed: true, Remaining: l.limit}
 	case FixedWindow:
@@ -219,7 +219,7 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 // <= 0 means s may be discarded.
 func (l Limit) Reset(s State, now int64) time.Duration {
 	switch l.algorithm {
-	case Concurrency:
+	case Concurrency, AdaptiveConcurrency:
 		return time.Duration(DecodeSlots(s).Expiry(now) - now)
 	case FixedWindow:
 		if s.B <= 0 {
@@ -503,7 +503,7 @@ func (l Limit) Refund(s State, now int64, n int64) State {
 		n = 1
 	}
 	switch l.algorithm {
-	case Concurrency:
+	case Concurrency, AdaptiveConcurrency:
 		return s // see Release
 	case FixedWindow:
 		s.B -= n

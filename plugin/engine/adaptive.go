@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// Adaptive concurrency rules (algorithm "adaptive_concurrency") are
+// concurrency rules (concurrency.go: the same slots, leases, queue and
+// release paths) whose limit is learnt: limit.Gauge, one per rule and key,
+// in the same shared table as the slots (in a region of its own, see
+// Regions) and updated with the same CAS loop by every worker. This file keeps what
+// one worker knows of it:
+//
+//   - the Gauge as this worker last read or wrote it: admission uses its
+//     limit, so deciding a request costs no extra shared-data access;
+//   - the latency samples of its requests since its last update (a
+//     limit.Samples batch), which it adds to the shared Gauge every
+//     LearnEvery, from the response path or the tick; each exchange also
+//     refreshes its copy. A worker with nothing to add refreshes its copy
+//     on the tick every RefreshEvery while it uses the rule.
+//
+// A sample is the time from the request's forwarding (after any wait in
+// Sluice) to the upstream's response headers; what is not the upstream's
+// latency is kept out (see Sample).
+
+// Timing of the exchanges with the shared Gauge.
+const (
+	LearnEvery   = 10 * time.Millisecond
+	RefreshEvery = 50 * time.Millisecond
+	// learnerIdle: a worker's copy of a Gauge unused this long is
+	// forgotten (it is read again when needed).
+	learnerIdle = 5 * time.Second
+	// MaxLearners bounds the Gauges one worker keeps a copy of.
+	MaxLearners = 4096
+	// gaugeSalt makes the ID of a rule's Gauge region out of the rule's.
+	gaugeSalt = 0x6761756765000000
+)
+
+// SampleKind says what ended a request's wait for the upstream.
+type SampleKind uint8
+
+const (
+	// SampleResponse: the upstream's own response headers, status < 500.
+	SampleResponse SampleKind = iota
+	// SampleFailure: a 5xx of the upstream, or Envoy's reply about it
+	// (upstream timeout, reset, connection failure). It counts only when
+	// it took longer than the learnt latency allows (then it shows the
+	// upstream slow); a fast failure says nothing about capacity.
+	SampleFailure
+	// SampleEnded: the stream ended before any response headers (client
+	// gone, reset): counted like SampleFailure, as a lower bound.
+	SampleEnded
+)
+
+type learnKey struct {
+	rule int
+	fp   uint64
+}
+
+// learner is this worker's view of one Gauge.
+type learner struct {
+	g       limit.Gauge
+	seen    int64 // when this worker first saw round g.Round
+	batch   limit.Samples
+	synced  int64 // last exchange with shared data
+	used    int64
+	noShare bool // shared data failed: decide on the copy alone
+}
+
+// gaugeOp is the Modifier of Gauge transitions.
+type gaugeOp struct {
+	lim   *limit.Limit
+	batch limit.Samples
+	learn bool
+	out   limit.Gauge
+}
+
+func (o *gaugeOp) Modify(st limit.State, now int64, _ bool) (limit.State, int64, bool) {
+	if !o.learn {
+		o.out = o.lim.Gauge(st)
+		return st, 0, false
+	}
+	next, g := o.lim.Learn(st, now, o.batch)
+	o.out = g
+	return next, now + int64(limit.GaugeTTL), true
+}
+
+// IsAdaptive reports whether rule r learns its concurrency limit.
+func IsAdaptive(r *config.Rule) bool { return r.Limit.Algorithm() == limit.AdaptiveConcurrency }
+
+// learnerFor returns this worker's view of the Gauge of rule i for key fp,
+// reading it from shared data the first time.
+func (e *Engine) learnerFor(i int, fp uint64, now int64) *learner {
+	k := learnKey{rule: i, fp: fp}
+	l := e.learners[k]
+	if l == nil {
+		if len(e.learners) >= MaxLearners {
+			e.forgetLearners(now, true)
+		}
+		l = &learner{seen: now}
+		l.g = e.cfg.Rules[i].Limit.Gauge(limit.State{})
+		e.learners[k] = l
+		e.syncGauge(k, l, now)
+	}
+	l.used = now
+	return l
+}
+
+// syncGauge adds l's batch to the shared Gauge (or only reads it) and
+// refreshes l from it.
+func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
+	r := &e.cfg.Rules[k.rule]
+	op := &e.gop
+	*op = gaugeOp{lim: &r.Limit, batch: l.batch, learn: l.batch.N > 0}
+	l.synced = now
+	_, err := e.table.Modify(k.fp, e.gaugeRegion[k.rule], false, now, op)
+	if err != nil {
+		// Keep learning on this worker's copy until shared data is back.
+		e.Stats.GaugeErrors++
+		l.noShare = true
+		_, op.out = r.Limit.Learn(limit.EncodeGauge(l.g), now, l.batch)
+	} else {
+		l.noShare = false
+	}
+	if op.out.Round != l.g.Round {
+		l.seen = now
+	}
+	l.g = op.out
+	l.batch = limit.Samples{Round: l.g.Round}
+	e.lastGauge[k.rule] = l.g
+}
+
+// gaugeRegions returns, per rule, the table region of its Gauges (see
+// Regions; -1 for a rule that is not adaptive).
+func gaugeRegions(cfg *config.Config) []int {
+	out := make([]int, len(cfg.Rules))
+	next := len(cfg.Rules)
+	for i := range cfg.Rules {
+		out[i] = -1
+		if IsAdaptive(&cfg.Rules[i]) {
+			out[i] = next
+			next++
+		}
+	}
+	return out
+}
+
+// forgetLearners drops the views not used for learnerIdle (all idle ones
+// with nothing to add when force is set, to make room).
+func (e *Engine) forgetLearners(now int64, force bool) {
+	for k, l := range e.learners {
+		if l.batch.N == 0 && (force || now-l.used > int64(learnerIdle)) {
+			delete(e.learners, k)
+		}
+	}
+}
+
+// slotLimit returns the Limit the slot transitions of concurrency rule i
+// run on for key fp: the rule's own, or for an adaptive rule its bounds at
+// the learnt limit (in e.slotLim, valid until the next call).
+func (e *Engine) slotLimit(i int, fp uint64, now int64) *limit.Limit {
+	r := &e.cfg.Rules[i]
+	if !IsAdaptive(r) {
+		return &r.Limit
+	}
+	e.slotLim = r.Limit.At(e.learnerFor(i, fp, now).g.Current())
+	return &e.slotLim
+}
+
+// ruleLimit returns the number of requests in flight rule i allows: its
+// limit, or for an adaptive rule the limit it last learnt (any key).
+func (e *Engine) ruleLimit(i int) int64 {
+	r := &e.cfg.Rules[i]
+	if !IsAdaptive(r) {
+		return r.Limit.Limit()
+	}
+	if g := e.lastGauge[i]; g.Limit > 0 {
+		return g.Current()
+	}
+	return r.Limit.Gauge(limit.State{}).Current()
+}
+
+// atLimit reports whether an admission of rule i with inFlight requests in
+// flight used the learnt limit (see limit.Gauge.AtLimit).
+func (e *Engine) atLimit(i int, fp uint64, inFlight int64) bool {
+	if !IsAdaptive(&e.cfg.Rules[i]) {
+		return false
+	}
+	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
+		return l.g.AtLimit(inFlight)
+	}
+	return false
+}
+
+// Sample feeds the Gauges of the adaptive rules among slots with one
+// request's latency: sent is when it was forwarded to the upstream (at or
+// after its admission), now when kind happened. Requests that Sluice or
+// another filter answered never reach here; a request admitted before this
+// worker saw its Gauge's current round is not counted (it ran under an
+// older limit).
+func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
+	for _, s := range slots {
+		if !IsAdaptive(&e.cfg.Rules[s.Rule]) {
+			continue
+		}
+		k := learnKey{rule: s.Rule, fp: s.FP}
+		l := e.learners[k]
+		if l == nil || s.Since < l.seen {
+			continue
+		}
+		lat := time.Duration(now - max(sent, s.Since))
+		if kind != SampleResponse && (l.g.Base <= 0 || float64(lat) <= float64(l.g.Base)*(1+limit.Tolerance)) {
+			continue
+		}
+		l.batch.Add(lat, s.Saturated)
+		l.used = now
+		if now-l.synced >= int64(LearnEvery) {
+			e.syncGauge(k, l, now)
+		}
+	}
+}
+
+// Learn is the tick's share of the adaptive rules: it adds the samples
+// not yet added, refreshes the views in use and forgets idle ones.
+func (e *Engine) Learn(now int64) {
+	if len(e.learners) == 0 {
+		return
+	}
+	for k, l := range e.learners {
+		switch {
+		case l.batch.N > 0 && now-l.synced >= int64(LearnEvery):
+			e.syncGauge(k, l, now)
+		case l.batch.N == 0 && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
+			e.syncGauge(k, l, now)
+		}
+	}
+	if now-e.learnSwept > int64(learnerIdle) {
+		e.learnSwept = now
+		e.forgetLearners(now, false)
+	}
+}
+
+// LearntGauge returns the Gauge of adaptive rule i as this worker last saw
+// it (any key; the zero Gauge before the first request).
+func (e *Engine) LearntGauge(i int) limit.Gauge { return e.lastGauge[i] }
+
+// LastSlots returns the requests in flight and queued of concurrency rule
+// i as this worker's last decision of it saw them (any key).
+func (e *Engine) LastSlots(i int) (inFlight, queued int64) {
+	return e.lastSlots[i].inFlight, e.lastSlots[i].queued
+}
+
+type slotsSeen struct{ inFlight, queued int64 }
+
+// AnyAdaptive reports whether one of slots belongs to an adaptive rule.
+func (e *Engine) AnyAdaptive(slots []SlotRef) bool {
+	for _, s := range slots {
+		if IsAdaptive(&e.cfg.Rules[s.Rule]) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestFloodOnOneRuleLeavesOthersAlone: a flood of invented header values
+// on rule keys (5x max_keys) fills only that rule's share of the table.
+// New clients of rule login still get their own burst, never on_error; the
+// flooding rule's client that held a slot keeps its exact state; its new
+// values are limited together on its overflow state.
+func TestFloodOnOneRuleLeavesOthersAlone(t *testing.T) {
+	for _, onError := range []string{"allow", "deny"} {
+		t.Run(onError, func(t *testing.T) {
+			cfg := mustConfig(t, `{"rules":[
+				{"name":"keys","match":{"path_prefix":"/k"},"key":["header:x-api-key"],"limit":2,"window":"1h","burst":2},
+				{"name":"login","match":{"path_prefix":"/login"},"limit":2,"window":"1h","burst":2}],
+				"max_keys":900,"on_error":"`+onError+`"}`)
+			store := newMemStore()
+			e := New(cfg, store, 7)
+			now := t0
+			// An old client of the flooding rule spends one of its two.
+			if e.Decide(req("/k", "GET", "10.0.0.1:1", "x-api-key", "old"), now).Outcome != Allow {
+				t.Fatal("old client not admitted")
+			}
+			admitted := 0
+			for i := 0; i < 5*900; i++ {
+				now += int64(time.Millisecond)
+				if e.Decide(req("/k", "GET", "10.0.0.2:1", "x-api-key", fmt.Sprint("flood-", i)), now).Outcome == Allow {
+					admitted++
+				}
+			}
+			share := e.Table().RegionCapacity(0)
+			t.Logf("flood of %d values: %d admitted, share %d states, %d decisions on the overflow", 5*900, admitted, share, e.Table().Overflow[0])
+			// Each value holding a slot had its burst of 2; the overflow
+			// state admitted its burst of 2 for all the others together.
+			if admitted > 2*share+2 {
+				t.Errorf("flood: %d admitted, want at most %d (2 per slot of the rule's share and 2 on its overflow)", admitted, 2*share+2)
+			}
+			if e.Table().Overflow[0] == 0 {
+				t.Error("no decision counted on the flooding rule's overflow state")
+			}
+			// New values are limited together: none of 20 more gets in.
+			for i := 0; i < 20; i++ {
+				if v := e.Decide(req("/k", "GET", "10.0.0.2:1", "x-api-key", fmt.Sprint("late-", i)), now); v.Outcome != Reject || v.Err != nil {
+					t.Fatalf("new value %d after the flood: outcome %d err %v, want a rejection on the overflow state", i, v.Outcome, v.Err)
+				}
+			}
+			// The old client keeps its state: one left, then rejected.
+			if e.Decide(req("/k", "GET", "10.0.0.1:1", "x-api-key", "old"), now).Outcome != Allow ||
+				e.Decide(req("/k", "GET", "10.0.0.1:1", "x-api-key", "old"), now).Outcome != Reject {
+				t.Error("the old client of the flooding rule lost its state")
+			}
+			// Four new clients of login: exactly their burst each.
+			for c := 0; c < 4; c++ {
+				ok := 0
+				for i := 0; i < 10; i++ {
+					v := e.Decide(req("/login", "POST", fmt.Sprintf("10.1.0.%d:1", c), ""), now)
+					if v.Err != nil {
+						t.Fatalf("login client %d decided by on_error: %v", c, v.Err)
+					}
+					if v.Outcome == Allow {
+						ok++
+					}
+				}
+				if ok != 2 {
+					t.Errorf("login client %d: %d of 10 admitted, want its burst of 2", c, ok)
+				}
+			}
+			if e.Stats.OnErrorAllowed+e.Stats.OnErrorDenied != 0 || e.Table().Stats.Full != 0 {
+				t.Errorf("on_error decided %d, full %d: a flood is not an error", e.Stats.OnErrorAllowed+e.Stats.OnErrorDenied, e.Table().Stats.Full)
+			}
+			if n, max := store.bytes(), 900*slotSize+1024; n > max {
+				t.Errorf("store holds %d bytes, bound for max_keys 900 is %d", n, max)
+			}
+		})
+	}
+}
+
+// TestRegionKeysDoNotDependOnOtherRules: a rule's bucket keys derive from
+// its ID and share only, so adding a rule with its own max_keys leaves the
+// other rule's states where they were, and a share that changes moves only
+// the clients of the buckets added or dropped.
+func TestRegionKeysDoNotDependOnOtherRules(t *testing.T) {
+	one := mustConfig(t, `{"rules":[{"name":"a","limit":1,"window":"1h","max_keys":500}],"max_keys":1000}`)
+	two := mustConfig(t, `{"rules":[{"name":"b","limit":1,"window":"1h"},{"name":"a","limit":1,"window":"1h","max_keys":500}],"max_keys":1000}`)
+	ta, tb := NewTable(nil, Regions(one)), NewTable(nil, Regions(two))
+	for fp := uint64(1); fp < 5000; fp += 7 {
+		if ka, kb := ta.bucketKey(&ta.regions[0], fp), tb.bucketKey(&tb.regions[1], fp); ka != kb {
+			t.Fatalf("fp %d: key %s with one rule, %s with two", fp, ka, kb)
+		}
+	}
+	// Without max_keys, a's share halves: only the clients of the dropped
+	// buckets move.
+	half := mustConfig(t, `{"rules":[{"name":"b","limit":1,"window":"1h"},{"name":"a","limit":1,"window":"1h"}],"max_keys":1000}`)
+	full := mustConfig(t, `{"rules":[{"name":"a","limit":1,"window":"1h"}],"max_keys":1000}`)
+	th, tf := NewTable(nil, Regions(half)), NewTable(nil, Regions(full))
+	nh, nf := uint64(th.RegionBuckets(1)), uint64(tf.RegionBuckets(0))
+	moved, total := 0, 0
+	for fp := uint64(1); fp < 200000; fp += 13 {
+		total++
+		if jumpHash(fp, nh) != jumpHash(fp, nf) {
+			moved++
+			if jumpHash(fp, nf) < nh {
+				t.Fatalf("fp %d moved although its bucket %d is kept", fp, jumpHash(fp, nf))
+			}
+		}
+	}
+	if want := float64(nf-nh) / float64(nf); float64(moved)/float64(total) > want*1.1 {
+		t.Errorf("%d of %d clients moved from %d to %d buckets, want about %.2f", moved, total, nf, nh, want)
+	}
+}

@@ -1,0 +1,278 @@
+package limit
+
+import (
+	"errors"
+	"time"
+)
+
+// AdaptiveConcurrency limits requests in flight like Concurrency, with a
+// limit nobody sets: it is learnt from the latency of the requests the rule
+// admitted (see Gauge). The slots, leases and queue are Concurrency's
+// (Slots, with Limit.At(learnt)); the learning is a second small state, the
+// Gauge, updated with the same compare-and-swap by every worker.
+const AdaptiveConcurrency Algorithm = 5
+
+// ErrAdaptive is returned by NewAdaptive for bounds out of range.
+var ErrAdaptive = errors.New("must be 1 <= min_limit <= max_limit <= 65535")
+
+// NewAdaptive returns the adaptive concurrency limit learnt between minLimit
+// and maxLimit requests in flight.
+func NewAdaptive(minLimit, maxLimit int64) (Limit, error) {
+	if minLimit < 1 || maxLimit < minLimit || maxLimit > MaxConcurrency {
+		return Limit{}, ErrAdaptive
+	}
+	return Limit{algorithm: AdaptiveConcurrency, limit: maxLimit, burst: minLimit, interval: 1}, nil
+}
+
+// MinLimit returns the lower bound of an adaptive limit (Limit returns its
+// upper bound).
+func (l Limit) MinLimit() int64 {
+	if l.algorithm == AdaptiveConcurrency {
+		return l.burst
+	}
+	return l.limit
+}
+
+// At returns l limiting n requests in flight (clamped to 1..MaxConcurrency):
+// the Concurrency transitions (Acquire, Claim) of an adaptive rule run on
+// l.At(the learnt limit).
+func (l Limit) At(n int64) Limit {
+	l.limit = min(max(n, 1), MaxConcurrency)
+	return l
+}
+
+// The estimator. Vegas (TCP Vegas, and Netflix's concurrency-limits) and
+// Gradient2 compare the latency of recent requests with a latency "with no
+// queue" and move the limit so that the difference, a queue at the
+// upstream, stays small. Their weak point is that no-queue latency: a
+// minimum over a window drifts up when the upstream is always busy (every
+// sample includes the queue the limit allows), and Envoy's gradient
+// controller re-measures it by pinning concurrency to a minimum for a
+// while, refusing traffic (envoyproxy/envoy#8337, #18152, #38338).
+//
+// The Gauge works in rounds. A round gathers about Limit samples (latency
+// from admission to the upstream's response headers) of requests admitted
+// under the round's limit, then decides once:
+//
+//   - Mean within (1+Tolerance) of Base: no queue worth the name. Grow: in
+//     slow start (from cold, or after the upstream's own latency changed)
+//     double, otherwise add max(1, Limit/16). Growth needs the round to
+//     have used its limit (Saturated): an idle rule does not inflate it.
+//     A round faster than Base lowers Base at once (the upstream got
+//     faster).
+//   - Mean above that: requests queue at the upstream (when the rise is
+//     mild, under 2×Tolerance, only if the previous round showed it too:
+//     the mean of a round is noisy). With S slots (or
+//     cores, or connections) of service time b, latency at L > S requests
+//     in flight is b·L/S, so Limit·Base/Mean estimates S: the limit drops
+//     to Backoff of that, just under the knee, and the next round measures
+//     Base afresh (Measure). That is the re-measurement Vegas needs, at no
+//     extra cost: the limit is being lowered anyway, and requests admitted
+//     under it no longer queue at the upstream, so their latency is the
+//     no-queue latency of the upstream as it is now. A measured Base 1.5x
+//     the old one means the upstream itself slowed down (service time, not
+//     our queue): slow start again to find the limit that fits it.
+//
+// So the limit saws just around the knee (from Backoff×S to about
+// (1+Tolerance)×S) and the upstream's queue stays within Tolerance of its
+// capacity, while serving at least Backoff of its capacity; a change in
+// service time is followed within a few rounds either way. A round whose
+// mean is far over (1+2×Tolerance) ends after half of its samples, so
+// an overshoot is short.
+//
+// Samples come in batches (a worker's samples since its last update);
+// a batch of another round (the worker had not yet seen the round change) is
+// dropped: its requests were admitted under an older limit.
+type Gauge struct {
+	// Limit is the learnt number of requests in flight (fractional;
+	// admission uses Current).
+	Limit float64
+	// Base is the latency with no queue, Mean the mean latency of this
+	// round's N samples (both saturate at MaxLatency).
+	Base, Mean time.Duration
+	N          int64
+	// Round identifies the round: its start (ms, modulo 2^32).
+	Round uint32
+	// SlowStart: grow by doubling. Measure: this round sets Base.
+	// Saturated: a request of this round was admitted at the limit.
+	// Warned: the previous round's mean was mildly over Base.
+	SlowStart, Measure, Saturated, Warned bool
+}
+
+// Constants of the adaptive estimator.
+const (
+	// Tolerance is the latency rise over Base read as a queue at the
+	// upstream (10%: about twice the noise of a round's mean when service
+	// times vary by a factor of two).
+	Tolerance = 0.1
+	// Backoff is the fraction of the estimated capacity a backoff keeps.
+	Backoff = 0.9
+	// InitialLimit is where a cold rule starts (within its bounds), in
+	// slow start.
+	InitialLimit = 4
+	// MaxLatency is the longest latency the Gauge represents (24 bits of
+	// microseconds); longer samples count as MaxLatency.
+	MaxLatency = (1<<24 - 1) * time.Microsecond
+	// MinRound is the fewest samples a round decides on: the mean of 16
+	// latencies that vary by a factor of two is within 5% of theirs.
+	MinRound = 16
+	// GaugeTTL is how long a Gauge nobody updates is kept (then the rule's
+	// key starts cold again).
+	GaugeTTL = 10 * time.Minute
+)
+
+// Samples is a batch of latency samples for one Gauge round.
+type Samples struct {
+	Round     uint32 // the round the samples belong to
+	N         int64
+	Sum       time.Duration
+	Saturated bool
+}
+
+// Add counts one request's latency; saturated: it was admitted at its
+// round's limit (see Gauge.AtLimit).
+func (s *Samples) Add(latency time.Duration, saturated bool) {
+	s.N++
+	s.Sum += min(max(latency, 0), MaxLatency)
+	s.Saturated = s.Saturated || saturated
+}
+
+// Current returns the limit admission uses: the learnt limit, rounded
+// down, at least 1.
+func (g Gauge) Current() int64 { return max(int64(g.Limit), 1) }
+
+// AtLimit reports whether a request admitted with inFlight requests in
+// flight (itself included) used the limit: the round then may grow it.
+func (g Gauge) AtLimit(inFlight int64) bool { return inFlight*8 >= g.Current()*7 }
+
+// EncodeGauge packs g into a State (16 bytes).
+func EncodeGauge(g Gauge) State {
+	lim := uint64(min(max(g.Limit, 0), MaxConcurrency+0.9375)*16) & (1<<20 - 1)
+	n := uint64(min(max(g.N, 0), 1<<16-1))
+	var f uint64
+	if g.SlowStart {
+		f |= 1
+	}
+	if g.Measure {
+		f |= 2
+	}
+	if g.Saturated {
+		f |= 4
+	}
+	if g.Warned {
+		f |= 8
+	}
+	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
+	b := micros(g.Mean) | uint64(g.Round)<<24
+	return State{A: int64(a), B: int64(b)}
+}
+
+// DecodeGauge unpacks a State written by EncodeGauge (the zero State
+// decodes to a zero Limit: a cold rule).
+func DecodeGauge(st State) Gauge {
+	a, b := uint64(st.A), uint64(st.B)
+	f := a >> 60
+	return Gauge{
+		Limit: float64(a&(1<<20-1)) / 16,
+		Base:  time.Duration(a>>20&(1<<24-1)) * time.Microsecond,
+		N:     int64(a >> 44 & (1<<16 - 1)),
+		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
+		Round: uint32(b >> 24),
+
+		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0,
+	}
+}
+
+func micros(d time.Duration) uint64 {
+	return uint64(min(max(d, 0), MaxLatency) / time.Microsecond)
+}
+
+// Gauge returns the learnt state in st for l (an adaptive limit): a cold
+// st gives the initial gauge (InitialLimit within the bounds, slow start,
+// round 0).
+func (l Limit) Gauge(st State) Gauge {
+	g := DecodeGauge(st)
+	if g.Limit <= 0 {
+		return Gauge{Limit: float64(min(max(InitialLimit, l.MinLimit()), l.limit)), SlowStart: true, Measure: true}
+	}
+	return g
+}
+
+// Learn adds the batch b to the Gauge in st at now and, when that ends the
+// round, moves the limit (see Gauge). A batch of another round changes
+// nothing.
+func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
+	g := l.Gauge(st)
+	if b.N <= 0 || b.Round != g.Round {
+		return st, g
+	}
+	total := min(g.N+b.N, 1<<16-1)
+	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
+	g.N = total
+	g.Saturated = g.Saturated || b.Saturated
+	need := max(g.Current(), MinRound)
+	early := !g.Measure && g.N >= need/2 && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
+	if g.N < need && !early {
+		return EncodeGauge(g), g
+	}
+	g = l.endRound(g)
+	g.N, g.Mean, g.Saturated = 0, 0, false
+	g.Round = msAt(now)
+	if g.Round == 0 {
+		g.Round = 1 // 0 is a cold gauge's round
+	}
+	return EncodeGauge(g), g
+}
+
+// endRound decides a complete round (see Gauge).
+func (l Limit) endRound(g Gauge) Gauge {
+	lo, hi := float64(l.MinLimit()), float64(l.limit)
+	clamp := func(x float64) float64 { return min(max(x, lo), hi) }
+	mean := max(g.Mean, time.Microsecond)
+	switch {
+	case g.Measure:
+		// Base is the mean of one round: averaged with the previous
+		// measurement unless the upstream's latency clearly moved.
+		old := g.Base
+		g.Base, g.Measure = mean, false
+		switch {
+		case old > 0 && mean > old*3/2:
+			g.SlowStart = true // the upstream slowed down, not its queue
+		case old > 0 && mean*3/2 > old:
+			g.Base = (old + mean) / 2
+		}
+	case g.SlowStart && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && float64(mean) > float64(g.Base)*(1+Tolerance):
+		// A mild rise in slow start (or the noise of a round): stop
+		// doubling; a doubling past the knee shows a clear rise.
+		g.SlowStart = false
+	case float64(mean) > float64(g.Base)*(1+Tolerance) && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && !g.Warned:
+		// A mild rise: noise, once in a while (a round's mean and Base
+		// each vary by about 5%); a queue if the next round shows it too.
+		g.Warned = true
+	case float64(mean) > float64(g.Base)*(1+Tolerance):
+		knee := g.Limit * float64(g.Base) / float64(mean)
+		g.Limit = clamp(knee * Backoff)
+		g.Measure, g.SlowStart, g.Warned = true, false, false
+	default:
+		g.Warned = false
+		// Faster than Base: follow down, at once when the upstream got
+		// clearly faster, else a quarter of the way (a round's mean is
+		// noisy; following it up too would let a queue creep in).
+		if mean*3/2 < g.Base {
+			g.Base = mean
+		} else if mean < g.Base {
+			g.Base -= (g.Base - mean) / 4
+		}
+		if g.Saturated {
+			if g.SlowStart {
+				g.Limit = clamp(2 * g.Limit)
+			} else {
+				// max(1, Limit/16) per round trip: a round of MinRound
+				// samples under a small limit spans several.
+				trips := float64(max(g.Current(), MinRound)) / g.Limit
+				g.Limit = clamp(g.Limit + max(1, g.Limit/16)*trips)
+			}
+		}
+	}
+	return g
+}

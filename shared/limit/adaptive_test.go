@@ -1,0 +1,252 @@
+package limit
+
+import (
+	"container/heap"
+	"math/rand"
+	"sort"
+	"testing"
+	"time"
+)
+
+// upstreamSim is a deterministic discrete-event model of what the e2e test
+// runs for real: an upstream with `slots` workers serving in FIFO order and
+// queueing the rest inside itself, `clients` closed-loop clients, and one
+// Sluice worker in front enforcing the Gauge's limit (the requests over it
+// wait in Sluice's queue) and feeding it batches as the engine does (flush
+// every flushEvery; samples of requests admitted before the worker saw the
+// current round are dropped).
+type upstreamSim struct {
+	lim       Limit
+	st        State
+	g         Gauge
+	seen      int64 // when the worker first saw round g.Round
+	batch     Samples
+	lastFlush int64
+
+	now      int64
+	slots    int
+	service  func() time.Duration
+	busy     int
+	queue    []simReq // waiting inside the upstream
+	done     simHeap
+	inFlight int64 // admitted by Sluice, not yet answered
+	waiting  int   // clients waiting in Sluice's queue
+
+	served   int
+	arrivalQ []int // upstream queue length seen by each arrival
+}
+
+type simReq struct {
+	admitted, finish int64
+	sat              bool
+}
+
+type simHeap []simReq
+
+func (h simHeap) Len() int           { return len(h) }
+func (h simHeap) Less(i, j int) bool { return h[i].finish < h[j].finish }
+func (h simHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)        { *h = append(*h, x.(simReq)) }
+func (h *simHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+const flushEvery = int64(10 * time.Millisecond)
+
+func newSim(t *testing.T, minL, maxL int64, slots, clients int, service func() time.Duration) *upstreamSim {
+	lim, err := NewAdaptive(minL, maxL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &upstreamSim{lim: lim, slots: slots, service: service, waiting: clients, now: int64(time.Hour)}
+	s.g = lim.Gauge(State{})
+	s.batch.Round = s.g.Round
+	return s
+}
+
+func (s *upstreamSim) start(r simReq) {
+	s.busy++
+	r.finish = s.now + int64(s.service())
+	heap.Push(&s.done, r)
+}
+
+// admit lets waiting clients in while the limit allows.
+func (s *upstreamSim) admit() {
+	for s.waiting > 0 && s.inFlight < s.g.Current() {
+		s.waiting--
+		s.inFlight++
+		r := simReq{admitted: s.now, sat: s.g.AtLimit(s.inFlight)}
+		s.arrivalQ = append(s.arrivalQ, len(s.queue))
+		if s.busy < s.slots {
+			s.start(r)
+		} else {
+			s.queue = append(s.queue, r)
+		}
+	}
+}
+
+func (s *upstreamSim) flush() {
+	s.lastFlush = s.now
+	if s.batch.N == 0 {
+		return
+	}
+	round := s.g.Round
+	s.st, s.g = s.lim.Learn(s.st, s.now, s.batch)
+	if s.g.Round != round {
+		s.seen = s.now
+	}
+	s.batch = Samples{Round: s.g.Round}
+}
+
+// run advances the model by d.
+func (s *upstreamSim) run(d time.Duration) {
+	end := s.now + int64(d)
+	s.admit()
+	for s.now < end {
+		next := s.lastFlush + flushEvery
+		if len(s.done) > 0 && s.done[0].finish < next {
+			next = s.done[0].finish
+		}
+		s.now = next
+		if len(s.done) > 0 && s.done[0].finish == s.now {
+			r := heap.Pop(&s.done).(simReq)
+			s.busy--
+			if len(s.queue) > 0 {
+				q := s.queue[0]
+				s.queue = s.queue[1:]
+				s.start(q)
+			}
+			s.served++
+			s.inFlight--
+			s.waiting++ // the client sends its next request at once
+			if r.admitted >= s.seen {
+				s.batch.Add(time.Duration(s.now-r.admitted), r.sat)
+			}
+		}
+		if s.now-s.lastFlush >= flushEvery {
+			s.flush()
+		}
+		s.admit()
+	}
+}
+
+// phase runs d and returns the throughput (per second) and the 90th
+// percentile of the upstream queue seen at arrival.
+func (s *upstreamSim) phase(d time.Duration) (float64, int) {
+	s.served, s.arrivalQ = 0, s.arrivalQ[:0]
+	s.run(d)
+	q := append([]int(nil), s.arrivalQ...)
+	sort.Ints(q)
+	p90 := 0
+	if len(q) > 0 {
+		p90 = q[len(q)*9/10]
+	}
+	return float64(s.served) / d.Seconds(), p90
+}
+
+func fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
+
+// The e2e scenario: 8 slots of 50 ms (160/s), 64 clients; the service time
+// doubles then is restored. After a few seconds in each phase the upstream
+// runs at >= 70% of its capacity with a short queue (p90 <= 8; with no
+// limit it would be 56).
+func TestAdaptiveFindsAndFollowsCapacity(t *testing.T) {
+	service := 50 * time.Millisecond
+	s := newSim(t, 1, 1000, 8, 64, func() time.Duration { return service })
+	s.phase(2 * time.Second) // from cold
+	for _, ph := range []struct {
+		service  time.Duration
+		capacity float64
+	}{{50 * time.Millisecond, 160}, {100 * time.Millisecond, 80}, {50 * time.Millisecond, 160}} {
+		service = ph.service
+		s.phase(3 * time.Second) // follow the change
+		x, p90 := s.phase(5 * time.Second)
+		t.Logf("service %v: %.0f/s of %.0f, p90 queue %d, limit %.1f, base %v", ph.service, x, ph.capacity, p90, s.g.Limit, s.g.Base)
+		if x < 0.7*ph.capacity || p90 > 8 {
+			t.Errorf("service %v: throughput %.0f/s (capacity %.0f), upstream queue p90 %d", ph.service, x, ph.capacity, p90)
+		}
+		if s.g.Base < ph.service*9/10 || s.g.Base > ph.service*3/2 {
+			t.Errorf("service %v: base latency %v", ph.service, s.g.Base)
+		}
+	}
+}
+
+// From cold, the rule reaches the upstream's capacity within a second and
+// a half for a 150 ms service time (a few tens of rounds trips), whatever
+// the noise of service times (uniform 100-200 ms, as the demo store's buy).
+func TestAdaptiveColdStartNoisy(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		s := newSim(t, 1, 1000, 20, 500, func() time.Duration {
+			return 100*time.Millisecond + time.Duration(rng.Int63n(int64(100*time.Millisecond)))
+		})
+		s.phase(1500 * time.Millisecond)
+		x, p90 := s.phase(10 * time.Second)
+		capacity := 20 / 0.150
+		t.Logf("seed %d: %.0f/s of %.0f, upstream queue p90 %d, limit %.1f", seed, x, capacity, p90, s.g.Limit)
+		if x < 0.8*capacity || p90 > 6 {
+			t.Errorf("seed %d: %.0f/s of %.0f, upstream queue p90 %d, limit %.1f", seed, x, capacity, p90, s.g.Limit)
+		}
+	}
+}
+
+func TestAdaptiveBoundsAndIdle(t *testing.T) {
+	lim, _ := NewAdaptive(3, 10)
+	g := lim.Gauge(State{})
+	if g.Current() != 4 || !g.SlowStart {
+		t.Fatalf("cold gauge %+v", g)
+	}
+	st := State{}
+	now := int64(time.Hour)
+	// Fast, saturated rounds grow the limit to max_limit and no further.
+	for i := 0; i < 100; i++ {
+		now += int64(10 * time.Millisecond)
+		st, g = lim.Learn(st, now, Samples{Round: g.Round, N: 20, Sum: 20 * time.Millisecond, Saturated: true})
+	}
+	if g.Current() != 10 {
+		t.Fatalf("limit %v, want max 10", g.Limit)
+	}
+	// Rounds that never used their limit do not grow it.
+	lim2, _ := NewAdaptive(1, 1000)
+	st, g = State{}, lim2.Gauge(State{})
+	for i := 0; i < 100; i++ {
+		now += int64(10 * time.Millisecond)
+		st, g = lim2.Learn(st, now, Samples{Round: g.Round, N: 20, Sum: 20 * time.Millisecond})
+	}
+	if g.Current() != InitialLimit {
+		t.Fatalf("idle rule grew to %v", g.Limit)
+	}
+	// Slow rounds shrink the limit to min_limit and no further.
+	for i := 0; i < 100; i++ {
+		now += int64(10 * time.Millisecond)
+		st, g = lim.Learn(st, now, Samples{Round: g.Round, N: 20, Sum: 20 * time.Second, Saturated: true})
+		st, g = lim.Learn(st, now, Samples{Round: g.Round, N: 20, Sum: 20 * time.Millisecond << uint(i%20), Saturated: true})
+	}
+	if g.Current() < 3 {
+		t.Fatalf("limit %v under min 3", g.Limit)
+	}
+	// A batch of another round is dropped.
+	before := st
+	if st2, _ := lim.Learn(st, now, Samples{Round: g.Round + 1, N: 5, Sum: time.Second}); st2 != before {
+		t.Fatal("a batch of another round changed the gauge")
+	}
+}
+
+func TestGaugeEncoding(t *testing.T) {
+	for _, g := range []Gauge{
+		{Limit: 1},
+		{Limit: 65535.9375, Base: MaxLatency, Mean: MaxLatency, N: 65535, Round: 1<<32 - 1, SlowStart: true, Measure: true, Saturated: true, Warned: true},
+		{Limit: 12.5, Base: 50 * time.Millisecond, Mean: 73 * time.Millisecond, N: 7, Round: 123456, Measure: true},
+	} {
+		if got := DecodeGauge(EncodeGauge(g)); got != g {
+			t.Errorf("round trip %+v -> %+v", g, got)
+		}
+	}
+	g := DecodeGauge(EncodeGauge(Gauge{Limit: 1e9, Base: time.Hour, Mean: -1, N: -5}))
+	if g.Limit != 65535.9375 || g.Base != MaxLatency || g.Mean != 0 || g.N != 0 {
+		t.Errorf("saturation: %+v", g)
+	}
+}
