@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -191,16 +192,18 @@ func TestQueriesParse(t *testing.T) {
 }
 
 // whyConfig has a rule of every kind whose metrics the dashboard shows: a
-// refusing one, a shadow one, a throttling one, a concurrency one and a
+// refusing one, a shadow one, a throttling one, a concurrency one, a
 // global one whose service is down (so on_error decides and the circuit
-// opens).
+// opens), an adaptive one and one with a cost.
 const whyConfig = `{
   "rules": [
     {"name": "strict", "match": {"path_prefix": "/strict"}, "limit": 1, "window": "1h"},
     {"name": "watch", "match": {"path_prefix": "/shadow"}, "limit": 1, "window": "1h", "shadow": true},
     {"name": "slow", "match": {"path_prefix": "/slow"}, "limit": 5, "window": "1s", "burst": 1, "max_delay": "2s"},
     {"name": "slots", "match": {"path_prefix": "/slots"}, "algorithm": "concurrency", "limit": 1, "max_delay": "2s"},
-    {"name": "fleet", "match": {"path_prefix": "/fleet"}, "scope": "global", "limit": 100, "window": "1m"}
+    {"name": "fleet", "match": {"path_prefix": "/fleet"}, "scope": "global", "limit": 100, "window": "1m"},
+    {"name": "learnt", "match": {"path_prefix": "/learnt"}, "algorithm": "adaptive_concurrency", "max_delay": "1s"},
+    {"name": "tokens", "match": {"path_prefix": "/tokens"}, "limit": 100, "window": "1m", "cost": {"request_header": "x-cost", "max": 50}}
   ],
   "global": {"cluster": "ratelimit", "timeout": "100ms"},
   "exempt_cidrs": ["127.0.0.2/32"]
@@ -239,8 +242,8 @@ func TestMetricsExistInEnvoy(t *testing.T) {
 		Clusters:      map[string]string{"ratelimit": "127.0.0.1:" + strconv.Itoa(dead)},
 		HTTP2Clusters: []string{"ratelimit"},
 	})
-	for _, path := range []string{"/strict", "/strict", "/shadow", "/shadow", "/slow", "/slow", "/slots", "/fleet", "/fleet"} {
-		if _, _, err := e.Get(t.Context(), path, nil); err != nil {
+	for _, path := range []string{"/strict", "/strict", "/shadow", "/shadow", "/slow", "/slow", "/slots", "/fleet", "/fleet", "/learnt", "/tokens"} {
+		if _, _, err := e.Get(t.Context(), path, http.Header{"x-cost": {"7"}}); err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
 	}
@@ -253,6 +256,7 @@ func TestMetricsExistInEnvoy(t *testing.T) {
 		`sluice_rule_delayed{sluice_rule="slow"}`:          1,
 		`sluice_rule_allowed{sluice_rule="slots"}`:         1,
 		`sluice_on_error_allowed`:                          2,
+		`sluice_rule_charged{sluice_rule="tokens"}`:        7,
 	}
 	var series map[string]map[string]float64
 	deadline := time.Now().Add(30 * time.Second)
