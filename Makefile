@@ -101,10 +101,31 @@ images: image fleet-parts
 # `make e2e SLUICE_ENVOY=process`).
 SLUICE_ENVOY ?= docker
 
+# go vet, told which functions take printf formats: the plugin's
+# replacement of fmt.Sprintf and the config's error constructor.
+PRINTF_FUNCS := github.com/sluicehq/sluice/plugin/internal/sprintf.Sprintf,github.com/sluicehq/sluice/plugin/config.errf
+
 vet:
-	$(GO) vet ./...
+	$(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./...
 	cd e2e/promcheck && $(GO) vet ./...
-	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./plugin/...
+
+# golangci-lint (staticcheck and go vet's analyzers, .golangci.yml), built
+# from the Go module proxy into build/bin (a few minutes the first time),
+# run for the host and for the plugin's wasip1 build.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI_BIN := $(CURDIR)/build/bin/golangci-lint
+GOLANGCI_STAMP := build/bin/.golangci-lint-$(GOLANGCI_VERSION)
+
+$(GOLANGCI_STAMP):
+	@mkdir -p build/bin
+	@echo "building golangci-lint $(GOLANGCI_VERSION) (go install, a few minutes the first time)"
+	@GOBIN=$(CURDIR)/build/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	@touch $@
+
+lint: $(GOLANGCI_STAMP)
+	$(GOLANGCI_BIN) run ./...
+	GOOS=wasip1 GOARCH=wasm $(GOLANGCI_BIN) run ./plugin/...
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
@@ -134,7 +155,7 @@ endif
 promcheck: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),image)
 	cd e2e/promcheck && SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v $(GOTEST_FLAGS) ./...
 
-test: deps fmt vet unit e2e promcheck
+test: deps fmt vet lint unit e2e promcheck
 	@echo "make test: all tests passed"
 
 demo: build envoy

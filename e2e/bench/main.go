@@ -272,10 +272,7 @@ func assemble(dir string, m machine, now time.Time) string {
 }
 
 func commandLine() string {
-	args := []string{"go run ./e2e/bench"}
-	for _, a := range os.Args[1:] {
-		args = append(args, a)
-	}
+	args := append([]string{"go run ./e2e/bench"}, os.Args[1:]...)
 	return strings.Join(args, " ")
 }
 
