@@ -157,7 +157,7 @@ func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]
 		for _, ms := range parser.ExtractSelectors(e) {
 			name := ""
 			for _, m := range ms {
-				if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+				if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 					name = m.Value
 				}
 			}
@@ -169,7 +169,7 @@ func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]
 				out[name] = map[string]bool{}
 			}
 			for _, m := range ms {
-				if m.Name != labels.MetricName {
+				if m.Name != model.MetricNameLabel {
 					out[name][m.Name] = true
 				}
 			}
