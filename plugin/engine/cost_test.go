@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +186,15 @@ func itoa(n int) string {
 		n /= 10
 	}
 	return string(b)
+}
+
+func TestCostInSummary(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"login","limit":3,"window":"15m","cost":{"on_status":[401,403]}},
+		{"name":"x","limit":10,"window":"1m","cost":{"request_header":"x-cost"}}]}`)
+	s := Summary(cfg, NewTable(newMemStore(), Regions(cfg)))
+	for _, want := range []string{"cost=after response on_status 401,403 max 3;", "cost=request_header x-cost max 10;"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary %q lacks %q", s, want)
+		}
+	}
 }
