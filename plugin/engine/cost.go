@@ -183,7 +183,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			e.Stats.ChargeErrors++
 			continue
 		}
-		if v.Report == r || v.Report == nil || d.Remaining < v.Remaining {
+		if !r.Shadow && (v.Report == r || v.Report == nil || d.Remaining < v.Remaining) {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
 		}
 	}

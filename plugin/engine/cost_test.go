@@ -198,3 +198,27 @@ func TestCostInSummary(t *testing.T) {
 		}
 	}
 }
+
+// A shadow rule charged after the response counts, never refuses, and is
+// not what the headers describe.
+func TestCostShadow(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"all","limit":100,"window":"1h"},
+		{"name":"s","limit":2,"window":"1h","shadow":true,"cost":{"response_header":"x-used"}}]}`)
+	e := New(cfg, newMemStore(), 1)
+	for i := 0; i < 4; i++ {
+		v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+		if v.Outcome != Allow || v.Report == nil || v.Report.Name != "all" {
+			t.Fatalf("request %d: %v report %v", i, v.Outcome, v.Report)
+		}
+		if i >= 2 && v.Shadow == nil {
+			t.Fatalf("request %d: the shadow rule's debt is not reported", i)
+		}
+		e.Settle(&v, resp("200", "x-used", "1"), t0)
+		if v.Report.Name != "all" {
+			t.Fatalf("after the charge the headers describe %s", v.Report.Name)
+		}
+	}
+	if e.Stats.Rules[1].ShadowRejected != 2 || e.Stats.Rules[1].Charged != 2 {
+		t.Fatalf("shadow stats %+v, want 2 shadow-rejected and 2 charged", e.Stats.Rules[1])
+	}
+}
