@@ -101,9 +101,30 @@ images: image fleet-parts
 # `make e2e SLUICE_ENVOY=process`).
 SLUICE_ENVOY ?= docker
 
+# go vet, told which functions take printf formats: the plugin's
+# replacement of fmt.Sprintf and the config's error constructor.
+PRINTF_FUNCS := github.com/sluicehq/sluice/plugin/internal/sprintf.Sprintf,github.com/sluicehq/sluice/plugin/config.errf
+
 vet:
-	$(GO) vet ./...
-	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/...
+	$(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./plugin/...
+
+# golangci-lint (staticcheck and go vet's analyzers, .golangci.yml), built
+# from the Go module proxy into build/bin (a few minutes the first time),
+# run for the host and for the plugin's wasip1 build.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI_BIN := $(CURDIR)/build/bin/golangci-lint
+GOLANGCI_STAMP := build/bin/.golangci-lint-$(GOLANGCI_VERSION)
+
+$(GOLANGCI_STAMP):
+	@mkdir -p build/bin
+	@echo "building golangci-lint $(GOLANGCI_VERSION) (go install, a few minutes the first time)"
+	@GOBIN=$(CURDIR)/build/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	@touch $@
+
+lint: $(GOLANGCI_STAMP)
+	$(GOLANGCI_BIN) run ./...
+	GOOS=wasip1 GOARCH=wasm $(GOLANGCI_BIN) run ./plugin/...
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
@@ -126,7 +147,7 @@ else
 endif
 	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
 
-test: deps fmt vet unit e2e
+test: deps fmt vet lint unit e2e
 	@echo "make test: all tests passed"
 
 demo: build envoy
@@ -157,7 +178,8 @@ bench-cost: build envoy
 flood: build envoy
 	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
 
-# Each fuzzer for FUZZTIME (default 60s): header parsing, configuration
+# Each fuzzer for FUZZTIME (default 60s): header parsing (the fields, and
+# problem+json bodies against encoding/json), configuration
 # parsing, the plugin's JSON decoder against encoding/json, the rate-limit
 # service's reply decoder and wire format (against protowire), addresses and
 # prefixes (against net/netip), the Envoy-config extractor of `sluice
@@ -168,6 +190,7 @@ fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseProblem$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)

@@ -66,7 +66,7 @@ func TestStreamEndInEnvoy(t *testing.T) {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
 		}
-		got := map[string][]string{}
+		var got map[string][]string
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			got = map[string][]string{}

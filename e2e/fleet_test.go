@@ -68,6 +68,12 @@ func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
+	return startFleetOn(t, rls, cfg, up.Addr())
+}
+
+// startFleetOn is startFleet with the members' upstream at upstream.
+func startFleetOn(t *testing.T, rls *envoytest.RLS, cfg, upstream string) *fleet {
+	t.Helper()
 	// The three start at once: most of a start is V8 compiling the plugin,
 	// which runs in parallel on the machine's cores.
 	f := &fleet{members: make([]*envoytest.Envoy, 3)}
@@ -85,7 +91,7 @@ func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
 			f.members[i], errs[i] = envoytest.Start(ctx, envoytest.Options{
 				Bin:               bin,
 				Dir:               dirs[i],
-				Upstream:          up.Addr(),
+				Upstream:          upstream,
 				Concurrency:       2,
 				ExtraClustersYAML: cluster,
 				StartTimeout:      150 * time.Second, // V8 compiles the plugin for every VM: slow on a loaded machine

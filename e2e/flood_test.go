@@ -117,20 +117,39 @@ func checkFloodIsolation(ctx context.Context, t *testing.T, e *envoytest.Envoy, 
 	t.Logf("%s: flood and checks in %v", fc.name, time.Since(start).Round(time.Millisecond))
 }
 
-// checkFloodStats: no decision fell to on_error, and the floods were
-// decided on the flooding rules' overflow states.
+// checkFloodStats: no decision fell to on_error, every flooding rule
+// decided on its own overflow state (per-rule counter) and said so in one
+// log line, and the other rule never did.
 func checkFloodStats(t *testing.T, e *envoytest.Envoy, rules int) {
 	var st map[string]uint64
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		st, _ = e.Stats(`sluice\.`)
-		if st["wasmcustom.sluice.table.overflow"] > 0 {
+		done := true // every worker has published its decisions
+		for _, fc := range floodCases() {
+			done = done && st["wasmcustom.sluice.rule.flood-"+fc.name+".overflow"] >= 5*floodMaxKeys-90
+		}
+		if done {
 			break
 		}
 	}
 	if n := st["wasmcustom.sluice.on_error.allowed"] + st["wasmcustom.sluice.on_error.denied"] + st["wasmcustom.sluice.table.full"]; n != 0 {
 		t.Errorf("on_error or table-full decisions: %d, want none (stats %v)", n, st)
 	}
-	if st["wasmcustom.sluice.table.overflow"] == 0 {
-		t.Errorf("no decision counted on the overflow state (stats %v)", st)
+	logs := e.Logs()
+	for _, fc := range floodCases() {
+		name := "flood-" + fc.name
+		if st["wasmcustom.sluice.rule."+name+".overflow"] == 0 {
+			t.Errorf("rule %s: no decision counted on its overflow state", name)
+		}
+		if n := strings.Count(logs, "sluice: rule "+name+": its share of the state table is full"); n != 1 {
+			t.Errorf("rule %s: %d overflow log lines, want 1", name, n)
+		}
 	}
+	if n := st["wasmcustom.sluice.rule.login.overflow"]; n != 0 || strings.Contains(logs, "rule login: its share") {
+		t.Errorf("rule login decided %d times on its overflow state", n)
+	}
+	t.Logf("per-rule overflow decisions: header %d, path %d, ipv6 %d, xff %d, login %d (%d rules flooded)",
+		st["wasmcustom.sluice.rule.flood-header.overflow"], st["wasmcustom.sluice.rule.flood-path.overflow"],
+		st["wasmcustom.sluice.rule.flood-ipv6.overflow"], st["wasmcustom.sluice.rule.flood-xff.overflow"],
+		st["wasmcustom.sluice.rule.login.overflow"], rules)
 }

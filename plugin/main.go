@@ -128,6 +128,8 @@ func (p *pluginContext) OnTick() {
 	if now-p.lastFlush >= int64(time.Second) {
 		p.lastFlush = now
 		p.metrics.flush(p.engine, p.held.len())
+		p.metrics.flushOverflow(p.engine.Table())
+		p.logOverflow(now)
 		p.countStates(now)
 	}
 }
@@ -212,7 +214,31 @@ func (p *pluginContext) countStates(now int64) {
 	t := p.engine.Table()
 	n, err := p.census.Step(t, now, (t.Keys()+4)/5)
 	if err == nil && p.census.Complete() {
-		p.metrics.recordActiveStates(n)
+		p.metrics.recordActiveStates(n, &p.census)
+	}
+}
+
+// logOverflow logs, once per episode process-wide (Table.StartOverflow),
+// that a rule has started deciding new clients on its overflow state: its
+// share of the state table is full. One line, not one per request: the
+// operator sees the flood (or a share too small for real clients) and the
+// setting that sizes it; the per-rule overflow counter tells how long it
+// lasts.
+func (p *pluginContext) logOverflow(now int64) {
+	t := p.engine.Table()
+	cfg := p.engine.Config()
+	for i := range p.metrics.rules {
+		rm := &p.metrics.rules[i]
+		if !rm.overflowSeen {
+			continue
+		}
+		rm.overflowSeen = false
+		if !t.StartOverflow(i, now) {
+			continue
+		}
+		r := &cfg.Rules[i]
+		proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s: its share of the state table is full (%d client states): new clients of the rule are limited together on its overflow state (a flood of new keys, or real clients: then raise rules[%d].max_keys or max_keys); other rules are not affected",
+			r.Name, t.RegionCapacity(i), i))
 	}
 }
 
@@ -336,11 +362,13 @@ func (h *httpContext) responseDone() {
 }
 
 // releaseSlots gives back the slots h holds, exactly once (they are
-// forgotten), and with handoff hands freed slots to this worker's waiters
-// at once. Only from OnHttpStreamDone: in the `make demo` runs that also
-// resumed other streams from a stream's request or response callbacks,
-// 7-10 requests (buys with max_delay, even background requests) hung until
-// the client's timeout, and none with the hand-off from the stream's end.
+// forgotten): from responseDone without hand-off, and from
+// OnHttpStreamDone with handoff, which hands freed slots to this worker's
+// waiters at once. The hand-off is only at the stream's end: in the
+// `make demo` runs that also resumed other streams from a stream's request
+// or response callbacks, 7-10 requests (buys with max_delay, even
+// background requests) hung until the client's timeout, and none with the
+// hand-off from the stream's end.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)

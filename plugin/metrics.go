@@ -47,6 +47,13 @@ type ruleMetrics struct {
 	inFlight, queued                           gauge   // concurrency rules only
 	limit, latencyUS                           gauge   // adaptive concurrency rules only
 	waitNS                                     uint64  // published so far, in ns
+	// The rule's part of the state table: decisions on its overflow state
+	// (this worker's, published so far in overflowLast; overflowSeen: some
+	// since the last tick's look), and its active states (the census).
+	overflow     counter
+	activeStates gauge
+	overflowLast uint64
+	overflowSeen bool
 }
 
 // counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
@@ -64,6 +71,8 @@ func newMetrics(cfg *config.Config) *metrics {
 			rejected:       defineCounter(p + "rejected"),
 			delayed:        defineCounter(p + "delayed"),
 			shadowRejected: defineCounter(p + "shadow_rejected"),
+			overflow:       defineCounter(p + "overflow"),
+			activeStates:   defineGauge(p + "active_states"),
 		})
 		if r.Cost.Set() {
 			// Units charged: one per admitted request without a cost;
@@ -226,9 +235,27 @@ func setGauge(g gauge, v int64) {
 	}
 }
 
-// recordActiveStates sets the tracked-client-states gauge (one worker, the
-// census lease holder, computes it for the whole process).
-func (m *metrics) recordActiveStates(n int) {
+// recordActiveStates sets the tracked-client-states gauges, in all and per
+// rule (one worker, the census lease holder, computes them for the whole
+// process).
+func (m *metrics) recordActiveStates(n int, c *engine.Census) {
 	g := m.global.activeStates
 	g.Add(int64(n) - g.Value())
+	for i := range m.rules {
+		g := m.rules[i].activeStates
+		g.Add(int64(c.Rule(i)) - g.Value())
+	}
+}
+
+// flushOverflow publishes each rule's decisions on its overflow state and
+// notes the rules that made some since the last call.
+func (m *metrics) flushOverflow(t *engine.Table) {
+	for i := range m.rules {
+		rm := &m.rules[i]
+		if n := t.Overflow[i]; n > rm.overflowLast {
+			rm.overflow.Increment(n - rm.overflowLast)
+			rm.overflowLast = n
+			rm.overflowSeen = true
+		}
+	}
 }

@@ -100,99 +100,129 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice validate: -name applies to -envoy files\n")
 		return 2
 	}
-
-	failed, warned := false, false
-	report := func(label string, doc []byte) *config.Config {
-		c, err := config.Parse(doc)
-		if err != nil {
-			failed = true
-			fmt.Fprintf(stdout, "%s: %v\n", label, err)
-			return nil
-		}
-		fmt.Fprintf(stdout, "%s: ok (%s)\n", label, plural(len(c.Rules), "rule"))
-		return c
-	}
-	read := func(file string) ([]byte, string, error) {
-		if file == "-" {
-			b, err := io.ReadAll(stdin)
-			return b, "<stdin>", err
-		}
-		b, err := os.ReadFile(file)
-		return b, file, err
-	}
-
+	v := &validator{stdin: stdin, out: stdout, name: *name, proxies: *proxies}
 	for _, file := range files {
-		doc, label, err := read(file)
-		if err != nil {
-			failed = true
-			fmt.Fprintf(stdout, "%s: cannot read: %v\n", label, unwrapPath(err))
-			continue
+		if doc, label, ok := v.read(file); ok {
+			v.report(label, doc)
 		}
-		report(label, doc)
 	}
 	for _, file := range envoyFiles {
-		src, label, err := read(file)
-		if err != nil {
-			failed = true
-			fmt.Fprintf(stdout, "%s: cannot read: %v\n", label, unwrapPath(err))
-			continue
-		}
-		ef, err := envoyconf.Read(src)
-		if err != nil {
-			failed = true
-			fmt.Fprintf(stdout, "%s: %v\n", label, err)
-			continue
-		}
-		for _, u := range ef.Unchecked {
-			fmt.Fprintf(stdout, "%s: note: typed_config %s not checked (a type sluice validate does not know)\n", label, u)
-		}
-		checked := 0
-		for _, f := range ef.Filters {
-			if *name != "" && f.Name != *name {
-				continue
-			}
-			checked++
-			where := label
-			if f.Line > 0 {
-				where = fmt.Sprintf("%s:%d", label, f.Line)
-			}
-			if f.Name != "" {
-				where += " (" + f.Name + ")"
-			}
-			if f.Err != nil {
-				failed = true
-				fmt.Fprintf(stdout, "%s: %v\n", where, f.Err)
-				continue
-			}
-			c := report(where, f.Config)
-			if c == nil {
-				continue
-			}
-			for _, j := range envoyconf.Judge(f, c.ClientIP.XFFTrustedHops, keyedByAddress(c), *proxies) {
-				kind := "note"
-				if j.Warning {
-					kind = "warning"
-					warned = true
-				}
-				fmt.Fprintf(stdout, "%s: %s: %s\n", where, kind, j.Text)
-			}
-		}
-		if checked == 0 {
-			failed = true
-			what := "no envoy.filters.http.wasm filter configuration found"
-			if *name != "" {
-				what = fmt.Sprintf("no wasm filter named %q found (%s in the file)", *name, plural(len(ef.Filters), "wasm filter"))
-			}
-			fmt.Fprintf(stdout, "%s: %s\n", label, what)
-		}
+		v.envoyFile(file)
 	}
-	if warned && *strict {
-		failed = true
-	}
-	if failed {
+	if v.failed || v.warned && *strict {
 		return 1
 	}
 	return 0
+}
+
+// validator checks files and prints one line per finding; failed and
+// warned say whether any configuration was invalid or warned about.
+type validator struct {
+	stdin          io.Reader
+	out            io.Writer
+	name           string // -name: only the wasm filters of this name
+	proxies        int    // -proxies
+	failed, warned bool
+}
+
+// read returns the contents of file ("-": standard input) and its label;
+// a file that cannot be read is a failure, printed.
+func (v *validator) read(file string) ([]byte, string, bool) {
+	var b []byte
+	var err error
+	label := file
+	if file == "-" {
+		label = "<stdin>"
+		b, err = io.ReadAll(v.stdin)
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		v.failed = true
+		fmt.Fprintf(v.out, "%s: cannot read: %v\n", label, unwrapPath(err))
+		return nil, label, false
+	}
+	return b, label, true
+}
+
+// report checks one plugin configuration and prints its verdict and
+// warnings; it returns the configuration if it is valid.
+func (v *validator) report(label string, doc []byte) *config.Config {
+	c, err := config.Parse(doc)
+	if err != nil {
+		v.failed = true
+		fmt.Fprintf(v.out, "%s: %v\n", label, err)
+		return nil
+	}
+	fmt.Fprintf(v.out, "%s: ok (%s)\n", label, plural(len(c.Rules), "rule"))
+	for _, w := range floodWarnings(c) {
+		v.warned = true
+		fmt.Fprintf(v.out, "%s: warning: %s\n", label, w)
+	}
+	return c
+}
+
+// envoyFile checks every Sluice configuration (or those named -name) in an
+// Envoy configuration file.
+func (v *validator) envoyFile(file string) {
+	src, label, ok := v.read(file)
+	if !ok {
+		return
+	}
+	ef, err := envoyconf.Read(src)
+	if err != nil {
+		v.failed = true
+		fmt.Fprintf(v.out, "%s: %v\n", label, err)
+		return
+	}
+	for _, u := range ef.Unchecked {
+		fmt.Fprintf(v.out, "%s: note: typed_config %s not checked (a type sluice validate does not know)\n", label, u)
+	}
+	checked := 0
+	for _, f := range ef.Filters {
+		if v.name != "" && f.Name != v.name {
+			continue
+		}
+		checked++
+		v.envoyFilter(label, f)
+	}
+	if checked == 0 {
+		v.failed = true
+		what := "no envoy.filters.http.wasm filter configuration found"
+		if v.name != "" {
+			what = fmt.Sprintf("no wasm filter named %q found (%s in the file)", v.name, plural(len(ef.Filters), "wasm filter"))
+		}
+		fmt.Fprintf(v.out, "%s: %s\n", label, what)
+	}
+}
+
+// envoyFilter checks one wasm filter's configuration and judges the
+// connection manager that hosts it.
+func (v *validator) envoyFilter(label string, f envoyconf.Filter) {
+	where := label
+	if f.Line > 0 {
+		where = fmt.Sprintf("%s:%d", label, f.Line)
+	}
+	if f.Name != "" {
+		where += " (" + f.Name + ")"
+	}
+	if f.Err != nil {
+		v.failed = true
+		fmt.Fprintf(v.out, "%s: %v\n", where, f.Err)
+		return
+	}
+	c := v.report(where, f.Config)
+	if c == nil {
+		return
+	}
+	for _, j := range envoyconf.Judge(f, c.ClientIP.XFFTrustedHops, keyedByAddress(c), v.proxies) {
+		kind := "note"
+		if j.Warning {
+			kind = "warning"
+			v.warned = true
+		}
+		fmt.Fprintf(v.out, "%s: %s: %s\n", where, kind, j.Text)
+	}
 }
 
 func plural(n int, what string) string {

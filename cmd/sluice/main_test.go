@@ -107,7 +107,12 @@ func TestValidateCorpus(t *testing.T) {
 		if want := map[string]int{"valid": 0, "invalid": 1}[kind]; code != want {
 			t.Errorf("%s corpus: exit code %d, want %d", kind, code, want)
 		}
-		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		var lines []string // the verdicts; the flood warnings have their own test
+		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			if !strings.Contains(l, ": warning: rules[") {
+				lines = append(lines, l)
+			}
+		}
 		if len(lines) != len(files) {
 			t.Fatalf("%s corpus: %d lines for %d files", kind, len(lines), len(files))
 		}
@@ -216,7 +221,7 @@ func TestValidateProjectEnvoyConfig(t *testing.T) {
 	}
 }
 
-// envoyconf (protojson over sigs.k8s.io/yaml) finds what a walk of the
+// envoyconf (protojson over go.yaml.in/yaml/v3) finds what a walk of the
 // YAML tree finds: the same wasm filters, names, lines and documents.
 func TestReaderAgreesWithYAMLTree(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.yaml")
@@ -392,5 +397,42 @@ func TestValidateEveryEnvoyFile(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no Envoy file found")
+	}
+}
+
+// TestValidateWarnsFloodableKeys: a rule keyed only by a header or the path
+// gets a warning naming it and the fix, unless an enforced client_ip rate
+// rule covers all its requests; -strict makes the warning fail.
+func TestValidateWarnsFloodableKeys(t *testing.T) {
+	const keys = `{"name":"keys","match":{"path_prefix":"/api","methods":["POST"]},"key":["header:x-api-key"],"limit":5,"window":"1m"}`
+	for _, c := range []struct {
+		name, others string
+		warn         bool
+	}{
+		{"alone", ``, true},
+		{"all requests per ip", `,{"name":"ip","limit":50,"window":"1m"}`, false},
+		{"wider prefix per ip", `,{"name":"ip","match":{"path_prefix":"/a","methods":["GET","POST"]},"limit":50,"window":"1m"}`, false},
+		{"other prefix", `,{"name":"ip","match":{"path_prefix":"/login"},"limit":50,"window":"1m"}`, true},
+		{"methods not covered", `,{"name":"ip","match":{"methods":["GET"]},"limit":50,"window":"1m"}`, true},
+		{"ip and path", `,{"name":"ip","key":["client_ip","path"],"limit":50,"window":"1m"}`, true},
+		{"shadow", `,{"name":"ip","limit":50,"window":"1m","shadow":true}`, true},
+		{"concurrency", `,{"name":"ip","algorithm":"concurrency","limit":50}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := writeFile(t, "c.json", `{"rules":[`+keys+c.others+`]}`)
+			code, out, _ := sluice(t, "", "validate", f)
+			warned := strings.Contains(out, f+`: warning: rules[0] (keys) is keyed only by values the client chooses (header:x-api-key)`)
+			if warned != c.warn || code != 0 {
+				t.Fatalf("code %d, warned %v, want %v:\n%s", code, warned, c.warn, out)
+			}
+			if c.warn {
+				if !strings.Contains(out, `{"name": "keys-per-ip", "match": {"path_prefix": "/api", "methods": ["POST"]}, "key": ["client_ip"]`) {
+					t.Errorf("the warning does not show the fix:\n%s", out)
+				}
+				if code, _, _ := sluice(t, "", "validate", "-strict", f); code != 1 {
+					t.Errorf("-strict: exit %d, want 1", code)
+				}
+			}
+		})
 	}
 }

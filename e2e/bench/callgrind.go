@@ -340,16 +340,6 @@ func workerThreadCost(out string, scale float64) (map[string]float64, error) {
 	return worker, nil
 }
 
-func groupSum(objs map[string]int64, group string) int64 {
-	var n int64
-	for ob, c := range objs {
-		if objectGroup(ob) == group {
-			n += c
-		}
-	}
-	return n
-}
-
 // callgrindObjects sums the self cost (instructions) of every function in
 // one callgrind dump by the object it belongs to: the Envoy binary (Envoy,
 // V8's runtime and the proxy-wasm host), the libraries, and code outside

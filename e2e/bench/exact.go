@@ -91,10 +91,10 @@ func exactSection(ctx context.Context, o options) (string, error) {
 		if res.Timestamp.After(ov.last) {
 			ov.last = res.Timestamp
 		}
-		switch {
-		case res.Code == 200:
+		switch res.Code {
+		case 200:
 			ov.admitted++
-		case res.Code == 429:
+		case 429:
 			ov.rejected++
 		default:
 			ov.errors++

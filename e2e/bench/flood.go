@@ -251,7 +251,7 @@ func floodReport(o options, runs []*floodRun) string {
 	if sl != nil {
 		growth := delta(sl.rss0, sl.rss1)
 		heapGrowth := delta(sl.heap0, sl.heap1)
-		var own, ownHeap float64 = growth, heapGrowth
+		own, ownHeap := growth, heapGrowth
 		if base != nil {
 			own -= delta(base.rss0, base.rss1)
 			ownHeap -= delta(base.heap0, base.heap1)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -492,22 +493,11 @@ func (e *Envoy) Stats(filter string) (map[string]uint64, error) {
 
 // Stat returns one counter or gauge by its exact name (0 if absent).
 func (e *Envoy) Stat(name string) (uint64, error) {
-	m, err := e.Stats("^" + regexpQuote(name) + "$")
+	m, err := e.Stats("^" + regexp.QuoteMeta(name) + "$")
 	if err != nil {
 		return 0, err
 	}
 	return m[name], nil
-}
-
-func regexpQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // ParseStats parses the plain-text output of Envoy's /stats ("name: value"

@@ -29,7 +29,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"sigs.k8s.io/yaml"
 )
 
 // Kind is what a file holds.
@@ -77,7 +76,7 @@ func Read(src []byte) (*File, error) {
 		return nil, errors.New("not UTF-8 text")
 	}
 	src = bytes.ReplaceAll(src, []byte("\r\n"), []byte("\n"))
-	js, err := yaml.YAMLToJSON(src)
+	js, err := yamlToJSON(src)
 	if err != nil {
 		return nil, fmt.Errorf("not YAML or JSON: %v", err)
 	}

@@ -75,10 +75,7 @@ func TestEditDropsAndRenames(t *testing.T) {
 	if len(before) != len(names) {
 		t.Fatalf("module() exports %d functions, want %d", len(before), len(names))
 	}
-	drop := []string{"proxy_on_delete"}
-	for _, n := range names[:10] {
-		drop = append(drop, n)
-	}
+	drop := append([]string{"proxy_on_delete"}, names[:10]...)
 	out, err := Edit(in, drop, map[string]string{"sluice_on_stream_end": "proxy_on_delete"})
 	if err != nil {
 		t.Fatal(err)

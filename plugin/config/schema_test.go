@@ -210,6 +210,7 @@ var invalidCorpus = map[string]invalidCase{
 
 	"cost-leaky-bucket.json":        {field: "rules[0].cost"},
 	"cost-concurrency.json":         {field: "rules[0].cost"},
+	"cost-adaptive.json":            {field: "rules[0].cost"},
 	"cost-on-status-range.json":     {field: "rules[0].cost.on_status[1]"},
 	"cost-on-status-duplicate.json": {field: "rules[0].cost.on_status[2]"},
 	"cost-on-status-empty.json":     {field: "rules[0].cost.on_status"},

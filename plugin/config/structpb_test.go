@@ -80,7 +80,7 @@ func TestStructAsJSON(t *testing.T) {
 		r[k] = v
 		return map[string]any{"rules": []any{r}}
 	}
-	for _, n := range []any{10.0, 4.29e2, 1e21, 1e-7, 0.1, -0.0, 1.5, 1 << 53, 1<<53 + 2, 9.007199254740993e15, -1e300, nil, true, "10", []any{}} {
+	for _, n := range []any{10.0, 4.29e2, 1e21, 1e-7, 0.1, math.Copysign(0, -1), 1.5, 1 << 53, 1<<53 + 2, 9.007199254740993e15, -1e300, nil, true, "10", []any{}} {
 		docs = append(docs, rule("limit", n), rule("burst", n), map[string]any{"rules": []any{map[string]any{"name": "r", "limit": 1, "window": "1s"}}, "status": n})
 	}
 	docs = append(docs, rule("name", "caf\u00e9 \u2028<&>"), rule("match", map[string]any{"methods": []any{"get", nil}}), rule("key", []any{}))

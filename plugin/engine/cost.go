@@ -304,3 +304,19 @@ func (e *Engine) sendCharges(now int64) {
 		}
 	}
 }
+
+// takeDebt returns, and forgets, what client key owes the service on this
+// worker, for a lease call about to be sent: the call carries it
+// (hits_addend = lease + debt), so that the service counts the debt before
+// it grants more. A debt exists only when this worker's lease ran dry, which
+// is exactly when its next admission calls the service: without this the
+// debt would reach the service only on the next tick, while leases were
+// granted on a count that missed it.
+func (e *Engine) takeDebt(key callKey) uint32 {
+	d := e.debts[key]
+	if d == nil {
+		return 0
+	}
+	delete(e.debts, key)
+	return min(d.hits, 1<<32-1-lease.MaxK)
+}

@@ -383,7 +383,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: in.desc}},
 		Limit:   uint32(r.Limit.Limit()),
 		Unit:    unit,
-		Hits:    in.k,
+		Hits:    in.k + e.takeDebt(in.key),
 	}
 	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Calls++

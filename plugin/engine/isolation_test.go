@@ -112,3 +112,31 @@ func TestRegionKeysDoNotDependOnOtherRules(t *testing.T) {
 		t.Errorf("%d of %d clients moved from %d to %d buckets, want about %.2f", moved, total, nf, nh, want)
 	}
 }
+
+// TestStartOverflowOncePerEpisode: of two workers seeing a rule's overflow,
+// one reports the start of the episode; none again while decisions keep
+// coming; a new episode after OverflowQuiet without any.
+func TestStartOverflowOncePerEpisode(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"a","limit":1,"window":"1h"},{"name":"b","limit":1,"window":"1h"}]}`)
+	store := newMemStore()
+	w1, w2 := NewTable(store, Regions(cfg)), NewTable(store, Regions(cfg))
+	starts := 0
+	now := t0
+	for s := 0; s < 120; s++ { // two minutes of overflow, both workers each second
+		now += int64(time.Second)
+		for _, w := range []*Table{w1, w2} {
+			if w.StartOverflow(0, now) {
+				starts++
+			}
+		}
+	}
+	if starts != 1 {
+		t.Errorf("%d episode starts during one continuous flood, want 1", starts)
+	}
+	if !w2.StartOverflow(1, now) {
+		t.Error("rule b's first overflow did not start its own episode")
+	}
+	if !w2.StartOverflow(0, now+int64(OverflowQuiet)+1) {
+		t.Error("no new episode after a quiet minute")
+	}
+}

@@ -4,7 +4,8 @@
 // shared key-value store, and says what to do with the request.
 //
 // The store is proxy-wasm shared data in Envoy. Its semantics, which this
-// package relies on, are those of proxy-wasm-cpp-host (see NOTES.md):
+// package relies on, are those of proxy-wasm-cpp-host (internal/wasmhost
+// follows them for the tests; README.md, "How it works"):
 // process-wide; get copies the value and returns the key's CAS; a set with
 // cas 0 is unconditional; a set on a missing key succeeds whatever cas is
 // passed; otherwise a set fails when the key changed since the get; there

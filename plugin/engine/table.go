@@ -474,3 +474,30 @@ func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.Sta
 	t.Stats.CASExhausted++
 	return lease.State{}, ErrContention
 }
+
+// OverflowQuiet is how long a rule must go without a decision on its
+// overflow state before the next one starts a new episode (and a new log
+// line).
+const OverflowQuiet = time.Minute
+
+// StartOverflow records, process-wide, that rule r decided on its overflow
+// state at now, and reports whether that starts an episode: the first such
+// decision after OverflowQuiet without any. Exactly one worker sees true
+// for an episode (the CAS on the rule's episode key decides), so a flood
+// costs one log line, not one per request or per worker. Called from the
+// tick, not the request path.
+func (t *Table) StartOverflow(r int, now int64) bool {
+	key := t.regions[r].prefix + "log"
+	var b [8]byte
+	putUint64(b[:], uint64(now+int64(OverflowQuiet)))
+	val, cas, found, err := t.store.Get(key)
+	if err != nil {
+		return false
+	}
+	if !found {
+		cas = createCAS
+	}
+	ongoing := found && len(val) == 8 && int64(getUint64(val)) > now
+	mismatch, err := t.store.Set(key, b[:], cas)
+	return !ongoing && err == nil && !mismatch
+}

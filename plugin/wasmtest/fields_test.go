@@ -2,6 +2,7 @@ package wasmtest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,5 +181,45 @@ func TestMaxKeysAndOnError(t *testing.T) {
 				t.Errorf("sluice.table.overflow = %d, want 12", got)
 			}
 		})
+	}
+}
+
+// TestOverflowMetricsAndOneLogLine: two workers flood rule a past its
+// share. The rule's overflow counter counts the decisions, its
+// active_states gauge the states it holds (rule b's stay its own), and one
+// warning, on one worker, says the rule's share is full; a flood that goes
+// on does not repeat it.
+func TestOverflowMetricsAndOneLogLine(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[
+		{"name":"a","match":{"path_prefix":"/a"},"key":["header:x-key"],"limit":1,"window":"1h"},
+		{"name":"b","match":{"path_prefix":"/b"},"limit":5,"window":"1h"}],"max_keys":36}`)
+	n := 0
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 40; i++ {
+			get(vms[n%2], "/a", "10.0.0.1:1", [2]string{"x-key", fmt.Sprint("k", n)})
+			n++
+		}
+		h.AdvanceClock(1100 * time.Millisecond)
+	}
+	get(vms[0], "/b", "10.1.0.1:1")
+	h.AdvanceClock(6 * time.Second) // census: a fifth of the table a second
+	m := h.Metrics()
+	// a: 2 buckets of 8 slots (share 18); 120 keys, 16 on slots.
+	if got := m.Counter("sluice.rule.a.overflow"); got != 120-16 {
+		t.Errorf("sluice.rule.a.overflow = %d, want %d", got, 120-16)
+	}
+	if got := m.Counter("sluice.rule.b.overflow"); got != 0 {
+		t.Errorf("sluice.rule.b.overflow = %d, want 0", got)
+	}
+	if a, b := m.Gauge("sluice.rule.a.active_states"), m.Gauge("sluice.rule.b.active_states"); a != 17 || b != 1 {
+		t.Errorf("active_states a %d (want 16 slots + overflow), b %d (want 1)", a, b)
+	}
+	lines := 0
+	for _, vm := range vms {
+		lines += strings.Count(vm.LogText(), "sluice: rule a: its share of the state table is full (17 client states)")
+	}
+	if lines != 1 {
+		t.Errorf("%d overflow warnings, want 1:\n%s\n%s", lines, vms[0].LogText(), vms[1].LogText())
 	}
 }

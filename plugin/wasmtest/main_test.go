@@ -20,20 +20,18 @@ import (
 
 var pluginWasm []byte
 
-// TestMain loads build/sluice.wasm (make builds it first); when it is
-// missing, as under a bare `go test ./...`, it builds it with `make build`,
-// which also trims its exports (see TestExports).
+// TestMain runs `make build` and loads build/sluice.wasm. make rebuilds it
+// only when a source changed (and trims its exports, see TestExports), so a
+// bare `go test ./...` never tests a stale module left by an older build.
 func TestMain(m *testing.M) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	path := filepath.Join(root, "build", "sluice.wasm")
-	if _, err := os.Stat(path); err != nil {
-		cmd := exec.Command("make", "--no-print-directory", "build")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
-			os.Exit(1)
-		}
+	cmd := exec.Command("make", "--no-print-directory", "-s", "build")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
+		os.Exit(1)
 	}
 	var err error
 	if pluginWasm, err = os.ReadFile(path); err != nil {

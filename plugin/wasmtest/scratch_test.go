@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wasmhost"
 )
 
 // TestBucketReadsIntoReusedBufferKeepClientsApart: `make build` has the
@@ -28,16 +30,40 @@ func TestBucketReadsIntoReusedBufferKeepClientsApart(t *testing.T) {
 			return fmt.Sprintf("%s:%d", ip, 1000+n), ip
 		})
 	})
-	// An IPv6 zone is kept in the client (ipv6_prefix 128), which log lines
-	// print; ParseHostPort copies it out of the reused source.address
-	// buffer (today's log lines are written before the next request's
-	// address is read, so a view would pass here too).
 	t.Run("ipv6 zone", func(t *testing.T) {
 		testReusedBuffers(t, `,"client_ip":{"ipv6_prefix":128}`, func(c, n int) (string, string) {
 			ip := fmt.Sprintf("fe80::%x%%eth%d", c+1, c)
 			return fmt.Sprintf("[%s]:%d", ip, 1000+n), ip
 		})
 	})
+}
+
+// TestZoneSurvivesLaterAddressReads: an IPv6 zone is kept in the client
+// (ipv6_prefix 128), which log lines print; ParseHostPort copies it out of
+// the source.address buffer that the next request's address is read into.
+// A request waiting in a concurrency queue keeps its client while others'
+// addresses are read, and is logged when its max_delay passes: with the
+// zone a view of the buffer, the line would name the later client's zone.
+func TestZoneSurvivesLaterAddressReads(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 1, `{"rules":[{"name":"buy","algorithm":"concurrency","limit":1,"max_delay":"300ms"}],"client_ip":{"ipv6_prefix":128}}`)
+	holder := open(t, vms[0], "/buy", "[fe80::1%eth1]:1000")
+	waiter := open(t, vms[0], "/buy", "[fe80::1%eth1]:1001")
+	if state(holder) != wasmhost.StreamUpstream || state(waiter) != wasmhost.StreamPaused {
+		t.Fatalf("holder %v, waiter %v: want upstream and queued", state(holder), state(waiter))
+	}
+	// Other clients' addresses, the same length, overwrite the buffer.
+	for i := range 3 {
+		open(t, vms[0], "/buy", fmt.Sprintf("[fe80::%d%%wlp%d]:2000", i+2, i))
+	}
+	h.AdvanceClock(350 * time.Millisecond)
+	if r := waiter.Result(); r.Status != 429 {
+		t.Fatalf("waiter past max_delay: %v %d", state(waiter), r.Status)
+	}
+	logs := vms[0].LogText()
+	if !strings.Contains(logs, "rejected client fe80::1%eth1 ") {
+		t.Fatalf("no rejection of fe80::1%%eth1 logged:\n%s", logs)
+	}
 }
 
 // testReusedBuffers runs the test with extra top-level configuration and

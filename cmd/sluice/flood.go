@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// floodWarnings names the rules keyed only by values a client chooses
+// freely (a header, the path; with or without the method) that no rule
+// keyed by client_ip covers: every invented value is a fresh budget, so
+// such a rule limits nobody who lies, and a client that invents values
+// fills the rule's share of the state table (its new clients are then
+// limited together). Each warning names the rule and the fix.
+func floodWarnings(c *config.Config) []string {
+	var out []string
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		chosen := clientChosen(r)
+		if chosen == "" || r.Shadow {
+			continue
+		}
+		covered := false
+		for j := range c.Rules {
+			if j != i && perClientRate(&c.Rules[j]) && covers(&c.Rules[j].Match, &r.Match) {
+				covered = true
+				break
+			}
+		}
+		if covered {
+			continue
+		}
+		out = append(out, fmt.Sprintf("rules[%d] (%s) is keyed only by values the client chooses (%s) and no rule keyed by client_ip covers its requests: "+
+			"every invented value is a fresh budget, and a client inventing values fills this rule's share of the state table. "+
+			"Add a rule keyed by client_ip with the same match (or none), e.g. %s",
+			i, r.Name, chosen, exampleRule(r)))
+	}
+	return out
+}
+
+// clientChosen returns the key parts of r a client chooses freely, or ""
+// when a part is the client address (or the key is only the method).
+func clientChosen(r *config.Rule) string {
+	var parts []string
+	for _, k := range r.Key {
+		switch k.Kind {
+		case config.KeyClientIP:
+			return ""
+		case config.KeyPath:
+			parts = append(parts, "path")
+		case config.KeyHeader:
+			parts = append(parts, "header:"+k.Header)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// perClientRate reports whether r limits each client address to a rate
+// (enforced, keyed by client_ip and nothing a client invents).
+func perClientRate(r *config.Rule) bool {
+	if r.Shadow {
+		return false
+	}
+	switch r.Limit.Algorithm() {
+	case limit.Concurrency, limit.AdaptiveConcurrency:
+		return false
+	}
+	ip := false
+	for _, k := range r.Key {
+		switch k.Kind {
+		case config.KeyClientIP:
+			ip = true
+		case config.KeyPath, config.KeyHeader:
+			return false
+		}
+	}
+	return ip
+}
+
+// covers reports whether every request that m matches is matched by c.
+func covers(c, m *config.Match) bool {
+	switch {
+	case c.PathExact != "" && m.PathExact != c.PathExact:
+		return false
+	case c.PathPrefix != "" && !strings.HasPrefix(m.PathExact, c.PathPrefix) && !strings.HasPrefix(m.PathPrefix, c.PathPrefix):
+		return false
+	}
+	if len(c.Methods) == 0 {
+		return true
+	}
+	if len(m.Methods) == 0 {
+		return false
+	}
+	for _, x := range m.Methods {
+		found := false
+		for _, y := range c.Methods {
+			found = found || x == y
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// exampleRule is the JSON of a client_ip rule that covers r's requests.
+func exampleRule(r *config.Rule) string {
+	var match []string
+	if r.Match.PathPrefix != "" {
+		match = append(match, fmt.Sprintf(`"path_prefix": %q`, r.Match.PathPrefix))
+	}
+	if r.Match.PathExact != "" {
+		match = append(match, fmt.Sprintf(`"path_exact": %q`, r.Match.PathExact))
+	}
+	if len(r.Match.Methods) > 0 {
+		match = append(match, fmt.Sprintf(`"methods": ["%s"]`, strings.Join(r.Match.Methods, `", "`)))
+	}
+	m := ""
+	if len(match) > 0 {
+		m = `"match": {` + strings.Join(match, ", ") + `}, `
+	}
+	return fmt.Sprintf(`{"name": "%s-per-ip", %s"key": ["client_ip"], "limit": N, "window": "..."}`, r.Name, m)
+}

@@ -1,0 +1,196 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+)
+
+// costFleetConfig: a global rule charged after the response, in tokens the
+// upstream reports, 2,000 a minute per client across the fleet.
+const costFleetConfig = `{
+  "rules": [
+    {"name": "fleet_tokens", "scope": "global", "match": {"path_prefix": "/tokens"}, "limit": 2000, "window": "1m",
+     "key": ["header:x-client"], "cost": {"response_header": "x-tokens-used", "max": 100}}
+  ],
+  "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "500ms"},
+  "on_error": "allow"
+}`
+
+// TestCostFleet: three Sluice Envoys behind a round-robin front, the real
+// service on Redis, one client spending tokens with 20 concurrent senders.
+// The fleet's charge (the Envoys' metrics) equals what the upstream
+// reported for the requests it served; the service counted that plus the
+// hits leased and not used; admission stops, and the charge past the limit
+// stays within the documented bound (docs/cost.md): at most max - 1 per
+// request in flight or leased when the budget ran out.
+func TestCostFleet(t *testing.T) {
+	redis, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	up := startTokenUpstream(t)
+	f := startFleetOn(t, rls, costFleetConfig, up.addr)
+	const workers, limit, maxCost = 20, 2000, 100
+	client := fmt.Sprint("c", time.Now().UnixNano())
+	minute := inOneWindow(t, 20*time.Second)
+	var admitted, refused, sent atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := sent.Add(1); i <= 400; i = sent.Add(1) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				h := http.Header{"X-Client": {client}, "X-Want-Tokens": {strconv.FormatInt(i*37%maxCost+1, 10)}}
+				resp, _, err := f.front.Get(ctx, "/tokens", h)
+				cancel()
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case resp.StatusCode == 200:
+					admitted.Add(1)
+				case resp.StatusCode == 429:
+					refused.Add(1)
+				default:
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if time.Now().Unix()/60 != minute {
+		t.Fatal("the run crossed a minute window")
+	}
+	reported := uint64(up.reported.Load())
+	// The debts go out on the tick, the metrics every second.
+	time.Sleep(1500 * time.Millisecond)
+	var charged uint64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if charged = f.sum(t, "wasmcustom.sluice.rule.fleet_tokens.charged"); charged == reported {
+			break
+		}
+	}
+	counted, err := redisSum(redis.Addr(), "*fleet_tokens*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := int64(charged) - limit
+	t.Logf("global 2000 tokens/1m, costs 1..%d, %d senders: admitted %d, refused %d; the upstream reported %d tokens, the Envoys charged %d; the service counted %d (leased and unused: %d); charged past the limit: %d (%.1f requests' worth of max-1); charge calls %d, calls %d",
+		maxCost, workers, admitted.Load(), refused.Load(), reported, charged, counted, int64(counted)-int64(charged), over,
+		float64(over)/float64(maxCost-1), f.sum(t, "wasmcustom.sluice.global.charge_calls"), f.sum(t, "wasmcustom.sluice.global.calls"))
+	if charged != reported {
+		t.Fatalf("the fleet charged %d, the upstream reported %d", charged, reported)
+	}
+	if counted < charged {
+		t.Errorf("the service counted %d, less than the %d charged", counted, charged)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("the budget was never spent")
+	}
+	// The bound: past the limit, at most max-1 for each request in flight
+	// (workers) or served from hits leased before the budget ran out; the
+	// leases of three Envoys near the limit are one hit each.
+	if bound := int64(maxCost-1) * (workers + 3); over > bound {
+		t.Errorf("charged %d past the limit, more than the bound %d", over, bound)
+	}
+	if n := f.sum(t, "wasmcustom.sluice.on_error.allowed"); n > 0 {
+		t.Errorf("%d requests decided by on_error", n)
+	}
+	// Admission has stopped on every Envoy.
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, _, err := f.front.Get(ctx, "/tokens", http.Header{"X-Client": {client}, "X-Want-Tokens": {"1"}})
+		cancel()
+		if err != nil || resp.StatusCode != 429 {
+			t.Errorf("after the run: %v %v, want 429", resp, err)
+		}
+	}
+}
+
+// redisSum adds the integer values of the Redis keys matching pattern
+// (the service's counters), with RESP over a plain connection.
+func redisSum(addr, pattern string) (uint64, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	cmd := func(args ...string) ([]string, error) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			return nil, err
+		}
+		return readRESP(r)
+	}
+	keys, err := cmd("KEYS", pattern)
+	if err != nil {
+		return 0, err
+	}
+	var sum uint64
+	for _, k := range keys {
+		v, err := cmd("GET", k)
+		if err != nil || len(v) != 1 {
+			return 0, fmt.Errorf("GET %s: %v %v", k, v, err)
+		}
+		n, err := strconv.ParseUint(v[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+// readRESP reads one reply: a bulk string or an array of them.
+func readRESP(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return nil, fmt.Errorf("empty reply")
+	}
+	switch line[0] {
+	case '*':
+		n, _ := strconv.Atoi(line[1:])
+		var out []string
+		for i := 0; i < n; i++ {
+			s, err := readRESP(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s...)
+		}
+		return out, nil
+	case '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return nil, nil
+		}
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		return []string{string(b[:n])}, nil
+	case '-':
+		return nil, fmt.Errorf("redis: %s", line[1:])
+	}
+	return []string{line[1:]}, nil
+}
