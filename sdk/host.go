@@ -332,25 +332,10 @@ func (h *host) withdraw(now time.Time, class int) bool {
 // the answer goes to the view of the policy it names (the host-level view
 // when it names none), and the route learns which policy governs it; the
 // other views only learn that the request is no longer in flight.
-func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now time.Time, status int, in header.Info) {
+func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now time.Time, status int, in header.Info, also []string) {
 	target := &h.all
 	if in.Policy != "" {
-		target = nil
-		for _, v := range g.vs[1:g.n] {
-			if v.name == in.Policy && !v.retired.Load() {
-				target = v
-				break
-			}
-		}
-		learn := !known
-		if target == nil {
-			target, learn = h.policy(in.Policy, now), true
-		}
-		if target == nil {
-			target = &h.all // the table is full: per host, as if unnamed
-		} else if learn {
-			rs.learn(k, target)
-		}
+		target = h.policyView(rs, k, known, g, now, in.Policy)
 	} else if !known && status != 0 && status != 429 && status != 503 && in.Has == 0 && h.named() {
 		// A route the host's policies do not limit: once learned, the only
 		// policy of the host no longer holds it.
@@ -365,15 +350,53 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 			v.observe(g.tk[i], now, 0, header.Info{}, 0)
 		}
 	}
+	others := -1
+	inflight := func() int {
+		if others < 0 {
+			h.all.mu.Lock()
+			others = h.all.inflight
+			h.all.mu.Unlock()
+		}
+		return others
+	}
 	if !held {
 		// The answer names a policy the request was not held by: its view
 		// learns from it without counting the request, and assumes that
 		// every request in flight to the host may have been counted before.
-		h.all.mu.Lock()
-		others := h.all.inflight
-		h.all.mu.Unlock()
-		target.observe(ticket{}, now, status, in, others)
+		target.observe(ticket{}, now, status, in, inflight())
 	}
+	// The other policies a problem document says the request violated
+	// hold their routes as the first does.
+	for _, name := range also {
+		if name == in.Policy {
+			continue
+		}
+		if v := h.policyView(rs, k, known, g, now, name); v != &h.all && v != target {
+			other := in
+			other.Policy = name
+			v.observe(ticket{}, now, status, other, inflight())
+		}
+	}
+}
+
+// policyView returns the view of the policy an answer names, creating it,
+// and teaches route k that the policy governs it; the host-level view when
+// the host's table of policies is full.
+func (h *host) policyView(rs *routes, k routeKey, known bool, g *governing, now time.Time, name string) *view {
+	for _, v := range g.vs[1:g.n] {
+		if v.name == name && !v.retired.Load() {
+			if !known {
+				rs.learn(k, v)
+			}
+			return v
+		}
+	}
+	v := h.policy(name, now)
+	if v == nil {
+		return &h.all // the table is full: per host, as if unnamed
+	}
+	rs.learn(k, v)
+	return v
 }
 
 // waitLocked says how long the view holds a request sent now; 0: it may

@@ -223,7 +223,7 @@ func (c *call) send() (reason Reason, stop bool) {
 	if c.attempt > 0 && req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
 		body, e := req.GetBody()
 		if e != nil {
-			c.h.observe(&t.routes, c.rk, true, &c.g, t.cfg.clock.Now(), 0, header.Info{}) // admitted, never sent
+			c.h.observe(&t.routes, c.rk, true, &c.g, t.cfg.clock.Now(), 0, header.Info{}, nil) // admitted, never sent
 			return 0, true
 		}
 		r = new(http.Request)
@@ -246,11 +246,16 @@ func (c *call) send() (reason Reason, stop bool) {
 	case c.resp.StatusCode == http.StatusServiceUnavailable:
 		reason = Unavailable
 	}
+	var also []string
 	if c.resp != nil {
 		status = c.resp.StatusCode
 		c.info, _ = header.Parse(c.resp.Header, c.now)
+		if reason != 0 {
+			also = readRefusal(c.resp, &c.info)
+		}
+		c.info = requestsOnly(c.info)
 	}
-	c.h.observe(&t.routes, c.rk, c.known, &c.g, c.now, status, c.info)
+	c.h.observe(&t.routes, c.rk, c.known, &c.g, c.now, status, c.info, also)
 	return reason, false
 }
 

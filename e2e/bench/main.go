@@ -1,7 +1,7 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, memory
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, charge, memory
 //	go run ./e2e/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
@@ -23,6 +23,9 @@
 //	         and 4, and a 30-second overload at twice the rate
 //	conc     the concurrency rule: cost per request of a slot and of the
 //	         queue in-process, the queue in Envoy, the slot-leak bound
+//	charge   a rule with a cost (charged after the response, or at admission
+//	         from a request header): cost per request in-process beside a
+//	         plain token bucket
 //	probe    (only when named) single proxy-wasm operations in Envoy's V8:
 //	         the probe filter (e2e/bench/testdata/probe) doing one operation
 //	         per request, against the no-op Go filter
@@ -52,7 +55,7 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "memory"}
+var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "charge", "memory"}
 
 var sectionTitles = map[string]string{
 	"envoy":     "1. Envoy: throughput and latency",
@@ -63,6 +66,7 @@ var sectionTitles = map[string]string{
 	"exact":     "4b. Exactness under contention and overload",
 	"probe":     "5. Probe: single proxy-wasm operations in Envoy's V8",
 	"conc":      "6. Concurrency rule: queue cost and slot-leak bound",
+	"charge":    "6b. Cost charged after the response, beside a plain token bucket",
 	"callgrind": "7. Cost breakdown: instructions per request in Envoy (callgrind)",
 	"memory":    "8. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice",
 }
@@ -204,6 +208,8 @@ func main() {
 			body, err = probeSection(ctx, o)
 		case "conc":
 			body, err = concSection(ctx, root, o)
+		case "charge":
+			body, err = chargeSection(ctx, root, o)
 		case "memory":
 			body, err = memorySection(ctx, o)
 		case "callgrind":
@@ -249,7 +255,7 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6 and 8; `make bench-cost` section 7; "+
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6, 6b and 8; `make bench-cost` section 7; "+
 		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",

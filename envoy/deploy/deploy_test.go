@@ -8,8 +8,10 @@ package deploy
 // The field lists come from the resources' published definitions: Istio's
 // extensions/v1alpha1 WasmPlugin (wasm.proto) and Envoy Gateway's
 // EnvoyExtensionPolicy CRD. What it does not prove: that a cluster accepts
-// the resources (no Kubernetes API server, Istio or Envoy Gateway here), or
-// that the image can be built and pulled (no container runtime).
+// the resources. For Envoy Gateway, e2e/envoygateway_test.go does: it
+// applies the files of envoy-gateway/ to a running Envoy Gateway
+// (standalone mode) and builds, pushes and loads the image of oci/. Istio
+// is checked here only (no Istio on this machine).
 
 import (
 	"bytes"
@@ -225,6 +227,20 @@ func TestIstioWasmPlugin(t *testing.T) {
 	}
 }
 
+// envoyGatewayKinds are the other resources of envoy-gateway/ (the Gateway
+// API resources the policies attach to, what standalone mode adds, the
+// rate-limit service's cluster, Envoy Gateway's own configuration) with
+// their apiVersion: e2e/envoygateway_test.go applies each of them to a
+// running Envoy Gateway, which checks them for real.
+var envoyGatewayKinds = map[string]string{
+	"GatewayClass":     "gateway.networking.k8s.io/v1",
+	"Gateway":          "gateway.networking.k8s.io/v1",
+	"HTTPRoute":        "gateway.networking.k8s.io/v1",
+	"Backend":          "gateway.envoyproxy.io/v1alpha1",
+	"EnvoyPatchPolicy": "gateway.envoyproxy.io/v1alpha1",
+	"EnvoyGateway":     "gateway.envoyproxy.io/v1alpha1",
+}
+
 func TestEnvoyGatewayExtensionPolicies(t *testing.T) {
 	files, _ := filepath.Glob("envoy-gateway/*.yaml")
 	if len(files) == 0 {
@@ -232,9 +248,17 @@ func TestEnvoyGatewayExtensionPolicies(t *testing.T) {
 	}
 	for _, file := range files {
 		c := checker{t, file}
+		policies := 0
 		for _, doc := range readDocs(t, file) {
+			if doc["kind"] != "EnvoyExtensionPolicy" {
+				if want, ok := envoyGatewayKinds[fmt.Sprint(doc["kind"])]; !ok || doc["apiVersion"] != want {
+					t.Errorf("%s: apiVersion %v, kind %v: not a resource this folder ships", file, doc["apiVersion"], doc["kind"])
+				}
+				continue
+			}
+			policies++
 			c.fields("", doc, []string{"apiVersion", "kind", "metadata", "spec"})
-			if doc["apiVersion"] != "gateway.envoyproxy.io/v1alpha1" || doc["kind"] != "EnvoyExtensionPolicy" {
+			if doc["apiVersion"] != "gateway.envoyproxy.io/v1alpha1" {
 				t.Fatalf("%s: apiVersion %v, kind %v", file, doc["apiVersion"], doc["kind"])
 			}
 			metadata(c, doc)
@@ -303,6 +327,9 @@ func TestEnvoyGatewayExtensionPolicies(t *testing.T) {
 					t.Logf("%s: %s extension %v (%v), failOpen %v, %d Sluice rules", file, p, ext["name"], code["type"], ext["failOpen"], len(cfg.Rules))
 				}
 			}
+		}
+		if strings.HasPrefix(filepath.Base(file), "envoyextensionpolicy") && policies == 0 {
+			t.Errorf("%s: no EnvoyExtensionPolicy", file)
 		}
 	}
 }

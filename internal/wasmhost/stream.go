@@ -474,6 +474,10 @@ func (s *Stream) response(resp Response) (Action, error) {
 	s.respHeaders = newHeaderMap(resp.headers())
 	s.respBody = append([]byte(nil), resp.Body...)
 	s.keepOpen = resp.KeepOpen
+	if s.details == "" {
+		// Envoy's response.code_details of a response from the upstream.
+		s.details = "via_upstream"
+	}
 	if s.vm.failed != nil {
 		if s.vm.h.cfg.failOpen {
 			s.completeFromMaps()

@@ -203,6 +203,24 @@ func descriptorKey(keyBuf []byte) string {
 	return string(b[:])
 }
 
+// OverflowLease is the fingerprint that addresses a global rule's overflow
+// lease (Table.Lease): the clients of a rule whose share of the table is
+// full share it, and one descriptor at the service (overflowDescriptor).
+const OverflowLease = overflowFP
+
+// overflowDescriptor is the descriptor key, at the service, of a global
+// rule's clients that found its share of the table full: the same on every
+// Envoy of the fleet, so they are limited together fleet-wide.
+const overflowDescriptor = "overflow"
+
+// descriptor returns the descriptor key at the service of p's global rule g.
+func (e *Engine) descriptor(p *Pending, g globalRef) string {
+	if g.fp == OverflowLease {
+		return overflowDescriptor
+	}
+	return descriptorKey(p.keys[g.off : g.off+g.n])
+}
+
 // decideGlobal evaluates the request's global rules from index from, on
 // verdict v (the local rules admitted it). It returns true when the
 // request now waits for a call (v.Outcome is Call and v.Pending set).
@@ -213,7 +231,7 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		r := &e.cfg.Rules[g.rule]
 		end := lease.WindowEnd(now, r.Limit.Window())
 		var admitted, exhausted bool
-		st, err := e.table.Lease(g.fp, g.rule, now, end, func(s *lease.State) bool {
+		take := func(s *lease.State) bool {
 			var ns lease.State
 			ns, admitted, exhausted = lease.Take(*s)
 			if !admitted {
@@ -221,11 +239,19 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 			}
 			*s = ns
 			return true
-		})
-		noLease := false
-		if errors.Is(err, ErrFull) {
-			noLease, err = true, nil
 		}
+		st, err := e.table.Lease(g.fp, g.rule, now, end, take)
+		if errors.Is(err, ErrFull) {
+			// The rule's share is full: this client is counted with the
+			// rule's other new clients, on the rule's overflow lease and
+			// one descriptor at the service (limited together, a call per
+			// lease, not one per request).
+			g.fp = OverflowLease
+			p.globals[p.next].fp = g.fp
+			e.table.countOverflow(g.rule, SlotOverflow)
+			st, err = e.table.Lease(g.fp, g.rule, now, end, take)
+		}
+		noLease := false
 		if err != nil {
 			if e.onError(p, r, g.rule, err) {
 				return false
@@ -279,7 +305,7 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		if !noLease {
 			k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
 		}
-		in := &inflight{key: key, ref: g, k: k, callAt: now, noLease: noLease, desc: descriptorKey(p.keys[g.off : g.off+g.n])}
+		in := &inflight{key: key, ref: g, k: k, callAt: now, noLease: noLease, desc: e.descriptor(p, g)}
 		deciding := e.inDecide
 		if err := e.sendOrDefer(in, now, p.Deadline, deciding); err != nil {
 			e.circuit.failure(now)
@@ -328,7 +354,7 @@ func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
 		return
 	}
 	timeout := e.cfg.Global.Timeout
-	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: descriptorKey(p.keys[g.off : g.off+g.n]),
+	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g),
 		deferred: true, deadline: now + int64(timeout), sentAt: now, timeout: timeout}
 	e.calls[key] = in
 	e.Global.Prefetches++
@@ -627,12 +653,17 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
+	if p.next < len(p.globals) && p.globals[p.next].rule == g.rule {
+		// After an answer g is the call's: p's own reference has p's cost
+		// and the offset of p's key bytes.
+		g = p.globals[p.next]
+	}
 	r := &e.cfg.Rules[g.rule]
 	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1)})
 	if r.Cost.Set() {
 		// One hit of the lease is taken (the deposit); the rest of the
 		// cost is settled now (request_header) or after the response.
-		pc := PostCharge{rule: g.rule, fp: g.fp, desc: descriptorKey(p.keys[g.off : g.off+g.n])}
+		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g)}
 		if r.Cost.AfterResponse() {
 			p.verdict.post.add(pc)
 		} else {

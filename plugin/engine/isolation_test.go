@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -138,5 +139,57 @@ func TestStartOverflowOncePerEpisode(t *testing.T) {
 	}
 	if !w2.StartOverflow(0, now+int64(OverflowQuiet)+1) {
 		t.Error("no new episode after a quiet minute")
+	}
+}
+
+// TestGlobalFloodUsesTheOverflowLease: a flood of new header values on
+// global rule g past its share of the table is counted on g's overflow
+// lease under one descriptor ("overflow"): a call per lease, not one per
+// request; a new client of global rule h still gets a lease of its own,
+// never on_error.
+func TestGlobalFloodUsesTheOverflowLease(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[
+		{"name":"g","scope":"global","limit":100000,"window":"1m","key":["header:x-client"]},
+		{"name":"h","match":{"path_prefix":"/h"},"scope":"global","limit":5,"window":"1m"}],
+		"global":{"cluster":"ratelimit","timeout":"50ms"},"on_error":"deny","max_keys":36}`)
+	e := New(cfg, newMemStore(), 7)
+	svc := &fakeService{limit: 1 << 30}
+	var decided []*Verdict
+	e.SetGlobal(svc, func(p *Pending, v *Verdict) { c := *v; decided = append(decided, &c) })
+	now := t0 + int64(time.Second)
+	e.Now = func() int64 { return now }
+	decide := func(r *fakeRequest) Verdict {
+		v := e.Decide(r, now)
+		if v.Outcome == Call {
+			svc.deliver()
+			svc.deliver() // a waiter's follow-up call
+			v = *decided[len(decided)-1]
+		}
+		return v
+	}
+	for i := 0; i < 500; i++ {
+		now += int64(time.Millisecond)
+		if v := decide(req("/", "GET", "10.0.0.1:1", "x-client", fmt.Sprint("k", i))); v.Outcome != Allow || v.Err != nil {
+			t.Fatalf("flood request %d: outcome %d err %v", i, v.Outcome, v.Err)
+		}
+	}
+	overflowCalls := 0
+	for _, b := range svc.bodies {
+		if strings.Contains(string(b), overflowDescriptor) {
+			overflowCalls++
+		}
+	}
+	slots := e.Table().RegionCapacity(0) - 1
+	t.Logf("500 new values, %d slots: %d calls (%d for the overflow lease), %d decisions on the overflow", slots, len(svc.calls), overflowCalls, e.Table().Overflow[0])
+	if len(svc.calls) > slots+20 || overflowCalls == 0 || e.Table().Overflow[0] != uint64(500-slots) {
+		t.Errorf("%d calls (%d overflow) for 500 values with %d slots; overflow decisions %d, want %d", len(svc.calls), overflowCalls, slots, e.Table().Overflow[0], 500-slots)
+	}
+	for c := 0; c < 3; c++ {
+		if v := decide(req("/h", "GET", fmt.Sprintf("10.1.0.%d:1", c), "x-client", "k0")); v.Outcome != Allow || v.Err != nil {
+			t.Errorf("new client %d of h: outcome %d err %v", c, v.Outcome, v.Err)
+		}
+	}
+	if e.Stats.OnErrorDenied != 0 || e.Table().Overflow[1] != 0 {
+		t.Errorf("on_error denied %d, h's overflow decisions %d", e.Stats.OnErrorDenied, e.Table().Overflow[1])
 	}
 }

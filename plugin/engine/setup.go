@@ -70,6 +70,9 @@ func Summary(c *config.Config, t *Table) string {
 		if r.Shadow {
 			b.WriteString(" (shadow)")
 		}
+		if c := &r.Cost; c.Set() {
+			b.WriteString(costSummary(c))
+		}
 		b.WriteString(";")
 	}
 	onErr := "allow"

@@ -59,8 +59,8 @@ const (
 var (
 	// ErrContention: MaxCASRetries conflicting updates in a row.
 	ErrContention = errors.New("shared data contention: CAS retries exhausted")
-	// ErrFull: a lease found no free slot in its bucket (a lease is one
-	// client's hits and cannot go to the overflow state).
+	// ErrFull: a global rule's client found no free slot for its lease in
+	// its bucket (the engine then uses the rule's overflow lease).
 	ErrFull = errors.New("state table full")
 )
 
@@ -101,7 +101,7 @@ type TableStats struct {
 	CASRetries   uint64 // conflicting sets retried
 	CASExhausted uint64 // updates that gave up after MaxCASRetries
 	Overflow     uint64 // decisions made on an overflow state
-	Full         uint64 // leases with no slot
+	Full         uint64 // decisions with no state at all: none since every rule has its overflow state
 	Corrupt      uint64 // values of a wrong size, reset
 	StoreErrors  uint64 // get/set errors other than a CAS mismatch
 }
@@ -431,38 +431,35 @@ func putUint64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
 func getUint64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // Lease applies fn to the lease state of fingerprint fp (a global rule's
-// client) with a CAS loop, and returns the state fn left. A lease lives in
-// a slot of its own in the rule's region (never the overflow state: a lease
-// is one client's hits, it cannot be shared) until expiry, the end of its
-// window: a slot whose expiry has passed reads as a zero state and may be
-// reused. fn returns false to leave the store unchanged. ErrFull: no free
-// slot.
+// client) in rule's region with a CAS loop, and returns the state fn left.
+// A lease lives in a slot of its own (a lease is one client's hits at the
+// service) until expiry, the end of its window: a slot whose expiry has
+// passed reads as a zero state and may be reused. fp OverflowLease
+// addresses the rule's overflow state instead, the lease of the rule's
+// clients that found no slot (they share one descriptor at the service).
+// fn returns false to leave the store unchanged. ErrFull: no free slot.
+//
+// A client whose fingerprint happens to be OverflowLease (one in 2^64)
+// shares the overflow lease.
 func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.State) bool) (lease.State, error) {
 	if fp == 0 {
-		fp = 1
+		fp = 2
 	}
-	rg := &t.regions[rule]
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		key := t.bucketKey(rg, fp)
-		val, cas, err := t.loadValue(key, BucketSize)
+		sp, err := t.leaseSpot(fp, rule, now)
 		if err != nil {
 			return lease.State{}, err
 		}
-		i := findSlot(val, fp, now)
-		if i < 0 {
-			t.Stats.Full++
-			return lease.State{}, ErrFull
-		}
-		s := val[i*slotSize : (i+1)*slotSize]
+		s := sp.slot()
 		var st lease.State
-		if getUint64(s[0:8]) == fp && int64(getUint64(s[8:16])) > now {
+		if getUint64(s[0:8]) == sp.fp && int64(getUint64(s[8:16])) > now {
 			st = lease.Decode(s[16:])
 		}
 		if !fn(&st) {
 			return st, nil
 		}
 		st.Encode(s[16:])
-		retry, err := t.storeSlot(key, val, cas, s, fp, expiry)
+		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
 		if err != nil {
 			return lease.State{}, err
 		}
@@ -473,6 +470,25 @@ func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.Sta
 	}
 	t.Stats.CASExhausted++
 	return lease.State{}, ErrContention
+}
+
+// leaseSpot reads the slot of lease fp: the rule's overflow state for
+// OverflowLease, else fp's own or a free slot of its bucket (ErrFull if
+// none).
+func (t *Table) leaseSpot(fp uint64, rule int, now int64) (spot, error) {
+	if fp == overflowFP {
+		return t.overflow(rule)
+	}
+	key := t.bucketKey(&t.regions[rule], fp)
+	val, cas, err := t.loadValue(key, BucketSize)
+	if err != nil {
+		return spot{}, err
+	}
+	i := findSlot(val, fp, now)
+	if i < 0 {
+		return spot{}, ErrFull
+	}
+	return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
 }
 
 // OverflowQuiet is how long a rule must go without a decision on its

@@ -100,6 +100,11 @@ type Info struct {
 	Window time.Duration
 	// Policy names the policy the other fields describe (draft fields only).
 	Policy string
+	// Unit is the policy's quota unit (the draft's qu parameter) when the
+	// fields name one: "requests" (the default, also when empty),
+	// "content-bytes" or "concurrent-requests". Limit and Remaining count
+	// in it.
+	Unit string
 	// Has says which of the fields above the response carried; a field that
 	// is not in Has is zero.
 	Has Fields
@@ -137,6 +142,12 @@ func (in Info) Wait() time.Duration {
 // constrained one (fewest remaining, then the latest reset). Malformed
 // values and list items are ignored one by one, never the whole response.
 // No duration is ever negative, and Parse never panics.
+//
+// Draft-11 reading: RateLimit's t is the effective window, the time within
+// which no more than r requests are admitted (Info.Reset); the pending
+// spellings a (for r) and w (for t, in RateLimit) are read too; qu is
+// Info.Unit. A response with an Age above 0 was served from a cache: only
+// its Retry-After is read.
 func Parse(h Getter, now time.Time) (Info, bool) {
 	c := serverClock{h: h, now: now}
 	var in Info
@@ -145,6 +156,12 @@ func Parse(h Getter, now time.Time) (Info, bool) {
 			in.RetryAfter = d
 			in.Has |= HasRetryAfter
 		}
+	}
+	if Cached(h) {
+		// Served from a cache: the quota fields are the origin's answer to
+		// whoever asked then (draft-11 asks clients to ignore them).
+		// Retry-After is the response's own instruction, and kept.
+		return in, in.Has != 0
 	}
 	parseDraft(h, &c, &in)
 	// The other families only fill what is still missing: skip their
@@ -451,8 +468,11 @@ func parseDraft(h Getter, c *serverClock, in *Info) {
 				}
 				continue
 			}
+			if it.Reset < 0 && it.Window >= 0 {
+				it.Reset = it.Window // RateLimit's w: the pending spelling of t
+			}
 			if it.Remaining < 0 {
-				continue // r is the one required parameter
+				continue // r (or a) is the one required parameter
 			}
 			if !found || it.Remaining < best.Remaining ||
 				(it.Remaining == best.Remaining && it.Reset > best.Reset) {
@@ -470,7 +490,7 @@ func parseDraft(h Getter, c *serverClock, in *Info) {
 			in.Reset = resetFrom(best.Reset, 0, c)
 			in.Has |= HasReset
 		}
-		in.Policy = best.Name
+		in.Policy, in.Unit = best.Name, best.Unit
 		if best.Quota >= 0 { // the dictionary form carries its limit
 			in.Limit = clampInt(best.Quota)
 			in.Has |= HasLimit
@@ -512,6 +532,9 @@ func parseDraft(h Getter, c *serverClock, in *Info) {
 	if !found {
 		in.Policy = pol.Name
 	}
+	if in.Unit == "" {
+		in.Unit = pol.Unit
+	}
 }
 
 // slower reports whether policy a admits fewer requests per second than b.
@@ -532,10 +555,11 @@ func slower(a, b Item) bool {
 // parameters. A parameter the member lacks is -1.
 type Item struct {
 	Name      string
-	Quota     int64 // q: requests per window (RateLimit-Policy)
-	Window    int64 // w: window in seconds (RateLimit-Policy)
-	Remaining int64 // r: remaining quota (RateLimit)
-	Reset     int64 // t: seconds until the quota is restored (RateLimit)
+	Quota     int64  // q: requests per window (RateLimit-Policy)
+	Window    int64  // w: window in seconds (RateLimit-Policy)
+	Remaining int64  // r (or a): remaining quota (RateLimit)
+	Reset     int64  // t: seconds until the quota is restored (RateLimit)
+	Unit      string // qu: the quota unit; "" when absent (requests)
 
 	// Value is set by a dictionary member "name=<integer>" (draft -07's
 	// "limit=100, remaining=50, reset=5"); -1 for a list item.
@@ -599,8 +623,9 @@ func skipMember(s string, i int) int {
 }
 
 type parser struct {
-	s string
-	i int
+	s       string
+	i       int
+	lastStr string // the String or Token bareItem read last
 }
 
 func (p *parser) done() bool { return p.i >= len(p.s) }
@@ -659,18 +684,22 @@ func (p *parser) member(it *Item) bool {
 				return false
 			}
 		}
+		if key == "qu" && kind == kindString {
+			it.Unit = p.lastStr
+			continue
+		}
 		var dst *int64
 		switch key {
 		case "q":
 			dst = &it.Quota
 		case "w":
 			dst = &it.Window
-		case "r":
+		case "r", "a": // a: the pending spelling of r
 			dst = &it.Remaining
 		case "t":
 			dst = &it.Reset
 		default:
-			continue // qu, pk and extensions: valid, not needed
+			continue // pk, c and extensions: valid, not needed
 		}
 		if kind != kindInt || n < 0 {
 			return false
@@ -684,6 +713,7 @@ const (
 	kindInt = iota
 	kindOther
 	kindBool
+	kindString // a String or a Token, in parser.lastStr
 )
 
 // bareItem parses any RFC 9651 bare item; only Integers report their value.
@@ -695,11 +725,12 @@ func (p *parser) bareItem() (kind int, n int64, ok bool) {
 	case c == '-' || isDigit(c):
 		return p.number()
 	case c == '"':
-		_, ok := p.str()
-		return kindOther, 0, ok
+		s, ok := p.str()
+		p.lastStr = s
+		return kindString, 0, ok
 	case isAlpha(c) || c == '*':
-		p.token()
-		return kindOther, 0, true
+		p.lastStr = p.token()
+		return kindString, 0, true
 	case c == ':':
 		p.i++
 		for !p.done() && isBase64(p.s[p.i]) {

@@ -89,7 +89,28 @@ func TestParse(t *testing.T) {
 			"RateLimit-Policy", `burst;q=10;w=1;qu="requests";pk=:cHsx:`,
 			"RateLimit", `burst;r=4;t=1;pk=:cHsx:`),
 			Info{Limit: 10, Remaining: 4, Reset: time.Second, Window: time.Second,
-				Policy: "burst", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+				Policy: "burst", Unit: "requests", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+		{"draft-11 pending spellings a and w, cost c, unit", hdr(
+			"RateLimit-Policy", `"bytes";q=1000;w=60;qu="content-bytes"`,
+			"RateLimit", `"bytes";a=200;w=30;c=5`),
+			Info{Limit: 1000, Remaining: 200, Reset: 30 * time.Second, Window: time.Minute,
+				Policy: "bytes", Unit: "content-bytes", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+		{"draft-11 r and t win nothing over a and w: the last one read", hdr(
+			"RateLimit", `"p";r=3;t=4`),
+			Info{Remaining: 3, Reset: 4 * time.Second, Policy: "p", Has: HasRemaining | HasReset}, true},
+		{"draft-11 concurrency unit as a token", hdr(
+			"RateLimit-Policy", `"slots";q=5;qu=concurrent-requests`,
+			"RateLimit", `"slots";r=0;t=1`),
+			Info{Limit: 5, Remaining: 0, Reset: time.Second, Policy: "slots", Unit: "concurrent-requests",
+				Has: HasLimit | HasRemaining | HasReset}, true},
+		{"served from a cache: only Retry-After", hdr(
+			"Age", "30", "Retry-After", "2", "RateLimit", `"p";r=0;t=9`, "X-RateLimit-Remaining", "0"),
+			Info{RetryAfter: 2 * time.Second, Has: HasRetryAfter}, true},
+		{"served from a cache without Retry-After: nothing", hdr(
+			"Age", "1", "RateLimit", `"p";r=0;t=9`, "X-RateLimit-Limit", "10"),
+			Info{}, false},
+		{"Age 0 is fresh", hdr("Age", "0", "RateLimit", `"p";r=1;t=9`),
+			Info{Remaining: 1, Reset: 9 * time.Second, Policy: "p", Has: HasRemaining | HasReset}, true},
 		{"draft escaped name", hdr("RateLimit", `"a\"b";r=1;t=2`),
 			Info{Remaining: 1, Reset: 2 * time.Second, Policy: `a"b`, Has: HasRemaining | HasReset}, true},
 		{"draft policy without RateLimit takes the slowest rate", hdr(
