@@ -181,6 +181,11 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 			t.Errorf("%s: %.0f/s of %.0f, upstream queue p90 %d (want >= 70%% and <= 8)", ph.name, x, ph.capacity, q)
 		}
 	}
+	for _, l := range strings.Split(e.Logs(), "\n") {
+		if strings.Contains(l, "GAUGE") {
+			t.Log(l[strings.Index(l, "GAUGE"):])
+		}
+	}
 	lat, _ := e.Stat("wasmcustom.sluice.rule.buy.latency_us")
 	if lat < 45000 || lat > 80000 {
 		t.Errorf("learnt latency %d µs for a 50 ms upstream", lat)

@@ -273,6 +273,8 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	sampling, stopSampling := context.WithCancel(ctx)
 	samples := make(chan []StoreSample, 1)
 	go func() { samples <- sampleStore(sampling, shop, runStart) }()
+	learnt := make(chan []LimitSample, 1)
+	go func() { learnt <- sampleLearnt(sampling, e, runStart) }()
 	load := Run(ctx, e.URL(), ph.scenario, 3*time.Second, func(p Progress) {
 		fmt.Printf("  %-10s %5s  sent %7s  answered %7s (ok %s, 429 %s, timeout %s, failed %s)  waiting %6s  login p99 (last 3s) %s\n",
 			ph.name, fmtSeconds(p.Elapsed), fmtCount(p.Sent), fmtCount(p.Answered),
@@ -282,13 +284,14 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	wall := time.Since(runStart)
 	stopSampling()
 	timeline := <-samples
+	learntLimits := <-learnt
 	envoyCPU1, ok1 := processCPU(e.Pid())
 	selfCPU1, ok2 := selfCPU()
 	if ok1 && ok2 {
 		notes = append(notes, fmt.Sprintf("CPU used during the %s run: Envoy %.1fs, load generator + store %.1fs (this machine has %d CPUs: %.0fs available)",
 			fmtSeconds(wall), (envoyCPU1-envoyCPU0).Seconds(), (selfCPU1-selfCPU0).Seconds(), runtime.NumCPU(), wall.Seconds()*float64(runtime.NumCPU())))
 	}
-	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: shop.Metrics(), Timeline: timeline, Notes: notes}
+	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: shop.Metrics(), Timeline: timeline, Learnt: learntLimits, Notes: notes}
 	result.Notes = append(result.Notes, envoyNotes(e, opts.Wasm != nil)...)
 	result.Notes = append(result.Notes, connErrorNotes(load.ConnErrors)...)
 	lagNote := fmt.Sprintf("load generator: 99%% of requests left within %s of their scheduled time (latest %s late)",
@@ -496,6 +499,10 @@ func rulesSummary(config string) string {
 		key := strings.Join(r.Key, "+")
 		if key == "" {
 			key = "client_ip"
+		}
+		if r.Algorithm == "adaptive_concurrency" {
+			parts = append(parts, fmt.Sprintf("%s: %s, in flight at once per %s as many as the store's latency says it can take (learnt, no number given)", r.Name, match, key))
+			continue
 		}
 		if r.Algorithm == "concurrency" {
 			wait := ""

@@ -175,10 +175,11 @@ func TestAdaptiveFindsAndFollowsCapacity(t *testing.T) {
 }
 
 // From cold, the rule reaches the upstream's capacity within a second and
-// a half for a 150 ms service time (a few tens of rounds trips), whatever
-// the noise of service times (uniform 100-200 ms, as the demo store's buy).
+// a half for a 150 ms service time (ten round trips), through the noise of
+// service times that vary by a factor of two (uniform 100-200 ms, as the
+// demo store's buy): >= 85% of the capacity, a short queue.
 func TestAdaptiveColdStartNoisy(t *testing.T) {
-	for seed := int64(1); seed <= 20; seed++ {
+	for seed := int64(1); seed <= 50; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		s := newSim(t, 1, 1000, 20, 500, func() time.Duration {
 			return 100*time.Millisecond + time.Duration(rng.Int63n(int64(100*time.Millisecond)))
@@ -186,8 +187,7 @@ func TestAdaptiveColdStartNoisy(t *testing.T) {
 		s.phase(1500 * time.Millisecond)
 		x, p90 := s.phase(10 * time.Second)
 		capacity := 20 / 0.150
-		t.Logf("seed %d: %.0f/s of %.0f, upstream queue p90 %d, limit %.1f", seed, x, capacity, p90, s.g.Limit)
-		if x < 0.8*capacity || p90 > 6 {
+		if x < 0.85*capacity || p90 > 6 {
 			t.Errorf("seed %d: %.0f/s of %.0f, upstream queue p90 %d, limit %.1f", seed, x, capacity, p90, s.g.Limit)
 		}
 	}
