@@ -156,10 +156,13 @@ fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Unit and in-process tests (the compiled plugin under wazero), SDK with -race.
+# Unit and in-process tests (the compiled plugin under wazero); with -race,
+# the SDK, the wazero host (VMs in parallel over one shared store; its
+# compiled modules are cached in build/wazero-cache by the first run) and the
+# engine.
 unit: build
 	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e -e /sdk)
-	$(GO) test -race $(GOTEST_FLAGS) ./sdk/...
+	$(GO) test -race $(GOTEST_FLAGS) ./sdk/... ./internal/wasmhost/... ./plugin/engine/...
 
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
