@@ -92,4 +92,3 @@ func TestFmtNotReachableInPlugin(t *testing.T) {
 		t.Fatalf("no reachability graph from the linker (%d edges)", edges)
 	}
 }
-
