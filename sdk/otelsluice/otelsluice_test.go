@@ -75,35 +75,8 @@ func TestMetrics(t *testing.T) {
 	wg.Wait()
 	get("/down", 503)
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	if len(rm.ScopeMetrics) != 1 || rm.ScopeMetrics[0].Scope.Name != otelsluice.ScopeName {
-		t.Fatalf("scopes: %+v", rm.ScopeMetrics)
-	}
-	got := map[string]metricdata.Metrics{}
-	for _, x := range rm.ScopeMetrics[0].Metrics {
-		got[x.Name] = x
-	}
-	sum := func(name string, match ...attribute.KeyValue) int64 {
-		var n int64
-		d, ok := got[name].Data.(metricdata.Sum[int64])
-		if !ok {
-			t.Errorf("%s: no int64 sum (%T)", name, got[name].Data)
-			return 0
-		}
-	next:
-		for _, p := range d.DataPoints {
-			for _, kv := range match {
-				if v, ok := p.Attributes.Value(kv.Key); !ok || v != kv.Value {
-					continue next
-				}
-			}
-			n += p.Value
-		}
-		return n
-	}
+	got := collect(t, reader)
+	sum := func(name string, match ...attribute.KeyValue) int64 { return sumOf(t, got, name, match...) }
 	if n := sum("sluice.client.resends", otelsluice.ResendCountKey.Int(1), otelsluice.StatusCodeKey.Int(429),
 		otelsluice.ReasonKey.String("rate_limited")); n != 1 {
 		t.Errorf("resends after the 429: %d, want 1", n)
@@ -145,4 +118,42 @@ func TestMetrics(t *testing.T) {
 	if holds < 1 || holdWait <= 0 || holdWait > 1.2 {
 		t.Errorf("holds: %d summing %.3fs, want the rest of the cool-down", holds, holdWait)
 	}
+}
+
+// collect reads every metric of the adapter's scope from reader, by name.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if len(rm.ScopeMetrics) != 1 || rm.ScopeMetrics[0].Scope.Name != otelsluice.ScopeName {
+		t.Fatalf("scopes: %+v", rm.ScopeMetrics)
+	}
+	got := map[string]metricdata.Metrics{}
+	for _, x := range rm.ScopeMetrics[0].Metrics {
+		got[x.Name] = x
+	}
+	return got
+}
+
+// sumOf adds up the points of counter name whose attributes include match.
+func sumOf(t *testing.T, got map[string]metricdata.Metrics, name string, match ...attribute.KeyValue) int64 {
+	t.Helper()
+	d, ok := got[name].Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Errorf("%s: no int64 sum (%T)", name, got[name].Data)
+		return 0
+	}
+	var n int64
+next:
+	for _, p := range d.DataPoints {
+		for _, kv := range match {
+			if v, ok := p.Attributes.Value(kv.Key); !ok || v != kv.Value {
+				continue next
+			}
+		}
+		n += p.Value
+	}
+	return n
 }
