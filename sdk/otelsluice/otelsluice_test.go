@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 
@@ -156,4 +158,18 @@ next:
 		n += p.Value
 	}
 	return n
+}
+
+// TestSDKImportsNoOpenTelemetry: a partner who does not use this package
+// does not link OpenTelemetry.
+func TestSDKImportsNoOpenTelemetry(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/sluicehq/sluice/sdk").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "go.opentelemetry.io/") {
+			t.Errorf("package sdk depends on %s", p)
+		}
+	}
 }
