@@ -126,55 +126,28 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg        *config.Config
-	table      *Table
-	seed       uint64
+	cfg   *config.Config
+	table *Table
+	seed  uint64
+	Stats Stats
+	// Each kind of rule keeps its own working state; the methods that use
+	// it live in the kind's file.
+	localRules       // the request's rules and what they charged (engine.go)
+	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
+	concurrencyRules // slots, their leases and the queue (concurrency.go)
+	adaptiveRules    // learnt limits (adaptive.go)
+	// Now is the clock of answers to calls (nanoseconds since the epoch).
+	Now func() int64
+}
+
+// localRules is what a decision keeps between rules: which matched, what
+// each charged (refunded if a later rule rejects), the key being built.
+type localRules struct {
 	needMethod bool
 	needPath   bool
 	matched    []int
 	charged    []charge
 	keyBuf     []byte
-	Stats      Stats
-	// Global rules (global.go).
-	Global  GlobalStats
-	caller  Caller
-	decided Decided
-	calls   map[callKey]*inflight
-	circuit circuit
-	callBuf []byte
-	// rtt is a moving average of how long the service takes to answer
-	// (ns), which sets how early a lease is refilled (prefetch).
-	rtt     int64
-	scratch Pending
-	globals []globalRef
-	gkeys   []byte
-	// ctxOwner is the request whose stream is the current proxy-wasm
-	// context while an answer is handled (nil: the root context); inDecide
-	// is set while Decide runs (the deciding request's stream is current).
-	ctxOwner *Pending
-	inDecide bool
-	// concurrency rules (concurrency.go)
-	pending  []pendingConc
-	op       concOp
-	holdings map[holdKey]*holding
-	waiters  []*Waiter
-	blocked  map[holdKey]bool
-	hold     []int64 // observed mean slot hold time per rule (ns)
-	// debts are global rules' charges after the response that wait for
-	// the tick (cost.go).
-	debts   map[callKey]*debt
-	renewed uint16 // the epoch of the last renewal
-	// adaptive concurrency rules (adaptive.go)
-	learners   map[learnKey]*learner
-	gop        gaugeOp
-	slotLim    limit.Limit
-	lastGauge  []limit.Gauge
-	lastSlots  []slotsSeen
-	learnSwept int64
-	// gaugeRegion is the table region of adaptive rule i's Gauges.
-	gaugeRegion []int
-	// Now is the clock of answers to calls (nanoseconds since the epoch).
-	Now func() int64
 }
 
 func (e *Engine) now() int64 {
@@ -189,22 +162,26 @@ func (e *Engine) now() int64 {
 // and a random one keeps clients from choosing which bucket they land in.
 func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	e := &Engine{
-		cfg:     cfg,
-		table:   NewTable(store, Regions(cfg)),
-		seed:    seed,
-		matched: make([]int, 0, len(cfg.Rules)),
-		charged: make([]charge, 0, len(cfg.Rules)),
-		keyBuf:  make([]byte, 0, 256),
-		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
-		calls:   map[callKey]*inflight{},
-
-		holdings: map[holdKey]*holding{},
-		hold:     make([]int64, len(cfg.Rules)),
-
-		learners:    map[learnKey]*learner{},
-		gaugeRegion: gaugeRegions(cfg),
-		lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
-		lastSlots:   make([]slotsSeen, len(cfg.Rules)),
+		cfg:   cfg,
+		table: NewTable(store, Regions(cfg)),
+		seed:  seed,
+		Stats: Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+		localRules: localRules{
+			matched: make([]int, 0, len(cfg.Rules)),
+			charged: make([]charge, 0, len(cfg.Rules)),
+			keyBuf:  make([]byte, 0, 256),
+		},
+		globalRules: globalRules{calls: map[callKey]*inflight{}},
+		concurrencyRules: concurrencyRules{
+			holdings: map[holdKey]*holding{},
+			hold:     make([]int64, len(cfg.Rules)),
+		},
+		adaptiveRules: adaptiveRules{
+			learners:    map[learnKey]*learner{},
+			gaugeRegion: gaugeRegions(cfg),
+			lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
+			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
+		},
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]

@@ -70,6 +70,34 @@ type Pending struct {
 	persisted         *Pending // the heap copy of the engine's scratch Pending
 }
 
+// globalRules is the engine's state for global rules: the calls to the
+// rate-limit service in flight on this worker, the circuit that stops
+// waiting on it after a failure, the debts of charges after the response,
+// and the request being decided.
+type globalRules struct {
+	// Global counts what the global rules did (exported as metrics).
+	Global  GlobalStats
+	caller  Caller
+	decided Decided
+	calls   map[callKey]*inflight
+	circuit circuit
+	callBuf []byte
+	// rtt is a moving average of how long the service takes to answer
+	// (ns), which sets how early a lease is refilled (prefetch).
+	rtt     int64
+	scratch Pending
+	globals []globalRef
+	gkeys   []byte
+	// ctxOwner is the request whose stream is the current proxy-wasm
+	// context while an answer is handled (nil: the root context); inDecide
+	// is set while Decide runs (the deciding request's stream is current).
+	ctxOwner *Pending
+	inDecide bool
+	// debts are global rules' charges after the response that wait for
+	// the tick (cost.go).
+	debts map[callKey]*debt
+}
+
 // persist returns a Pending that outlives the current decision: the
 // engine's scratch Pending (which every decision reuses, so that requests
 // served from leases allocate nothing) is copied once a request waits.

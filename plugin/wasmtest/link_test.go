@@ -92,3 +92,39 @@ func TestFmtNotReachableInPlugin(t *testing.T) {
 		t.Fatalf("no reachability graph from the linker (%d edges)", edges)
 	}
 }
+
+// shared/ holds what more than one part of the repository uses (the header
+// protocol, the rate-limit algorithms); what only the plugin uses lives in
+// plugin/internal/, where nothing else can import it.
+func TestSharedIsShared(t *testing.T) {
+	deps := func(pkg string, env ...string) []string {
+		cmd := exec.Command("go", "list", "-deps", pkg)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	parts := map[string][]string{
+		"plugin":     deps("..", "GOOS=wasip1", "GOARCH=wasm"),
+		"sdk":        deps("../../sdk"),
+		"cmd/sluice": deps("../../cmd/sluice"),
+	}
+	shared, err := filepath.Glob("../../shared/*")
+	if err != nil || len(shared) == 0 {
+		t.Fatalf("no packages in shared/: %v", err)
+	}
+	for _, dir := range shared {
+		pkg := "github.com/sluicehq/sluice/shared/" + filepath.Base(dir)
+		var users []string
+		for part, d := range parts {
+			if slices.Contains(d, pkg) {
+				users = append(users, part)
+			}
+		}
+		if len(users) < 2 {
+			t.Errorf("%s is used by %v only: move it next to its one user (plugin/internal/ for the plugin)", pkg, users)
+		}
+	}
+}
