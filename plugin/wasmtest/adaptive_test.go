@@ -179,3 +179,33 @@ func TestAdaptiveIgnoresWhatIsNotUpstreamLatency(t *testing.T) {
 		t.Fatalf("upstream responses left the limit at %s", l)
 	}
 }
+
+// TestAdaptiveKilledWorkerSlotsComeBack: an adaptive rule's slots are
+// concurrency leases: a worker that vanishes holding them leaks them for
+// at most 2 s, as for concurrency.
+func TestAdaptiveKilledWorkerSlotsComeBack(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[{"name":"store","algorithm":"adaptive_concurrency","key":["path"]}]}`)
+	for i := 0; i < 4; i++ { // the cold limit
+		if s := open(t, vms[0], "/buy", "10.0.0.1:1"); state(s) != wasmhost.StreamUpstream {
+			t.Fatalf("request %d not admitted", i)
+		}
+	}
+	if err := vms[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if r := open(t, vms[1], "/buy", "10.0.0.2:1").Result(); r.Status != 429 {
+		t.Fatalf("right after the kill the slots are still held: got %d", r.Status)
+	}
+	var back time.Duration
+	for step := 100 * time.Millisecond; step <= 5*time.Second; step += 100 * time.Millisecond {
+		h.AdvanceClock(100 * time.Millisecond)
+		if s := open(t, vms[1], "/buy", "10.0.0.2:1"); state(s) == wasmhost.StreamUpstream {
+			back = step
+			break
+		}
+	}
+	if back == 0 || back > 2*time.Second+100*time.Millisecond {
+		t.Fatalf("the killed worker's slots came back after %v, want within 2s", back)
+	}
+}
