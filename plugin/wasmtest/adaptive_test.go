@@ -106,34 +106,40 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 	capacity := 2 * 6 / 0.020
 	n, _ := strconv.Atoi(limit)
 	t.Logf("served %d in 2 s (capacity %.0f), upstream queue at most %d, learnt limit %s", served, capacity, up.maxQ, limit)
-	if float64(served) < 0.7*capacity || up.maxQ > 6 || n < 5 || n > 12 {
+	if float64(served) < 0.6*capacity || up.maxQ > 6 || n < 4 || n > 12 {
 		t.Errorf("served %d (capacity %.0f), upstream queue up to %d, limit %d", served, capacity, up.maxQ, n)
 	}
 	// The draft policy says the learnt number, in concurrent requests.
 	if want := `"store";q=` + limit + `;qu="concurrent-requests"`; policy != want {
 		t.Errorf("RateLimit-Policy %q, want %q", policy, want)
 	}
-	// The metrics publish the learnt limit and latency.
-	h.AdvanceClock(1100 * time.Millisecond)
-	m := h.Metrics()
-	if l, lat := m.Gauge("sluice.rule.store.limit"), m.Gauge("sluice.rule.store.latency_us"); l < 5 || l > 12 || lat < 19000 || lat > 25000 {
-		t.Errorf("gauges: limit %d, latency_us %d", l, lat)
-	}
-	// Every slot comes back when the clients go away (as for concurrency).
+	// Every slot comes back when the clients go away (as for concurrency;
+	// at once: gone after less than the learnt latency, they teach the
+	// rule nothing, where a stall of a second would).
 	for _, s := range clients {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.AdvanceClock(10 * time.Millisecond)
-	admitted := 0
+	// The metrics publish the learnt limit and latency.
+	h.AdvanceClock(1100 * time.Millisecond)
+	m := h.Metrics()
+	if l, lat := m.Gauge("sluice.rule.store.limit"), m.Gauge("sluice.rule.store.latency_us"); l != uint64(n) || lat < 19000 || lat > 25000 {
+		t.Errorf("gauges: limit %d (learnt %d), latency_us %d", l, n, lat)
+	}
+	var again []*wasmhost.Stream
 	for i := 0; i < 20; i++ {
-		if s := start(i); state(s) == wasmhost.StreamUpstream {
+		again = append(again, start(i))
+	}
+	h.AdvanceClock(20 * time.Millisecond) // the queue admits up to the limit
+	admitted := 0
+	for _, s := range again {
+		if state(s) == wasmhost.StreamUpstream {
 			admitted++
 		}
 	}
-	if admitted != n && admitted < 5 {
-		t.Errorf("after every client left, %d admitted (limit %d)", admitted, n)
+	if admitted != n {
+		t.Errorf("after every client left, %d of 20 admitted, want the learnt limit %d", admitted, n)
 	}
 }
 
