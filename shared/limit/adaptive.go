@@ -51,34 +51,40 @@ func (l Limit) At(n int64) Limit {
 // while, refusing traffic (envoyproxy/envoy#8337, #18152, #38338).
 //
 // The Gauge works in rounds. A round gathers about Limit samples (latency
-// from admission to the upstream's response headers) of requests admitted
-// under the round's limit, then decides once:
+// from the request's forwarding to the upstream's response headers) of
+// requests admitted under the round's limit, then decides once:
 //
 //   - Mean within (1+Tolerance) of Base: no queue worth the name. Grow: in
 //     slow start (from cold, or after the upstream's own latency changed)
-//     double, otherwise add max(1, Limit/16). Growth needs the round to
-//     have used its limit (Saturated): an idle rule does not inflate it.
-//     A round faster than Base lowers Base at once (the upstream got
-//     faster).
+//     by half the round's samples (1.5x per round trip), otherwise by
+//     max(1, Limit/16) per round trip. Growth needs the round to have used
+//     its limit (Saturated): an idle rule does not inflate it. A round
+//     faster than Base lowers Base (the upstream got faster).
 //   - Mean above that: requests queue at the upstream (when the rise is
 //     mild, under 2×Tolerance, only if the previous round showed it too:
-//     the mean of a round is noisy). With S slots (or
-//     cores, or connections) of service time b, latency at L > S requests
-//     in flight is b·L/S, so Limit·Base/Mean estimates S: the limit drops
-//     to Backoff of that, just under the knee, and the next round measures
-//     Base afresh (Measure). That is the re-measurement Vegas needs, at no
-//     extra cost: the limit is being lowered anyway, and requests admitted
-//     under it no longer queue at the upstream, so their latency is the
-//     no-queue latency of the upstream as it is now. A measured Base 1.5x
-//     the old one means the upstream itself slowed down (service time, not
-//     our queue): slow start again to find the limit that fits it.
+//     the mean of a round is noisy). With S slots (or cores, or
+//     connections) of service time b, latency at L > S requests in flight
+//     is b·L/S, so Limit·Base/Mean estimates S, the knee: the limit drops
+//     to Backoff of that, and the next round measures Base afresh
+//     (Measure). That is the re-measurement Vegas needs, at no extra cost:
+//     the limit is being lowered anyway, and requests admitted under it no
+//     longer queue at the upstream, so their latency is the no-queue
+//     latency of the upstream as it is now. A measured Base 1.5x the old
+//     one means the upstream itself slowed down (service time, not our
+//     queue): slow start again to find the limit that fits it.
+//   - After a backoff the limit holds, just under the knee, for HoldRounds
+//     rounds before probing upwards again: a delay-based controller only
+//     sees the knee by crossing it, and crossing it queues everyone else at
+//     the upstream too (other routes of the same service). While holding,
+//     Base follows the rounds both ways (there is no queue to absorb), a
+//     mild rise is noise, and a clear one (over 2×Tolerance) backs off.
 //
-// So the limit saws just around the knee (from Backoff×S to about
-// (1+Tolerance)×S) and the upstream's queue stays within Tolerance of its
-// capacity, while serving at least Backoff of its capacity; a change in
-// service time is followed within a few rounds either way. A round whose
-// mean is far over (1+2×Tolerance) ends after half of its samples, so
-// an overshoot is short.
+// So the limit holds at Backoff of the upstream's capacity, probing it
+// once in a while; a change in service time is followed within a few
+// rounds either way (Base, and the backoff and slow start a slower
+// upstream causes), a larger capacity at the next probe. A round whose
+// mean is far over (1+2×Tolerance) ends after half of its samples, so an
+// overshoot is short.
 //
 // Samples come in batches (a worker's samples since its last update);
 // a batch of another round (the worker had not yet seen the round change) is
