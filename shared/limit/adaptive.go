@@ -51,40 +51,34 @@ func (l Limit) At(n int64) Limit {
 // while, refusing traffic (envoyproxy/envoy#8337, #18152, #38338).
 //
 // The Gauge works in rounds. A round gathers about Limit samples (latency
-// from the request's forwarding to the upstream's response headers) of
-// requests admitted under the round's limit, then decides once:
+// from admission to the upstream's response headers) of requests admitted
+// under the round's limit, then decides once:
 //
 //   - Mean within (1+Tolerance) of Base: no queue worth the name. Grow: in
 //     slow start (from cold, or after the upstream's own latency changed)
-//     by half the round's samples (1.5x per round trip), otherwise by
-//     max(1, Limit/16) per round trip. Growth needs the round to have used
-//     its limit (Saturated): an idle rule does not inflate it. A round
-//     faster than Base lowers Base (the upstream got faster).
+//     double, otherwise add max(1, Limit/16). Growth needs the round to
+//     have used its limit (Saturated): an idle rule does not inflate it.
+//     A round faster than Base lowers Base at once (the upstream got
+//     faster).
 //   - Mean above that: requests queue at the upstream (when the rise is
 //     mild, under 2×Tolerance, only if the previous round showed it too:
-//     the mean of a round is noisy). With S slots (or cores, or
-//     connections) of service time b, latency at L > S requests in flight
-//     is b·L/S, so Limit·Base/Mean estimates S, the knee: the limit drops
-//     to Backoff of that, and the next round measures Base afresh
-//     (Measure). That is the re-measurement Vegas needs, at no extra cost:
-//     the limit is being lowered anyway, and requests admitted under it no
-//     longer queue at the upstream, so their latency is the no-queue
-//     latency of the upstream as it is now. A measured Base 1.5x the old
-//     one means the upstream itself slowed down (service time, not our
-//     queue): slow start again to find the limit that fits it.
-//   - After a backoff the limit holds, just under the knee, for HoldRounds
-//     rounds before probing upwards again: a delay-based controller only
-//     sees the knee by crossing it, and crossing it queues everyone else at
-//     the upstream too (other routes of the same service). While holding,
-//     Base follows the rounds both ways (there is no queue to absorb), a
-//     mild rise is noise, and a clear one (over 2×Tolerance) backs off.
+//     the mean of a round is noisy). With S slots (or
+//     cores, or connections) of service time b, latency at L > S requests
+//     in flight is b·L/S, so Limit·Base/Mean estimates S: the limit drops
+//     to Backoff of that, just under the knee, and the next round measures
+//     Base afresh (Measure). That is the re-measurement Vegas needs, at no
+//     extra cost: the limit is being lowered anyway, and requests admitted
+//     under it no longer queue at the upstream, so their latency is the
+//     no-queue latency of the upstream as it is now. A measured Base 1.5x
+//     the old one means the upstream itself slowed down (service time, not
+//     our queue): slow start again to find the limit that fits it.
 //
-// So the limit holds at Backoff of the upstream's capacity, probing it
-// once in a while; a change in service time is followed within a few
-// rounds either way (Base, and the backoff and slow start a slower
-// upstream causes), a larger capacity at the next probe. A round whose
-// mean is far over (1+2×Tolerance) ends after half of its samples, so an
-// overshoot is short.
+// So the limit saws just around the knee (from Backoff×S to about
+// (1+Tolerance)×S) and the upstream's queue stays within Tolerance of its
+// capacity, while serving at least Backoff of its capacity; a change in
+// service time is followed within a few rounds either way. A round whose
+// mean is far over (1+2×Tolerance) ends after half of its samples, so
+// an overshoot is short.
 //
 // Samples come in batches (a worker's samples since its last update);
 // a batch of another round (the worker had not yet seen the round change) is
@@ -103,9 +97,6 @@ type Gauge struct {
 	// Saturated: a request of this round was admitted at the limit.
 	// Warned: the previous round's mean was mildly over Base.
 	SlowStart, Measure, Saturated, Warned bool
-	// Hold is how many more rounds the limit stays where a backoff put
-	// it before probing upwards again.
-	Hold uint8
 }
 
 // Constants of the adaptive estimator.
@@ -116,8 +107,6 @@ const (
 	Tolerance = 0.1
 	// Backoff is the fraction of the estimated capacity a backoff keeps.
 	Backoff = 0.9
-	// slowStartGrowth is slow start's growth per round trip.
-	slowStartGrowth = 1.5
 	// InitialLimit is where a cold rule starts (within its bounds), in
 	// slow start.
 	InitialLimit = 4
@@ -127,13 +116,6 @@ const (
 	// MinRound is the fewest samples a round decides on: the mean of 16
 	// latencies that vary by a factor of two is within 5% of theirs.
 	MinRound = 16
-	// HoldRounds is how many rounds a backoff's limit, just under the knee
-	// it found, stays before probing upwards again. A delay-based
-	// controller only sees the knee by crossing it, and crossing it is a
-	// queue at the upstream for everyone else there too (other routes of
-	// the same service): probing once in a while instead of all the time
-	// keeps that queue to a few rounds in HoldRounds.
-	HoldRounds = 48
 	// GaugeTTL is how long a Gauge nobody updates is kept (then the rule's
 	// key starts cold again).
 	GaugeTTL = 10 * time.Minute
@@ -181,7 +163,7 @@ func EncodeGauge(g Gauge) State {
 		f |= 8
 	}
 	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
-	b := micros(g.Mean) | uint64(g.Round)<<24 | uint64(g.Hold)<<56
+	b := micros(g.Mean) | uint64(g.Round)<<24
 	return State{A: int64(a), B: int64(b)}
 }
 
@@ -196,7 +178,6 @@ func DecodeGauge(st State) Gauge {
 		N:     int64(a >> 44 & (1<<16 - 1)),
 		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
 		Round: uint32(b >> 24),
-		Hold:  uint8(b >> 56),
 
 		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0,
 	}
@@ -259,99 +240,66 @@ func (g Gauge) need() int64 {
 
 // endRound decides a complete round (see Gauge).
 func (l Limit) endRound(g Gauge) Gauge {
+	lo, hi := float64(l.MinLimit()), float64(l.limit)
+	clamp := func(x float64) float64 { return min(max(x, lo), hi) }
 	mean := max(g.Mean, time.Microsecond)
-	ratio := float64(mean) / float64(max(g.Base, time.Microsecond))
 	switch {
 	case g.Measure:
-		return l.measured(g, mean)
-	case g.Hold > 0 && !g.SlowStart && ratio <= 1+2*Tolerance:
-		// Holding just under the knee a backoff found: no queue there, so
-		// a mild rise is the noise of a round (or a slower upstream), and
-		// Base follows the rounds either way; a clear rise still backs off.
-		g.Hold--
-		g.Warned = false
-		g.Base += (mean - g.Base) / 4
-		return g
-	case g.SlowStart && ratio > 1+Tolerance && (ratio <= 1+2*Tolerance || g.N < MinRound/2):
-		// A mild rise in slow start, or any rise in a round too small to
-		// tell it from noise: hold, and stop growing if the next round
-		// shows it too and is large enough to tell (the next rounds are
-		// then large enough to back off); growing past the knee shows a
-		// clear rise. In a small round, Base (measured on few samples too)
-		// is as likely off as this round: average them; a larger round's
-		// rise may be a queue, which Base must not absorb.
-		g.SlowStart = !g.Warned || g.N < MinRound/2
-		g.Warned = !g.Warned
-		if g.N < MinRound/2 {
-			g.Base = (g.Base + mean) / 2
+		// Base is the mean of one round: averaged with the previous
+		// measurement unless the upstream's latency clearly moved.
+		old := g.Base
+		g.Base, g.Measure = mean, false
+		switch {
+		case old > 0 && mean > old*3/2:
+			g.SlowStart = true // the upstream slowed down, not its queue
+		case old > 0 && mean*3/2 > old:
+			g.Base = (old + mean) / 2
 		}
-	case ratio > 1+Tolerance && ratio <= 1+2*Tolerance && !g.Warned:
+	case g.SlowStart && float64(mean) > float64(g.Base)*(1+Tolerance) &&
+		(float64(mean) <= float64(g.Base)*(1+2*Tolerance) || g.N < MinRound/2):
+		// A mild rise in slow start, or any rise in a round too small to
+		// tell it from noise: hold, and stop doubling if the next round
+		// shows it too (the next rounds are then large enough to back
+		// off); a doubling past the knee shows a clear rise. Base, from
+		// one small round, is as likely off as this round: average them
+		// (a clean measurement follows any backoff).
+		g.SlowStart, g.Warned = g.SlowStart && !g.Warned, !g.Warned
+		g.Base = (g.Base + mean) / 2
+	case float64(mean) > float64(g.Base)*(1+Tolerance) && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && !g.Warned:
 		// A mild rise: noise, once in a while (a round's mean and Base
 		// each vary by about 5%); a queue if the next round shows it too.
 		g.Warned = true
-	case ratio > 1+Tolerance:
-		if g.SlowStart {
-			// The round that shows slow start's overshoot mixes requests
-			// that queued behind few others with ones that queued behind
-			// many: its rise understates the queue. The knee is under the
-			// limit before the last step (a 1.5x growth) in any case.
-			ratio = max(ratio, slowStartGrowth)
-		}
-		g.Limit = l.clamp(g.Limit / ratio * Backoff)
-		g.Measure, g.SlowStart, g.Warned, g.Hold = true, false, false, HoldRounds
+	case float64(mean) > float64(g.Base)*(1+Tolerance):
+		knee := g.Limit * float64(g.Base) / float64(mean)
+		g.Limit = clamp(knee * Backoff)
+		g.Measure, g.SlowStart, g.Warned = true, false, false
 	default:
-		return l.calm(g, mean)
-	}
-	return g
-}
-
-func (l Limit) clamp(x float64) float64 {
-	return min(max(x, float64(l.MinLimit())), float64(l.limit))
-}
-
-// measured takes a Measure round's mean as Base: averaged with the
-// previous measurement unless the upstream's latency clearly moved.
-func (l Limit) measured(g Gauge, mean time.Duration) Gauge {
-	old := g.Base
-	g.Base, g.Measure = mean, false
-	switch {
-	case old > 0 && mean > old*3/2:
-		g.SlowStart, g.Hold = true, 0 // the upstream slowed down, not its queue
-	case old > 0 && mean*3/2 > old:
-		g.Base = (old + mean) / 2
-	}
-	return g
-}
-
-// calm decides a round with no rise worth a backoff: follow a faster
-// upstream, or grow.
-func (l Limit) calm(g Gauge, mean time.Duration) Gauge {
-	g.Warned = false
-	// Faster than Base: follow down, at once when the upstream got clearly
-	// faster, else a quarter of the way (a round's mean is noisy; following
-	// it up too would let a queue creep in).
-	switch {
-	case mean*3/2 < g.Base:
-		g.Base = mean
-	case mean < g.Base:
-		g.Base -= (g.Base - mean) / 4
-	case g.SlowStart:
-		// Under the knee still: each round refines the Base measured on
-		// few samples.
-		g.Base = (g.Base + mean) / 2
-	}
-	switch {
-	case g.Saturated && g.SlowStart:
-		// One more per two samples: 1.5 times the limit per round trip
-		// (TCP's slow start doubles; a smaller step overshoots the knee
-		// less, and the overshoot is a queue for everyone else at the
-		// upstream).
-		g.Limit = l.clamp(g.Limit + float64(g.N)/2)
-	case g.Saturated:
-		// max(1, Limit/16) per round trip: a round of MinRound samples
-		// under a small limit spans several.
-		trips := float64(max(g.Current(), MinRound)) / g.Limit
-		g.Limit = l.clamp(g.Limit + max(1, g.Limit/16)*trips)
+		g.Warned = false
+		// Faster than Base: follow down, at once when the upstream got
+		// clearly faster, else a quarter of the way (a round's mean is
+		// noisy; following it up too would let a queue creep in).
+		switch {
+		case mean*3/2 < g.Base:
+			g.Base = mean
+		case mean < g.Base:
+			g.Base -= (g.Base - mean) / 4
+		case g.SlowStart:
+			// Under the knee still: each round refines the Base measured
+			// on few samples.
+			g.Base = (g.Base + mean) / 2
+		}
+		if g.Saturated {
+			if g.SlowStart {
+				// One more per sample, as TCP's slow start: twice the
+				// limit per round trip.
+				g.Limit = clamp(g.Limit + float64(g.N))
+			} else {
+				// max(1, Limit/16) per round trip: a round of MinRound
+				// samples under a small limit spans several.
+				trips := float64(max(g.Current(), MinRound)) / g.Limit
+				g.Limit = clamp(g.Limit + max(1, g.Limit/16)*trips)
+			}
+		}
 	}
 	return g
 }

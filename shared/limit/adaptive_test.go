@@ -335,28 +335,20 @@ func sharedUpstream(seed int64, fixed int64, from time.Duration) (float64, time.
 	return float64(served) / (11.5 - from.Seconds()), waits[len(waits)*99/100]
 }
 
-// Once it has found the knee, the rule holds just under it (HoldRounds)
-// instead of sawing across it: the upstream's other traffic, which the rule
-// cannot see, mostly waits no longer for a worker than next to a fixed
-// limit of 19 of the 20 workers (a limit sawing across the knee makes its
-// p99 40-130 ms), while the rule gets >= 85% of what the workers can serve
-// it. "Mostly": the knee is estimated from rounds of noisy latencies, and
-// a hold at one step above it, or a backoff too deep, lasts a hold.
-func TestAdaptiveLeavesRoomForOthers(t *testing.T) {
+// The rule finds the knee by crossing it, again and again (a delay-based
+// controller sees nothing below it): the upstream's other traffic, which
+// the rule cannot see, queues behind the rule's requests while it probes.
+// The rule gets >= 85% of what the workers can serve it, and that queue
+// stays bounded (p99 of the other traffic's wait under 200 ms, where
+// without a limit it is the whole backlog), but it is not the 0-6 ms of a
+// fixed limit of 19 of the 20 workers: docs/adaptive-concurrency.md.
+func TestAdaptiveSharedUpstream(t *testing.T) {
 	_, fixed19 := sharedUpstream(1, 19, 3*time.Second)
-	good := 0
 	for seed := int64(1); seed <= 20; seed++ {
 		x, p99 := sharedUpstream(seed, 0, 3*time.Second)
-		ok := x >= 0.85*20/0.150 && p99 <= max(8*time.Millisecond, 2*fixed19)
-		t.Logf("seed %d: %.0f/s, the other traffic's wait p99 %v (next to a fixed 19: %v) %v", seed, x, p99, fixed19, ok)
-		if ok {
-			good++
-		}
-		if x < 0.6*20/0.150 || p99 > 100*time.Millisecond {
+		t.Logf("seed %d: %.0f/s, the other traffic's wait p99 %v (next to a fixed 19: %v)", seed, x, p99, fixed19)
+		if x < 0.85*20/0.150 || p99 > 200*time.Millisecond {
 			t.Errorf("seed %d: %.0f/s, the other traffic's wait p99 %v", seed, x, p99)
 		}
-	}
-	if good < 15 {
-		t.Errorf("%d of 20 runs left room for the other traffic with >= 85%% of the capacity, want >= 15", good)
 	}
 }
