@@ -193,3 +193,48 @@ func TestGlobalFloodUsesTheOverflowLease(t *testing.T) {
 		t.Errorf("on_error denied %d, h's overflow decisions %d", e.Stats.OnErrorDenied, e.Table().Overflow[1])
 	}
 }
+
+// TestConcurrencyFloodSharesTheOverflowSlots: a concurrency rule keyed by a
+// header, flooded with new values that each hold a slot past the rule's
+// share: the new values share the rule's overflow state (limit in flight
+// for all of them together), another rule's new clients are untouched, and
+// releasing the slots gives them back on the overflow state.
+func TestConcurrencyFloodSharesTheOverflowSlots(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[
+		{"name":"conc","match":{"path_prefix":"/c"},"key":["header:x-key"],"algorithm":"concurrency","limit":2},
+		{"name":"login","match":{"path_prefix":"/login"},"limit":2,"window":"1h"}],"max_keys":36,"on_error":"deny"}`)
+	e := New(cfg, newMemStore(), 7)
+	now := t0
+	var held []SlotRef
+	admitted := 0
+	for i := 0; i < 100; i++ {
+		v := e.Decide(req("/c", "GET", "10.0.0.1:1", "x-key", fmt.Sprint("k", i)), now)
+		if v.Err != nil {
+			t.Fatalf("value %d: on_error decided: %v", i, v.Err)
+		}
+		if v.Outcome == Allow {
+			admitted++
+			held = append(held, v.Slots...)
+		}
+	}
+	slots := e.Table().RegionCapacity(0) - 1
+	// One in flight per value with a slot, 2 on the overflow state.
+	if admitted != slots+2 {
+		t.Errorf("%d of 100 new values in flight, want %d (a slot each) + 2 (the overflow state)", admitted, slots)
+	}
+	for c := 0; c < 3; c++ {
+		ok := 0
+		for i := 0; i < 3; i++ {
+			if v := e.Decide(req("/login", "POST", fmt.Sprintf("10.1.0.%d:1", c)), now); v.Outcome == Allow {
+				ok++
+			}
+		}
+		if ok != 2 {
+			t.Errorf("login client %d: %d of 3 admitted, want 2", c, ok)
+		}
+	}
+	e.Release(held, now+int64(time.Millisecond))
+	if v := e.Decide(req("/c", "GET", "10.0.0.1:1", "x-key", "late"), now+int64(2*time.Millisecond)); v.Outcome != Allow {
+		t.Errorf("after the releases a new value is refused: %d", v.Outcome)
+	}
+}
