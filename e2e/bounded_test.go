@@ -82,8 +82,11 @@ func TestFloodKeepsMemoryFlatAndLimitsHeld(t *testing.T) {
 	if res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 3, Concurrency: 1, XForwardedFor: victim}); res.Count(429) != 3 {
 		t.Errorf("after the flood the victim got %v: its spent budget was reset", res.Status)
 	}
-	time.Sleep(1200 * time.Millisecond)
-	st, _ := e.Stats(`sluice\.`)
+	var st map[string]uint64
+	pollUntil(func() bool {
+		st, _ = e.Stats(`sluice\.`)
+		return st["wasmcustom.sluice.table.overflow"] > 0
+	})
 	t.Logf("stats after flood: %v", st)
 	if st["wasmcustom.sluice.table.overflow"] == 0 {
 		t.Error("no overflow counted although the flood exceeded max_keys")
@@ -103,7 +106,11 @@ func TestExactUnderContention(t *testing.T) {
 			if res.Errors != 0 || res.Count(200) != 100 || res.Count(429) != 4900 {
 				t.Fatalf("%v, want exactly 100 admitted of 5000", res)
 			}
-			time.Sleep(1200 * time.Millisecond)
+			// Each worker publishes its CAS counters with its rule counters.
+			pollUntil(func() bool {
+				n, err := e.Stat("wasmcustom.sluice.rule.hot.rejected")
+				return err == nil && n >= 4900
+			})
 			st, _ := e.Stats(`sluice\.(cas|on_error)`)
 			t.Logf("concurrency %d: %v; CAS retries %d (%.4f per request), exhausted %d, on_error decisions %d",
 				workers, res, st["wasmcustom.sluice.cas.retries"], float64(st["wasmcustom.sluice.cas.retries"])/5000,

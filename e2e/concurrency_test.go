@@ -204,8 +204,12 @@ func TestConcurrencyInEnvoy(t *testing.T) {
 			t.Errorf("%d clients disconnected mid-flight (want most), %d answered", res.Errors, res.Count(200)+res.Count(429))
 		}
 		// Let Envoy finish the resets and the workers publish their gauges.
-		time.Sleep(1500 * time.Millisecond)
-		stats, err := e.Stats("sluice")
+		var stats map[string]uint64
+		var err error
+		pollUntil(func() bool {
+			stats, err = e.Stats("sluice")
+			return err == nil && stats["wasmcustom.sluice.concurrency.slots_held"] == 0 && stats["wasmcustom.sluice.concurrency.waiting"] == 0
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ const costFleetConfig = `{
 // service on Redis, one client spending tokens with 20 concurrent senders.
 // The fleet's charge (the Envoys' metrics) equals what the upstream
 // reported for the requests it served; the service counted that plus the
-// hits leased and not used; admission stops, and the charge past the limit
+// hits leased and not used and those of the lease calls it refused; admission stops, and the charge past the limit
 // stays within the documented bound (docs/cost.md): at most max - 1 per
 // request in flight or leased when the budget ran out.
 func TestCostFleet(t *testing.T) {
@@ -85,7 +85,7 @@ func TestCostFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	over := int64(charged) - limit
-	t.Logf("global 2000 tokens/1m, costs 1..%d, %d senders: admitted %d, refused %d; the upstream reported %d tokens, the Envoys charged %d; the service counted %d (leased and unused: %d); charged past the limit: %d (%.1f requests' worth of max-1); charge calls %d, calls %d",
+	t.Logf("global 2000 tokens/1m, costs 1..%d, %d senders: admitted %d, refused %d; the upstream reported %d tokens, the Envoys charged %d; the service counted %d (%d more: hits leased and not used, and hits of lease calls it refused, which it counts too); charged past the limit: %d (%.1f requests' worth of max-1); charge calls %d, calls %d",
 		maxCost, workers, admitted.Load(), refused.Load(), reported, charged, counted, int64(counted)-int64(charged), over,
 		float64(over)/float64(maxCost-1), f.sum(t, "wasmcustom.sluice.global.charge_calls"), f.sum(t, "wasmcustom.sluice.global.calls"))
 	if charged != reported {

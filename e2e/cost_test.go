@@ -29,6 +29,8 @@ const costConfig = `{
      "limit": 10, "window": "1h", "cost": {"request_header": "x-cost"}},
     {"name": "bulk", "match": {"path_prefix": "/bulk"}, "key": ["header:x-api-key"], "algorithm": "fixed_window",
      "limit": 1000000, "window": "24h", "cost": {"response_header": "x-tokens-used", "max": 1000}},
+    {"name": "login_fast", "match": {"path_prefix": "/fastlogin", "methods": ["POST"]},
+     "limit": 2, "window": "2s", "cost": {"on_status": [401]}},
     {"name": "unreached", "match": {"path_prefix": "/reset"}, "limit": 2, "window": "1h",
      "cost": {"response_header": "x-tokens-used"}}
   ],
@@ -61,7 +63,7 @@ func startTokenUpstream(t *testing.T) *tokenUpstream {
 
 func (u *tokenUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case r.URL.Path == "/login":
+	case r.URL.Path == "/login" || r.URL.Path == "/fastlogin":
 		if r.Header.Get("X-Password") != "right" {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
@@ -99,6 +101,7 @@ func TestCost(t *testing.T) {
 		return resp
 	}
 	t.Run("login_failures", func(t *testing.T) { testCostLogin(t, do) })
+	t.Run("login_refill", func(t *testing.T) { testCostLoginRefill(t, do) })
 	t.Run("llm_tokens", func(t *testing.T) { testCostTokens(t, do) })
 	t.Run("request_header", func(t *testing.T) { testCostRequestHeader(t, do) })
 	t.Run("not_reached", func(t *testing.T) { testCostUnreached(t, e, do) })
@@ -274,5 +277,25 @@ func TestCostExample(t *testing.T) {
 	}
 	if count("team-a", "200") < 2 {
 		t.Errorf("team-a admitted fewer than 2 prompts\n%s", out)
+	}
+}
+
+// Refill pays the failures back: refused (a correct login too) until
+// Retry-After, then a correct login passes.
+func testCostLoginRefill(t *testing.T, do doFunc) {
+	ip := "203.0.113.30"
+	for i := 0; i < 2; i++ {
+		if r := do("POST", "/fastlogin", "X-Forwarded-For", ip, "X-Password", "wrong"); r.StatusCode != 401 {
+			t.Fatalf("failure %d: %d, want 401", i, r.StatusCode)
+		}
+	}
+	r := do("POST", "/fastlogin", "X-Forwarded-For", ip, "X-Password", "right")
+	ra, _ := strconv.Atoi(r.Header.Get("Retry-After"))
+	if r.StatusCode != 429 || ra < 1 || ra > 2 {
+		t.Fatalf("correct login after 2 failures: %d Retry-After %q, want 429 and 1", r.StatusCode, r.Header.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(ra) * time.Second)
+	if r := do("POST", "/fastlogin", "X-Forwarded-For", ip, "X-Password", "right"); r.StatusCode != 200 {
+		t.Fatalf("correct login after Retry-After: %d, want 200", r.StatusCode)
 	}
 }

@@ -229,6 +229,10 @@ func fleetLimit(t *testing.T, f *fleet) {
 	}{{"sequential", 1}, {"concurrent-50", 50}} {
 		minute := inOneWindow(t, 5*time.Second)
 		callsBefore := f.sum(t, "cluster.ratelimit.upstream_rq_total")
+		decided := func() uint64 {
+			return f.sum(t, "wasmcustom.sluice.rule.global.allowed") + f.sum(t, "wasmcustom.sluice.rule.global.rejected")
+		}
+		decidedBefore := decided()
 		start := time.Now()
 		admitted, rej := send(t, f, "/global", run+c.name, 300, c.workers)
 		elapsed := time.Since(start)
@@ -236,7 +240,7 @@ func fleetLimit(t *testing.T, f *fleet) {
 			t.Fatalf("%s: the run crossed a minute window (took %v)", c.name, elapsed)
 		}
 		calls := f.sum(t, "cluster.ratelimit.upstream_rq_total") - callsBefore
-		time.Sleep(1200 * time.Millisecond) // the plugin publishes its counters every second
+		pollUntil(func() bool { return decided()-decidedBefore >= 300 }) // the plugin publishes its counters every second
 		if n := f.sum(t, "wasmcustom.sluice.on_error.allowed"); n > 0 {
 			t.Errorf("%s: %d requests decided by on_error (call failures: %d)", c.name, n, f.sum(t, "wasmcustom.sluice.global.call_failures"))
 		}
@@ -331,7 +335,7 @@ func fleetOutage(t *testing.T, f *fleet, redis *envoytest.Redis, rls *envoytest.
 			admitted++
 		}
 	}
-	time.Sleep(1200 * time.Millisecond)
+	pollUntil(func() bool { return f.sum(t, "wasmcustom.sluice.on_error.allowed")-onErr0 >= 60 })
 	onErr, failures, short := f.sum(t, "wasmcustom.sluice.on_error.allowed")-onErr0, f.sum(t, "wasmcustom.sluice.global.call_failures"), f.sum(t, "wasmcustom.sluice.global.short_circuited")
 	t.Logf("Redis down: %d of 60 admitted by on_error allow, slowest request %v (timeout %v; slowest of 60 requests without a rule %v); since the outage began: on_error.allowed %d, call_failures %d, short_circuited %d",
 		admitted, slowest.Round(time.Millisecond), timeout, baseline.Round(time.Millisecond), onErr, failures, short)

@@ -90,7 +90,10 @@ func testSDKPacing(t *testing.T, e *envoytest.Envoy) {
 	elapsed := time.Since(start)
 	// burst 5 at once, then one every 100ms: the 200th is admitted at 19.5s.
 	minimum := time.Duration(total-5) * 100 * time.Millisecond
-	time.Sleep(1200 * time.Millisecond)
+	pollUntil(func() bool {
+		n, err := e.Stat("wasmcustom.sluice.rule.orders.allowed")
+		return err == nil && n >= uint64(ok.Load())
+	})
 	rejected, _ := e.Stat("wasmcustom.sluice.rule.orders.rejected")
 	t.Logf("SDK e2e: %d/%d succeeded in %v (theoretical minimum %v, %.2fx); Envoy sent %d 429s (%d retries)",
 		ok.Load(), total, elapsed.Round(time.Millisecond), minimum, elapsed.Seconds()/minimum.Seconds(), rejected, retries.Load())

@@ -204,6 +204,16 @@ func waitStat(t *testing.T, e *envoytest.Envoy, name string, want uint64) {
 	waitStatWithin(t, e, name, want, 5*time.Second)
 }
 
+// pollUntil calls done every 100 ms until it reports true or 5 s have
+// passed (the plugin publishes its counters and gauges from a
+// once-a-second tick): a wait for the stats flush that lasts only as long
+// as the flush. The caller then asserts what it needs.
+func pollUntil(done func() bool) {
+	for deadline := time.Now().Add(5 * time.Second); !done() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func waitStatWithin(t *testing.T, e *envoytest.Envoy, name string, want uint64, within time.Duration) {
 	t.Helper()
 	var got uint64

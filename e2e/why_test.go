@@ -69,6 +69,32 @@ func shippedLogFormat(t *testing.T) string {
 	return ""
 }
 
+// TestAccessLogLineDocumented: docs/operations.md shows the line
+// envoy/envoy.yaml ships, byte for byte.
+func TestAccessLogLineDocumented(t *testing.T) {
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile(filepath.Join(root, "envoy", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := ""
+	for _, l := range strings.Split(string(shipped), "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "inline_string:") && strings.Contains(l, "sluice_decision") {
+			line = l
+		}
+	}
+	if line == "" || !strings.Contains(string(docs), line) {
+		t.Errorf("docs/operations.md does not show envoy/envoy.yaml's access-log line %q", line)
+	}
+}
+
 // accessLineRE reads the shipped line: request line, status, the two
 // Sluice fields at the end.
 var accessLineRE = regexp.MustCompile(`"[A-Z]+ (\S+) [^"]*" (\d+) .* sluice_decision=(\S*) sluice_rule=(\S*)$`)

@@ -13,8 +13,7 @@ func (h *httpContext) settle() {
 	if !h.verdict.ChargesAfterResponse() {
 		return
 	}
-	d, err := proxywasm.GetProperty([]string{"response", "code_details"})
-	if err != nil || string(d) != "via_upstream" {
+	if string(getCodeDetails()) != "via_upstream" {
 		h.verdict.DropCharges()
 		return
 	}

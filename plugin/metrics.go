@@ -11,7 +11,8 @@ import (
 //
 // Names: Envoy shows them as wasmcustom.<name> in /stats. The per-rule
 // counters are sluice.rule.<rule>.<outcome>; with the stats_tags rule of the
-// shipped envoy.yaml, Prometheus sees envoy_wasmcustom_sluice_rule_<outcome>
+// shipped envoy.yaml, /stats/prometheus has sluice_rule_<outcome> (Envoy
+// exports the wasmcustom namespace without its envoy_wasmcustom_ prefix)
 // with a sluice_rule label.
 type metrics struct {
 	rules     []ruleMetrics

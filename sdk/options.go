@@ -107,7 +107,7 @@ func WithMaxWait(d time.Duration) Option {
 // most 60 s apart, MaxElapsedTime DefaultMaxElapsed) from one of two bases,
 // as the AWS SDKs do: DefaultThrottleBase (1 s) after a 429 or a 503 with
 // Retry-After, DefaultTransientBase (50 ms) after a transport error or a
-// 503 without. f replaces both.
+// 503 without. f replaces both; nil restores the default.
 func WithBackOff(f func() backoff.BackOff) Option {
 	return func(c *config) {
 		if f == nil {

@@ -376,8 +376,8 @@ func TestValidateEveryEnvoyFile(t *testing.T) {
 	checked := 0
 	for _, file := range files {
 		src, _ := os.ReadFile(file)
-		if bytes.Contains(src, []byte("\nservices:")) || bytes.Contains(src, []byte("\napiVersion:")) {
-			continue // not an Envoy configuration (docker-compose files, Kubernetes manifests)
+		if bytes.Contains(src, []byte("\nservices:")) || bytes.Contains(src, []byte("\napiVersion:")) || bytes.Contains(src, []byte("\ngroups:")) {
+			continue // not an Envoy configuration (docker-compose files, Kubernetes manifests, Prometheus rules)
 		}
 		ef, err := envoyconf.Read(src)
 		if err != nil {

@@ -1,7 +1,7 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, charge, memory
+//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, charge, memory, adaptive
 //	go run ./e2e/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
@@ -55,7 +55,7 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "charge", "memory"}
+var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "charge", "memory", "adaptive"}
 
 var sectionTitles = map[string]string{
 	"envoy":     "1. Envoy: throughput and latency",
@@ -69,6 +69,7 @@ var sectionTitles = map[string]string{
 	"charge":    "6b. Cost charged after the response, beside a plain token bucket",
 	"callgrind": "7. Cost breakdown: instructions per request in Envoy (callgrind)",
 	"memory":    "8. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice",
+	"adaptive":  "9. Adaptive concurrency: cost and convergence",
 }
 
 // extraSections run only when named in -run and appear in the report only
@@ -135,7 +136,7 @@ func main() {
 
 	run := map[string]bool{}
 	if o.run == "" {
-		run["envoy"], run["inproc"], run["gobench"], run["fleet"], run["conc"], run["memory"] = true, true, true, true, true, true
+		run["envoy"], run["inproc"], run["gobench"], run["fleet"], run["conc"], run["memory"], run["adaptive"] = true, true, true, true, true, true, true
 	} else {
 		for _, s := range strings.Split(o.run, ",") {
 			s = strings.TrimSpace(s)
@@ -166,7 +167,7 @@ func main() {
 	}
 	mach := describeMachine(ctx, root)
 	progress("machine: %s, %d cores; %s; Envoy %s; load average %s", mach.CPU, mach.Cores, mach.Go, mach.Envoy, loadAvg())
-	needEnvoy := run["envoy"] || run["fleet"] || run["flood"] || run["exact"] || run["probe"] || run["conc"] || run["memory"] || run["callgrind"]
+	needEnvoy := run["envoy"] || run["fleet"] || run["flood"] || run["exact"] || run["probe"] || run["conc"] || run["memory"] || run["callgrind"] || run["adaptive"]
 	if needEnvoy {
 		if _, err := envoytest.FindEnvoy(); err != nil {
 			fatalf("%v", err)
@@ -212,6 +213,8 @@ func main() {
 			body, err = chargeSection(ctx, root, o)
 		case "memory":
 			body, err = memorySection(ctx, o)
+		case "adaptive":
+			body, err = adaptiveSection(ctx, root, o)
 		case "callgrind":
 			body, err = callgrindSection(ctx, o)
 		}
@@ -255,7 +258,7 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6, 6b and 8; `make bench-cost` section 7; "+
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6, 6b, 8 and 9; `make bench-cost` section 7; "+
 		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",

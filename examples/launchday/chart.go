@@ -41,6 +41,11 @@ var (
 		Dashes: []vg.Length{vg.Points(5), vg.Points(3)}}
 	launchStyle = draw.LineStyle{Color: color.Gray{Y: 80}, Width: vg.Points(1),
 		Dashes: []vg.Length{vg.Points(1), vg.Points(3)}}
+	// The adaptive rule's learnt limit, and the store's slots it never
+	// heard of.
+	learntStyle = draw.LineStyle{Color: color.RGBA{R: 130, G: 40, B: 160, A: 255}, Width: vg.Points(2.5)}
+	slotsStyle  = draw.LineStyle{Color: color.RGBA{R: 130, G: 40, B: 160, A: 255}, Width: vg.Points(1),
+		Dashes: []vg.Length{vg.Points(5), vg.Points(3)}}
 )
 
 // WriteChart draws the runs side by side into a PNG at path. Each run gets a
@@ -101,6 +106,13 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 	for o := range numOutcomes {
 		if seen[o] {
 			legends[1].Add(outcomeLegend(o, runs[0].Scenario.Timeout), styleThumb(outcomeStyles[o]))
+		}
+	}
+	for _, r := range runs {
+		if len(r.Learnt) > 0 {
+			legends[1].Add("buys in flight Sluice learnt to allow", styleThumb(learntStyle))
+			legends[1].Add(fmt.Sprintf("the store's %d worker slots (unknown to Sluice)", r.Store.Workers), styleThumb(slotsStyle))
+			break
 		}
 	}
 	for i := range legends {
@@ -260,12 +272,40 @@ func outcomePlot(r *RunResult, xMax, yMax float64) (*plot.Plot, error) {
 		}
 		p.Add(lines...)
 	}
+	if err := addLearnt(p, r, xMax); err != nil {
+		return nil, err
+	}
 	if err := addLaunchMarker(p, r.Scenario, 1, yMax); err != nil {
 		return nil, err
 	}
 	p.X.Min, p.X.Max = 0, xMax
 	p.Y.Min, p.Y.Max = 1, yMax
 	return p, nil
+}
+
+// addLearnt draws the adaptive rule's learnt limit over the run, and the
+// store's slots, on p (nothing for a run without Sluice).
+func addLearnt(p *plot.Plot, r *RunResult, xMax float64) error {
+	if len(r.Learnt) == 0 {
+		return nil
+	}
+	xys := make(plotter.XYs, len(r.Learnt))
+	for i, s := range r.Learnt {
+		xys[i] = plotter.XY{X: s.At.Seconds(), Y: float64(max(s.Limit, 1))}
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.LineStyle = learntStyle
+	slots := float64(r.Store.Workers)
+	w, err := plotter.NewLine(plotter.XYs{{X: 0, Y: slots}, {X: xMax, Y: slots}})
+	if err != nil {
+		return err
+	}
+	w.LineStyle = slotsStyle
+	p.Add(w, l)
+	return nil
 }
 
 // outcomeLegend names an outcome in the chart's legend.

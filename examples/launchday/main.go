@@ -23,14 +23,14 @@
 //
 // sluice.json limits POST /buy twice over: per client (2 per 10 s, which
 // stops the impatient re-presses) and for the whole shop by what the store
-// really has, worker slots: at most 18 buys in flight at once (algorithm
-// concurrency, keyed by path), the others answered 429 at once with a
-// Retry-After. 18 of the store's 20 slots keep it busy selling while 2 stay
-// free for the background users, whatever the database's speed. No
-// max_delay: with thousands of presses a second, the next press takes a
-// freed slot within milliseconds, so a queue at Envoy adds no orders; it
-// only keeps thousands of streams open on the proxy (measured: fewer
-// orders and a higher login p99 with max_delay 2s; see README.md here). It
+// really has, worker slots, without saying how many: the rule
+// adaptive_concurrency (keyed by path) learns how many buys the store can
+// hold in flight from their latency, and answers the others 429 at once
+// with a Retry-After. The demo prints what it learnt, second by second,
+// next to the store's slots, and draws it on the chart. No max_delay: with
+// thousands of presses a second, the next press takes a freed slot within
+// milliseconds, so a queue at Envoy adds no orders; it only keeps
+// thousands of streams open on the proxy (see README.md here). It
 // keys clients with
 // client_ip.xff_trusted_hops 0, i.e. by source.address: Envoy, with
 // xff_num_trusted_hops 1, already sets that to the client's X-Forwarded-For
@@ -273,6 +273,8 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	sampling, stopSampling := context.WithCancel(ctx)
 	samples := make(chan []StoreSample, 1)
 	go func() { samples <- sampleStore(sampling, shop, runStart) }()
+	learnt := make(chan []LimitSample, 1)
+	go func() { learnt <- sampleLearnt(sampling, e, runStart) }()
 	load := Run(ctx, e.URL(), ph.scenario, 3*time.Second, func(p Progress) {
 		fmt.Printf("  %-10s %5s  sent %7s  answered %7s (ok %s, 429 %s, timeout %s, failed %s)  waiting %6s  login p99 (last 3s) %s\n",
 			ph.name, fmtSeconds(p.Elapsed), fmtCount(p.Sent), fmtCount(p.Answered),
@@ -282,13 +284,14 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	wall := time.Since(runStart)
 	stopSampling()
 	timeline := <-samples
+	learntLimits := <-learnt
 	envoyCPU1, ok1 := processCPU(e.Pid())
 	selfCPU1, ok2 := selfCPU()
 	if ok1 && ok2 {
 		notes = append(notes, fmt.Sprintf("CPU used during the %s run: Envoy %.1fs, load generator + store %.1fs (this machine has %d CPUs: %.0fs available)",
 			fmtSeconds(wall), (envoyCPU1-envoyCPU0).Seconds(), (selfCPU1-selfCPU0).Seconds(), runtime.NumCPU(), wall.Seconds()*float64(runtime.NumCPU())))
 	}
-	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: shop.Metrics(), Timeline: timeline, Notes: notes}
+	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: shop.Metrics(), Timeline: timeline, Learnt: learntLimits, Notes: notes}
 	result.Notes = append(result.Notes, envoyNotes(e, opts.Wasm != nil)...)
 	result.Notes = append(result.Notes, connErrorNotes(load.ConnErrors)...)
 	lagNote := fmt.Sprintf("load generator: 99%% of requests left within %s of their scheduled time (latest %s late)",
@@ -496,6 +499,10 @@ func rulesSummary(config string) string {
 		key := strings.Join(r.Key, "+")
 		if key == "" {
 			key = "client_ip"
+		}
+		if r.Algorithm == "adaptive_concurrency" {
+			parts = append(parts, fmt.Sprintf("%s: %s, in flight at once per %s as many as the store's latency says it can take (learnt, no number given)", r.Name, match, key))
+			continue
 		}
 		if r.Algorithm == "concurrency" {
 			wait := ""

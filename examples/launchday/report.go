@@ -30,6 +30,9 @@ type RunResult struct {
 	Store store.Metrics
 	// Timeline samples the store every 10 ms (may be empty).
 	Timeline []StoreSample
+	// Learnt samples the adaptive buy rule's learnt limit (empty without
+	// Sluice).
+	Learnt []LimitSample
 	// Notes are extra facts about the run printed under the table, such as
 	// Envoy's own counters.
 	Notes []string
@@ -323,6 +326,7 @@ func WriteTable(w io.Writer, runs []*RunResult) {
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "  %s: %s\n", r.Name, n)
 		}
+		WriteLearnt(w, r)
 	}
 }
 

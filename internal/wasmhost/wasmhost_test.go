@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tetratelabs/wazero"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,12 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	// Compiled modules are kept on disk (build/wazero-cache) between runs:
+	// `make unit` runs these tests a second time under -race, where
+	// wazero's compiler, plain Go code, is several times slower.
+	if c, err := wazero.NewCompilationCacheWithDir(filepath.Join("..", "..", "build", "wazero-cache")); err == nil {
+		defaultCache = c
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

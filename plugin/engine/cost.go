@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -181,7 +183,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			e.Stats.ChargeErrors++
 			continue
 		}
-		if v.Report == r || v.Report == nil || d.Remaining < v.Remaining {
+		if !r.Shadow && (v.Report == r || v.Report == nil || d.Remaining < v.Remaining) {
 			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
 		}
 	}
@@ -319,4 +321,27 @@ func (e *Engine) takeDebt(key callKey) uint32 {
 	}
 	delete(e.debts, key)
 	return min(d.hits, 1<<32-1-lease.MaxK)
+}
+
+// costSummary describes a rule's cost for the start-up log line.
+func costSummary(c *config.Cost) string {
+	var b strings.Builder
+	if c.RequestHeader != "" {
+		b.WriteString(" cost=request_header " + c.RequestHeader)
+	} else {
+		b.WriteString(" cost=after response")
+		if c.ResponseHeader != "" {
+			b.WriteString(" header " + c.ResponseHeader)
+		}
+		for i, st := range c.OnStatus {
+			if i == 0 {
+				b.WriteString(" on_status ")
+			} else {
+				b.WriteString(",")
+			}
+			b.WriteString(strconv.Itoa(int(st)))
+		}
+	}
+	b.WriteString(" max " + strconv.FormatInt(c.Max, 10))
+	return b.String()
 }

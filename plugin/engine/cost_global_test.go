@@ -107,3 +107,36 @@ func TestCostGlobalFleet(t *testing.T) {
 	t.Logf("admitted %d, refused %d; charged %d units (the responses said %d); the service counted %d (leases not used: %d); over the limit by %d",
 		admitted, refused, charged, reported, svc.count, uint64(svc.count)-charged, int64(charged)-1000)
 }
+
+// Requests that wait for one call each pay their own request_header cost
+// once the answer admits them (not the cost of the request that sent the
+// call).
+func TestCostGlobalWaitersPayTheirOwnCost(t *testing.T) {
+	const doc = `{"rules":[{"name":"g","scope":"global","limit":1000,"window":"1m","key":["header:x-client"],
+		"cost":{"request_header":"x-cost","max":50}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`
+	svc := &fakeService{limit: 1000}
+	now := t0 + int64(time.Second)
+	e := New(mustConfig(t, doc), newMemStore(), 7)
+	var decided []Verdict
+	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided = append(decided, *v) })
+	e.Now = func() int64 { return now }
+	for _, c := range []string{"5", "9", "2"} {
+		if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "c", "x-cost", c), now); v.Outcome != Call {
+			t.Fatalf("cost %s: %v, want a wait for the call", c, v.Outcome)
+		}
+	}
+	for i := 0; i < 5 && (len(svc.pending) > 0 || e.PendingCharges() > 0); i++ {
+		svc.deliver()
+		now += int64(20 * time.Millisecond)
+		e.Sweep(now)
+	}
+	if len(decided) != 3 {
+		t.Fatalf("%d decided, want 3", len(decided))
+	}
+	if got := e.Stats.Rules[0].Charged; got != 16 {
+		t.Fatalf("charged %d, want 5+9+2 = 16", got)
+	}
+	if svc.count < 16 {
+		t.Fatalf("the service counted %d, less than 16", svc.count)
+	}
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +186,39 @@ func itoa(n int) string {
 		n /= 10
 	}
 	return string(b)
+}
+
+func TestCostInSummary(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"login","limit":3,"window":"15m","cost":{"on_status":[401,403]}},
+		{"name":"x","limit":10,"window":"1m","cost":{"request_header":"x-cost"}}]}`)
+	s := Summary(cfg, NewTable(newMemStore(), Regions(cfg)))
+	for _, want := range []string{"cost=after response on_status 401,403 max 3;", "cost=request_header x-cost max 10;"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary %q lacks %q", s, want)
+		}
+	}
+}
+
+// A shadow rule charged after the response counts, never refuses, and is
+// not what the headers describe.
+func TestCostShadow(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"all","limit":100,"window":"1h"},
+		{"name":"s","limit":2,"window":"1h","shadow":true,"cost":{"response_header":"x-used"}}]}`)
+	e := New(cfg, newMemStore(), 1)
+	for i := 0; i < 4; i++ {
+		v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+		if v.Outcome != Allow || v.Report == nil || v.Report.Name != "all" {
+			t.Fatalf("request %d: %v report %v", i, v.Outcome, v.Report)
+		}
+		if i >= 2 && v.Shadow == nil {
+			t.Fatalf("request %d: the shadow rule's debt is not reported", i)
+		}
+		e.Settle(&v, resp("200", "x-used", "1"), t0)
+		if v.Report.Name != "all" {
+			t.Fatalf("after the charge the headers describe %s", v.Report.Name)
+		}
+	}
+	if e.Stats.Rules[1].ShadowRejected != 2 || e.Stats.Rules[1].Charged != 2 {
+		t.Fatalf("shadow stats %+v, want 2 shadow-rejected and 2 charged", e.Stats.Rules[1])
+	}
 }

@@ -64,11 +64,15 @@ func Summary(c *config.Config, t *Table) string {
 		} else {
 			b.WriteString(sprintf.Sprintf(" %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst()))
 		}
+		b.WriteString(sprintf.Sprintf(" keeps %d states", t.RegionCapacity(i)))
 		if r.MaxDelay > 0 {
 			b.WriteString(sprintf.Sprintf(" max_delay %s", r.MaxDelay))
 		}
 		if r.Shadow {
 			b.WriteString(" (shadow)")
+		}
+		if c := &r.Cost; c.Set() {
+			b.WriteString(costSummary(c))
 		}
 		b.WriteString(";")
 	}
@@ -76,7 +80,7 @@ func Summary(c *config.Config, t *Table) string {
 	if c.OnErrorDeny {
 		onErr = "deny"
 	}
-	b.WriteString(sprintf.Sprintf(" headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
-		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt)))
+	b.WriteString(sprintf.Sprintf(" headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes and %d overflow states of %d) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
+		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, t.Regions(), slotSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt)))
 	return b.String()
 }

@@ -59,8 +59,8 @@ const (
 var (
 	// ErrContention: MaxCASRetries conflicting updates in a row.
 	ErrContention = errors.New("shared data contention: CAS retries exhausted")
-	// ErrFull: a lease found no free slot in its bucket (a lease is one
-	// client's hits and cannot go to the overflow state).
+	// ErrFull: a global rule's client found no free slot for its lease in
+	// its bucket (the engine then uses the rule's overflow lease).
 	ErrFull = errors.New("state table full")
 )
 
@@ -74,12 +74,20 @@ const (
 type Region struct {
 	ID    uint64 // the rule's ID (config.Rule.ID): its keys derive from it
 	Share int    // client states it may keep, overflow state included
+	// Life is the longest a state of the rule stays active: how long the
+	// previous layout is still looked at after the share changed.
+	Life time.Duration
 }
 
 type region struct {
 	prefix      string
 	buckets     uint64
 	overflowKey string
+	life        time.Duration // the longest a state of the rule stays active
+	// prevBuckets is the region's bucket count before its share last
+	// changed, until prevUntil (0: none); see layout.go.
+	prevBuckets uint64
+	prevUntil   int64
 }
 
 // Table is the bounded client-state table of one worker. It is not safe for
@@ -91,6 +99,8 @@ type Table struct {
 	total   int              // buckets of all regions
 	key     []byte           // scratch for the key of a bucket
 	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
+	oldKey  []byte           // the same two for a bucket of the previous layout
+	old     [BucketSize]byte
 	Stats   TableStats
 	// Overflow counts, per region, the decisions made on its overflow state.
 	Overflow []uint64
@@ -101,7 +111,7 @@ type TableStats struct {
 	CASRetries   uint64 // conflicting sets retried
 	CASExhausted uint64 // updates that gave up after MaxCASRetries
 	Overflow     uint64 // decisions made on an overflow state
-	Full         uint64 // leases with no slot
+	Full         uint64 // decisions with no state at all: none since every rule has its overflow state
 	Corrupt      uint64 // values of a wrong size, reset
 	StoreErrors  uint64 // get/set errors other than a CAS mismatch
 }
@@ -114,10 +124,10 @@ func NewTable(store Store, regions []Region) *Table {
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		p := "sluice.v2." + strconv.FormatUint(r.ID, 16) + "."
-		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o"})
+		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o", life: r.Life})
 		t.total += int(n)
 		if cap(t.key) < len(p)+20 {
-			t.key = make([]byte, 0, len(p)+20)
+			t.key, t.oldKey = make([]byte, 0, len(p)+20), make([]byte, 0, len(p)+20)
 		}
 	}
 	return t
@@ -201,7 +211,16 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	if err != nil {
 		return spot{}, err
 	}
-	if i := findSlot(val, fp, now); i >= 0 {
+	i := findSlot(val, fp, now)
+	if i >= 0 && getUint64(val[i*slotSize:]) == fp {
+		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
+	}
+	// Not in its bucket: still in its bucket of the previous layout? (key
+	// and val stay valid: previous reads into other buffers.)
+	if sp, ok, err := t.previous(rg, fp, now); err != nil || ok {
+		return sp, err
+	}
+	if i >= 0 {
 		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
 	}
 	return t.overflow(rule)
@@ -359,6 +378,11 @@ func findSlot(val []byte, fp uint64, now int64) int {
 // get decoded states), and a Table is never re-entered (t.key is scratch
 // too).
 func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
+	return t.loadInto(key, size, &t.fresh)
+}
+
+// loadInto is loadValue reading into buf.
+func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
 	var (
 		val   []byte
 		cas   uint32
@@ -366,7 +390,7 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 		err   error
 	)
 	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, t.fresh[:])
+		val, cas, found, err = bs.GetInto(key, buf[:])
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}
@@ -376,11 +400,11 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 	}
 	switch {
 	case !found:
-		val, cas = t.fresh[:size], createCAS
+		val, cas = buf[:size], createCAS
 		clear(val)
 	case len(val) != size:
 		t.Stats.Corrupt++
-		val = t.fresh[:size]
+		val = buf[:size]
 		clear(val)
 	}
 	return val, cas, nil
@@ -431,38 +455,35 @@ func putUint64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
 func getUint64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // Lease applies fn to the lease state of fingerprint fp (a global rule's
-// client) with a CAS loop, and returns the state fn left. A lease lives in
-// a slot of its own in the rule's region (never the overflow state: a lease
-// is one client's hits, it cannot be shared) until expiry, the end of its
-// window: a slot whose expiry has passed reads as a zero state and may be
-// reused. fn returns false to leave the store unchanged. ErrFull: no free
-// slot.
+// client) in rule's region with a CAS loop, and returns the state fn left.
+// A lease lives in a slot of its own (a lease is one client's hits at the
+// service) until expiry, the end of its window: a slot whose expiry has
+// passed reads as a zero state and may be reused. fp OverflowLease
+// addresses the rule's overflow state instead, the lease of the rule's
+// clients that found no slot (they share one descriptor at the service).
+// fn returns false to leave the store unchanged. ErrFull: no free slot.
+//
+// A client whose fingerprint happens to be OverflowLease (one in 2^64)
+// shares the overflow lease.
 func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.State) bool) (lease.State, error) {
 	if fp == 0 {
-		fp = 1
+		fp = 2
 	}
-	rg := &t.regions[rule]
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		key := t.bucketKey(rg, fp)
-		val, cas, err := t.loadValue(key, BucketSize)
+		sp, err := t.leaseSpot(fp, rule, now)
 		if err != nil {
 			return lease.State{}, err
 		}
-		i := findSlot(val, fp, now)
-		if i < 0 {
-			t.Stats.Full++
-			return lease.State{}, ErrFull
-		}
-		s := val[i*slotSize : (i+1)*slotSize]
+		s := sp.slot()
 		var st lease.State
-		if getUint64(s[0:8]) == fp && int64(getUint64(s[8:16])) > now {
+		if getUint64(s[0:8]) == sp.fp && int64(getUint64(s[8:16])) > now {
 			st = lease.Decode(s[16:])
 		}
 		if !fn(&st) {
 			return st, nil
 		}
 		st.Encode(s[16:])
-		retry, err := t.storeSlot(key, val, cas, s, fp, expiry)
+		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
 		if err != nil {
 			return lease.State{}, err
 		}
@@ -473,6 +494,30 @@ func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.Sta
 	}
 	t.Stats.CASExhausted++
 	return lease.State{}, ErrContention
+}
+
+// leaseSpot reads the slot of lease fp: the rule's overflow state for
+// OverflowLease, else fp's own or a free slot of its bucket (ErrFull if
+// none).
+func (t *Table) leaseSpot(fp uint64, rule int, now int64) (spot, error) {
+	if fp == overflowFP {
+		return t.overflow(rule)
+	}
+	key := t.bucketKey(&t.regions[rule], fp)
+	val, cas, err := t.loadValue(key, BucketSize)
+	if err != nil {
+		return spot{}, err
+	}
+	i := findSlot(val, fp, now)
+	if i < 0 || getUint64(val[i*slotSize:]) != fp {
+		if sp, ok, err := t.previous(&t.regions[rule], fp, now); err != nil || ok {
+			return sp, err
+		}
+	}
+	if i < 0 {
+		return spot{}, ErrFull
+	}
+	return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
 }
 
 // OverflowQuiet is how long a rule must go without a decision on its

@@ -19,164 +19,21 @@ func hdr(kv ...string) http.Header {
 	return h
 }
 
+// The server's Date in parseCases: now, or 10 min fast.
+var (
+	date  = now.Format(http.TimeFormat)
+	ahead = now.Add(10 * time.Minute)
+)
+
+type parseCase struct {
+	name string
+	h    http.Header
+	want Info
+	ok   bool
+}
+
 func TestParse(t *testing.T) {
-	date := now.Format(http.TimeFormat)
-	ahead := now.Add(10 * time.Minute) // the server's clock runs 10 min fast
-	tests := []struct {
-		name string
-		h    http.Header
-		want Info
-		ok   bool
-	}{
-		{"empty", hdr(), Info{}, false},
-		{"unrelated", hdr("Content-Type", "text/plain", "Date", date), Info{}, false},
-
-		// Retry-After.
-		{"retry-after seconds", hdr("Retry-After", "120"),
-			Info{RetryAfter: 120 * time.Second, Has: HasRetryAfter}, true},
-		{"retry-after whitespace", hdr("Retry-After", " \t5 "),
-			Info{RetryAfter: 5 * time.Second, Has: HasRetryAfter}, true},
-		{"retry-after zero", hdr("Retry-After", "0"), Info{Has: HasRetryAfter}, true},
-		{"retry-after fraction", hdr("Retry-After", "1.5"),
-			Info{RetryAfter: 1500 * time.Millisecond, Has: HasRetryAfter}, true},
-		{"retry-after negative", hdr("Retry-After", "-1"), Info{}, false},
-		{"retry-after garbage", hdr("Retry-After", "soon"), Info{}, false},
-		{"retry-after empty", hdr("Retry-After", ""), Info{}, false},
-		{"retry-after trailing junk", hdr("Retry-After", "5s"), Info{}, false},
-		{"retry-after huge saturates", hdr("Retry-After", "99999999999999999999999"),
-			Info{RetryAfter: math.MaxInt64, Has: HasRetryAfter}, true},
-		{"retry-after IMF-fixdate", hdr("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat)),
-			Info{RetryAfter: 90 * time.Second, Has: HasRetryAfter}, true},
-		{"retry-after RFC 850", hdr("Retry-After", now.Add(30*time.Second).Format(time.RFC850)),
-			Info{RetryAfter: 30 * time.Second, Has: HasRetryAfter}, true},
-		{"retry-after asctime", hdr("Retry-After", now.Add(45*time.Second).Format(time.ANSIC)),
-			Info{RetryAfter: 45 * time.Second, Has: HasRetryAfter}, true},
-		{"retry-after date in the past", hdr("Retry-After", now.Add(-time.Hour).Format(http.TimeFormat)),
-			Info{Has: HasRetryAfter}, true},
-		{"retry-after date against a skewed Date", hdr(
-			"Date", ahead.Format(http.TimeFormat),
-			"Retry-After", ahead.Add(30*time.Second).Format(http.TimeFormat)),
-			Info{RetryAfter: 30 * time.Second, Has: HasRetryAfter}, true},
-		{"retry-after date with a bad Date falls back to now", hdr(
-			"Date", "yesterday",
-			"Retry-After", now.Add(30*time.Second).Format(http.TimeFormat)),
-			Info{RetryAfter: 30 * time.Second, Has: HasRetryAfter}, true},
-
-		// IETF draft structured fields.
-		{"draft single", hdr(
-			"RateLimit-Policy", `"burst";q=100;w=60`,
-			"RateLimit", `"burst";r=50;t=30`),
-			Info{Limit: 100, Remaining: 50, Reset: 30 * time.Second, Window: time.Minute,
-				Policy: "burst", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
-		{"draft picks the most constrained item", hdr(
-			"RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`,
-			"RateLimit", `"burst";r=50;t=30, "daily";r=0;t=3600`),
-			Info{Limit: 1000, Remaining: 0, Reset: time.Hour, Window: 24 * time.Hour,
-				Policy: "daily", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
-		{"draft tie on remaining takes the later reset", hdr(
-			"RateLimit", `"a";r=0;t=5, "b";r=0;t=50, "c";r=0;t=7`),
-			Info{Reset: 50 * time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
-		{"draft items across field lines", hdr(
-			"RateLimit", `"a";r=9;t=5`,
-			"RateLimit", `"b";r=2;t=1`),
-			Info{Remaining: 2, Reset: time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
-		{"draft malformed items are skipped", hdr(
-			"RateLimit", `"a";r=-1;t=5, garbage!!, "x";r=1.5, ("in" "ner");r=1, "b";r=3;t=7, "c";t=1, 42`),
-			Info{Remaining: 3, Reset: 7 * time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
-		{"draft unterminated string", hdr("RateLimit", `"b";r=3;t=7, "oops;r=0`),
-			Info{Remaining: 3, Reset: 7 * time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
-		{"draft token names and extra params", hdr(
-			"RateLimit-Policy", `burst;q=10;w=1;qu="requests";pk=:cHsx:`,
-			"RateLimit", `burst;r=4;t=1;pk=:cHsx:`),
-			Info{Limit: 10, Remaining: 4, Reset: time.Second, Window: time.Second,
-				Policy: "burst", Unit: "requests", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
-		{"draft-11 pending spellings a and w, cost c, unit", hdr(
-			"RateLimit-Policy", `"bytes";q=1000;w=60;qu="content-bytes"`,
-			"RateLimit", `"bytes";a=200;w=30;c=5`),
-			Info{Limit: 1000, Remaining: 200, Reset: 30 * time.Second, Window: time.Minute,
-				Policy: "bytes", Unit: "content-bytes", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
-		{"draft-11 r and t win nothing over a and w: the last one read", hdr(
-			"RateLimit", `"p";r=3;t=4`),
-			Info{Remaining: 3, Reset: 4 * time.Second, Policy: "p", Has: HasRemaining | HasReset}, true},
-		{"draft-11 concurrency unit as a token", hdr(
-			"RateLimit-Policy", `"slots";q=5;qu=concurrent-requests`,
-			"RateLimit", `"slots";r=0;t=1`),
-			Info{Limit: 5, Remaining: 0, Reset: time.Second, Policy: "slots", Unit: "concurrent-requests",
-				Has: HasLimit | HasRemaining | HasReset}, true},
-		{"served from a cache: only Retry-After", hdr(
-			"Age", "30", "Retry-After", "2", "RateLimit", `"p";r=0;t=9`, "X-RateLimit-Remaining", "0"),
-			Info{RetryAfter: 2 * time.Second, Has: HasRetryAfter}, true},
-		{"served from a cache without Retry-After: nothing", hdr(
-			"Age", "1", "RateLimit", `"p";r=0;t=9`, "X-RateLimit-Limit", "10"),
-			Info{}, false},
-		{"Age 0 is fresh", hdr("Age", "0", "RateLimit", `"p";r=1;t=9`),
-			Info{Remaining: 1, Reset: 9 * time.Second, Policy: "p", Has: HasRemaining | HasReset}, true},
-		{"draft escaped name", hdr("RateLimit", `"a\"b";r=1;t=2`),
-			Info{Remaining: 1, Reset: 2 * time.Second, Policy: `a"b`, Has: HasRemaining | HasReset}, true},
-		{"draft policy without RateLimit takes the slowest rate", hdr(
-			"RateLimit-Policy", `"fast";q=100;w=1, "slow";q=1000;w=3600, "bad";q=-3;w=1`),
-			Info{Limit: 1000, Window: time.Hour, Policy: "slow", Has: HasLimit | HasWindow}, true},
-		{"draft epoch t", hdr("Date", date, "RateLimit", `"x";r=0;t=`+strconv.FormatInt(now.Unix()+20, 10)),
-			Info{Reset: 20 * time.Second, Policy: "x", Has: HasRemaining | HasReset}, true},
-		{"draft -07 dictionary", hdr("RateLimit", `limit=100, remaining=50, reset=5`),
-			Info{Limit: 100, Remaining: 50, Reset: 5 * time.Second, Has: HasLimit | HasRemaining | HasReset}, true},
-		{"draft overrides legacy", hdr(
-			"RateLimit", `"r";r=1;t=2`, "RateLimit-Policy", `"r";q=10;w=60`,
-			"X-RateLimit-Limit", "99", "X-RateLimit-Remaining", "98", "X-RateLimit-Reset", "97"),
-			Info{Limit: 10, Remaining: 1, Reset: 2 * time.Second, Window: time.Minute,
-				Policy: "r", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
-		{"draft garbage only", hdr("RateLimit", `;;;"`, "RateLimit-Policy", `"p";w=5`), Info{}, false},
-
-		// X-RateLimit-*.
-		{"legacy delta reset", hdr("X-RateLimit-Limit", "60", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "30"),
-			Info{Limit: 60, Remaining: 0, Reset: 30 * time.Second, Has: HasLimit | HasRemaining | HasReset}, true},
-		{"legacy lower-case names", http.Header{"x-ratelimit-limit": {"60"}}, Info{}, false},
-		{"github epoch reset with Date", hdr(
-			"Date", ahead.Format(http.TimeFormat),
-			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "0", "X-RateLimit-Used", "5000",
-			"X-RateLimit-Reset", strconv.FormatInt(ahead.Unix()+600, 10)),
-			Info{Limit: 5000, Reset: 10 * time.Minute, Has: HasLimit | HasRemaining | HasReset}, true},
-		{"github epoch reset without Date", hdr("X-RateLimit-Reset", strconv.FormatInt(now.Unix()+60, 10)),
-			Info{Reset: time.Minute, Has: HasReset}, true},
-		{"epoch in the past", hdr("X-RateLimit-Reset", strconv.FormatInt(now.Unix()-60, 10)),
-			Info{Has: HasReset}, true},
-		{"epoch milliseconds", hdr("X-RateLimit-Reset", strconv.FormatInt(now.UnixMilli()+1500, 10)),
-			Info{Reset: 1500 * time.Millisecond, Has: HasReset}, true},
-		{"epoch with fraction", hdr("X-RateLimit-Reset", strconv.FormatInt(now.Unix()+1, 10)+".25"),
-			Info{Reset: 1250 * time.Millisecond, Has: HasReset}, true},
-		{"used gives remaining", hdr("X-RateLimit-Limit", "5000", "X-RateLimit-Used", "4990"),
-			Info{Limit: 5000, Remaining: 10, Has: HasLimit | HasRemaining}, true},
-		{"negative remaining is zero", hdr("X-RateLimit-Remaining", "-3"),
-			Info{Has: HasRemaining}, true},
-		{"negative limit is ignored", hdr("X-RateLimit-Limit", "-3"), Info{}, false},
-		{"old draft value with policy", hdr("X-RateLimit-Limit", "100, 100;w=60, 1000;w=3600"),
-			Info{Limit: 100, Has: HasLimit}, true},
-		{"fractional delta reset", hdr("X-RateLimit-Reset", "0.25"),
-			Info{Reset: 250 * time.Millisecond, Has: HasReset}, true},
-		{"fraction rounds up", hdr("X-RateLimit-Reset", "0.0000000001"),
-			Info{Reset: 1, Has: HasReset}, true},
-		{"garbage legacy", hdr("X-RateLimit-Limit", "lots", "X-RateLimit-Remaining", "1e3",
-			"X-RateLimit-Reset", "-5", "Retry-After", "Tue, 99 Foo"), Info{}, false},
-
-		// X-Rate-Limit-* and the early draft's single fields.
-		{"x-rate-limit", hdr("X-Rate-Limit-Limit", "15", "X-Rate-Limit-Remaining", "14",
-			"X-Rate-Limit-Reset", strconv.FormatInt(now.Unix()+900, 10)),
-			Info{Limit: 15, Remaining: 14, Reset: 15 * time.Minute, Has: HasLimit | HasRemaining | HasReset}, true},
-		{"x-ratelimit beats x-rate-limit", hdr("X-RateLimit-Limit", "1", "X-Rate-Limit-Limit", "2",
-			"X-Rate-Limit-Remaining", "2"),
-			Info{Limit: 1, Remaining: 2, Has: HasLimit | HasRemaining}, true},
-		{"old draft fields", hdr("RateLimit-Limit", "10", "RateLimit-Remaining", "0", "RateLimit-Reset", "7"),
-			Info{Limit: 10, Reset: 7 * time.Second, Has: HasLimit | HasRemaining | HasReset}, true},
-
-		// Everything at once, as Sluice sends a rejection.
-		{"sluice rejection", hdr(
-			"Retry-After", "2",
-			"X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "6",
-			"RateLimit-Policy", `"checkout";q=10;w=60`, "RateLimit", `"checkout";r=0;t=6`),
-			Info{Limit: 10, Reset: 6 * time.Second, RetryAfter: 2 * time.Second, Window: time.Minute,
-				Policy: "checkout", Has: HasLimit | HasRemaining | HasReset | HasRetryAfter | HasWindow}, true},
-	}
-	for _, tt := range tests {
+	for _, tt := range parseCases {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := Parse(tt.h, now)
 			if got != tt.want || ok != tt.ok {
@@ -184,6 +41,135 @@ func TestParse(t *testing.T) {
 			}
 		})
 	}
+}
+
+var parseCases = []parseCase{
+	{"empty", hdr(), Info{}, false},
+	{"unrelated", hdr("Content-Type", "text/plain", "Date", date), Info{}, false},
+
+	// Retry-After.
+	{"retry-after seconds", hdr("Retry-After", "120"),
+		Info{RetryAfter: 120 * time.Second, Has: HasRetryAfter}, true},
+	{"retry-after whitespace", hdr("Retry-After", " \t5 "),
+		Info{RetryAfter: 5 * time.Second, Has: HasRetryAfter}, true},
+	{"retry-after zero", hdr("Retry-After", "0"), Info{Has: HasRetryAfter}, true},
+	{"retry-after fraction", hdr("Retry-After", "1.5"),
+		Info{RetryAfter: 1500 * time.Millisecond, Has: HasRetryAfter}, true},
+	{"retry-after negative", hdr("Retry-After", "-1"), Info{}, false},
+	{"retry-after garbage", hdr("Retry-After", "soon"), Info{}, false},
+	{"retry-after empty", hdr("Retry-After", ""), Info{}, false},
+	{"retry-after trailing junk", hdr("Retry-After", "5s"), Info{}, false},
+	{"retry-after huge saturates", hdr("Retry-After", "99999999999999999999999"),
+		Info{RetryAfter: math.MaxInt64, Has: HasRetryAfter}, true},
+	{"retry-after IMF-fixdate", hdr("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat)),
+		Info{RetryAfter: 90 * time.Second, Has: HasRetryAfter}, true},
+	{"retry-after RFC 850", hdr("Retry-After", now.Add(30*time.Second).Format(time.RFC850)),
+		Info{RetryAfter: 30 * time.Second, Has: HasRetryAfter}, true},
+	{"retry-after asctime", hdr("Retry-After", now.Add(45*time.Second).Format(time.ANSIC)),
+		Info{RetryAfter: 45 * time.Second, Has: HasRetryAfter}, true},
+	{"retry-after date in the past", hdr("Retry-After", now.Add(-time.Hour).Format(http.TimeFormat)),
+		Info{Has: HasRetryAfter}, true},
+	{"retry-after date against a skewed Date", hdr(
+		"Date", ahead.Format(http.TimeFormat),
+		"Retry-After", ahead.Add(30*time.Second).Format(http.TimeFormat)),
+		Info{RetryAfter: 30 * time.Second, Has: HasRetryAfter}, true},
+	{"retry-after date with a bad Date falls back to now", hdr(
+		"Date", "yesterday",
+		"Retry-After", now.Add(30*time.Second).Format(http.TimeFormat)),
+		Info{RetryAfter: 30 * time.Second, Has: HasRetryAfter}, true},
+
+	// IETF draft structured fields.
+	{"draft single", hdr(
+		"RateLimit-Policy", `"burst";q=100;w=60`,
+		"RateLimit", `"burst";r=50;t=30`),
+		Info{Limit: 100, Remaining: 50, Reset: 30 * time.Second, Window: time.Minute,
+			Policy: "burst", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+	{"draft picks the most constrained item", hdr(
+		"RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`,
+		"RateLimit", `"burst";r=50;t=30, "daily";r=0;t=3600`),
+		Info{Limit: 1000, Remaining: 0, Reset: time.Hour, Window: 24 * time.Hour,
+			Policy: "daily", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+	{"draft tie on remaining takes the later reset", hdr(
+		"RateLimit", `"a";r=0;t=5, "b";r=0;t=50, "c";r=0;t=7`),
+		Info{Reset: 50 * time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
+	{"draft items across field lines", hdr(
+		"RateLimit", `"a";r=9;t=5`,
+		"RateLimit", `"b";r=2;t=1`),
+		Info{Remaining: 2, Reset: time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
+	{"draft malformed items are skipped", hdr(
+		"RateLimit", `"a";r=-1;t=5, garbage!!, "x";r=1.5, ("in" "ner");r=1, "b";r=3;t=7, "c";t=1, 42`),
+		Info{Remaining: 3, Reset: 7 * time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
+	{"draft unterminated string", hdr("RateLimit", `"b";r=3;t=7, "oops;r=0`),
+		Info{Remaining: 3, Reset: 7 * time.Second, Policy: "b", Has: HasRemaining | HasReset}, true},
+	{"draft token names and extra params", hdr(
+		"RateLimit-Policy", `burst;q=10;w=1;qu="requests";pk=:cHsx:`,
+		"RateLimit", `burst;r=4;t=1;pk=:cHsx:`),
+		Info{Limit: 10, Remaining: 4, Reset: time.Second, Window: time.Second,
+			Policy: "burst", Unit: "requests", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+	{"draft escaped name", hdr("RateLimit", `"a\"b";r=1;t=2`),
+		Info{Remaining: 1, Reset: 2 * time.Second, Policy: `a"b`, Has: HasRemaining | HasReset}, true},
+	{"draft policy without RateLimit takes the slowest rate", hdr(
+		"RateLimit-Policy", `"fast";q=100;w=1, "slow";q=1000;w=3600, "bad";q=-3;w=1`),
+		Info{Limit: 1000, Window: time.Hour, Policy: "slow", Has: HasLimit | HasWindow}, true},
+	{"draft epoch t", hdr("Date", date, "RateLimit", `"x";r=0;t=`+strconv.FormatInt(now.Unix()+20, 10)),
+		Info{Reset: 20 * time.Second, Policy: "x", Has: HasRemaining | HasReset}, true},
+	{"draft -07 dictionary", hdr("RateLimit", `limit=100, remaining=50, reset=5`),
+		Info{Limit: 100, Remaining: 50, Reset: 5 * time.Second, Has: HasLimit | HasRemaining | HasReset}, true},
+	{"draft overrides legacy", hdr(
+		"RateLimit", `"r";r=1;t=2`, "RateLimit-Policy", `"r";q=10;w=60`,
+		"X-RateLimit-Limit", "99", "X-RateLimit-Remaining", "98", "X-RateLimit-Reset", "97"),
+		Info{Limit: 10, Remaining: 1, Reset: 2 * time.Second, Window: time.Minute,
+			Policy: "r", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+	{"draft garbage only", hdr("RateLimit", `;;;"`, "RateLimit-Policy", `"p";w=5`), Info{}, false},
+
+	// X-RateLimit-*.
+	{"legacy delta reset", hdr("X-RateLimit-Limit", "60", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "30"),
+		Info{Limit: 60, Remaining: 0, Reset: 30 * time.Second, Has: HasLimit | HasRemaining | HasReset}, true},
+	{"legacy lower-case names", http.Header{"x-ratelimit-limit": {"60"}}, Info{}, false},
+	{"github epoch reset with Date", hdr(
+		"Date", ahead.Format(http.TimeFormat),
+		"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "0", "X-RateLimit-Used", "5000",
+		"X-RateLimit-Reset", strconv.FormatInt(ahead.Unix()+600, 10)),
+		Info{Limit: 5000, Reset: 10 * time.Minute, Has: HasLimit | HasRemaining | HasReset}, true},
+	{"github epoch reset without Date", hdr("X-RateLimit-Reset", strconv.FormatInt(now.Unix()+60, 10)),
+		Info{Reset: time.Minute, Has: HasReset}, true},
+	{"epoch in the past", hdr("X-RateLimit-Reset", strconv.FormatInt(now.Unix()-60, 10)),
+		Info{Has: HasReset}, true},
+	{"epoch milliseconds", hdr("X-RateLimit-Reset", strconv.FormatInt(now.UnixMilli()+1500, 10)),
+		Info{Reset: 1500 * time.Millisecond, Has: HasReset}, true},
+	{"epoch with fraction", hdr("X-RateLimit-Reset", strconv.FormatInt(now.Unix()+1, 10)+".25"),
+		Info{Reset: 1250 * time.Millisecond, Has: HasReset}, true},
+	{"used gives remaining", hdr("X-RateLimit-Limit", "5000", "X-RateLimit-Used", "4990"),
+		Info{Limit: 5000, Remaining: 10, Has: HasLimit | HasRemaining}, true},
+	{"negative remaining is zero", hdr("X-RateLimit-Remaining", "-3"),
+		Info{Has: HasRemaining}, true},
+	{"negative limit is ignored", hdr("X-RateLimit-Limit", "-3"), Info{}, false},
+	{"old draft value with policy", hdr("X-RateLimit-Limit", "100, 100;w=60, 1000;w=3600"),
+		Info{Limit: 100, Has: HasLimit}, true},
+	{"fractional delta reset", hdr("X-RateLimit-Reset", "0.25"),
+		Info{Reset: 250 * time.Millisecond, Has: HasReset}, true},
+	{"fraction rounds up", hdr("X-RateLimit-Reset", "0.0000000001"),
+		Info{Reset: 1, Has: HasReset}, true},
+	{"garbage legacy", hdr("X-RateLimit-Limit", "lots", "X-RateLimit-Remaining", "1e3",
+		"X-RateLimit-Reset", "-5", "Retry-After", "Tue, 99 Foo"), Info{}, false},
+
+	// X-Rate-Limit-* and the early draft's single fields.
+	{"x-rate-limit", hdr("X-Rate-Limit-Limit", "15", "X-Rate-Limit-Remaining", "14",
+		"X-Rate-Limit-Reset", strconv.FormatInt(now.Unix()+900, 10)),
+		Info{Limit: 15, Remaining: 14, Reset: 15 * time.Minute, Has: HasLimit | HasRemaining | HasReset}, true},
+	{"x-ratelimit beats x-rate-limit", hdr("X-RateLimit-Limit", "1", "X-Rate-Limit-Limit", "2",
+		"X-Rate-Limit-Remaining", "2"),
+		Info{Limit: 1, Remaining: 2, Has: HasLimit | HasRemaining}, true},
+	{"old draft fields", hdr("RateLimit-Limit", "10", "RateLimit-Remaining", "0", "RateLimit-Reset", "7"),
+		Info{Limit: 10, Reset: 7 * time.Second, Has: HasLimit | HasRemaining | HasReset}, true},
+
+	// Everything at once, as Sluice sends a rejection.
+	{"sluice rejection", hdr(
+		"Retry-After", "2",
+		"X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "6",
+		"RateLimit-Policy", `"checkout";q=10;w=60`, "RateLimit", `"checkout";r=0;t=6`),
+		Info{Limit: 10, Reset: 6 * time.Second, RetryAfter: 2 * time.Second, Window: time.Minute,
+			Policy: "checkout", Has: HasLimit | HasRemaining | HasReset | HasRetryAfter | HasWindow}, true},
 }
 
 func TestInfoWait(t *testing.T) {
@@ -453,4 +439,43 @@ func FuzzParseHTTPDate(f *testing.F) {
 			t.Fatalf("ParseRetryAfter(%q) = %v, %v", s, d, ok)
 		}
 	})
+}
+
+// TestParseDraft11: what draft-ietf-httpapi-ratelimit-headers-11 and its
+// pending change add to the fields: qu, a for r, w for t in RateLimit, and
+// cached responses (Age) whose quota fields are ignored.
+func TestParseDraft11(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		h    http.Header
+		want Info
+		ok   bool
+	}{
+		{"draft-11 pending spellings a and w, cost c, unit", hdr(
+			"RateLimit-Policy", `"bytes";q=1000;w=60;qu="content-bytes"`,
+			"RateLimit", `"bytes";a=200;w=30;c=5`),
+			Info{Limit: 1000, Remaining: 200, Reset: 30 * time.Second, Window: time.Minute,
+				Policy: "bytes", Unit: "content-bytes", Has: HasLimit | HasRemaining | HasReset | HasWindow}, true},
+		{"draft-11 r and t win nothing over a and w: the last one read", hdr(
+			"RateLimit", `"p";r=3;t=4`),
+			Info{Remaining: 3, Reset: 4 * time.Second, Policy: "p", Has: HasRemaining | HasReset}, true},
+		{"draft-11 concurrency unit as a token", hdr(
+			"RateLimit-Policy", `"slots";q=5;qu=concurrent-requests`,
+			"RateLimit", `"slots";r=0;t=1`),
+			Info{Limit: 5, Remaining: 0, Reset: time.Second, Policy: "slots", Unit: "concurrent-requests",
+				Has: HasLimit | HasRemaining | HasReset}, true},
+		{"served from a cache: only Retry-After", hdr(
+			"Age", "30", "Retry-After", "2", "RateLimit", `"p";r=0;t=9`, "X-RateLimit-Remaining", "0"),
+			Info{RetryAfter: 2 * time.Second, Has: HasRetryAfter}, true},
+		{"served from a cache without Retry-After: nothing", hdr(
+			"Age", "1", "RateLimit", `"p";r=0;t=9`, "X-RateLimit-Limit", "10"),
+			Info{}, false},
+		{"Age 0 is fresh", hdr("Age", "0", "RateLimit", `"p";r=1;t=9`),
+			Info{Remaining: 1, Reset: 9 * time.Second, Policy: "p", Has: HasRemaining | HasReset}, true},
+	} {
+		got, ok := Parse(c.h, now)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: Parse() = %+v, %v\nwant      %+v, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
 }

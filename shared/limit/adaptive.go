@@ -210,8 +210,8 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
-	need := max(g.Current(), MinRound)
-	early := !g.Measure && g.N >= need/2 && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
+	need := g.need()
+	early := !g.Measure && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {
 		return EncodeGauge(g), g
 	}
@@ -222,6 +222,20 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		g.Round = 1 // 0 is a cold gauge's round
 	}
 	return EncodeGauge(g), g
+}
+
+// need returns how many samples the round decides on: about a round trip's
+// worth (Limit), at least MinRound to see a rise of Tolerance through the
+// noise, but fewer to measure Base or to double in slow start (a coarse
+// decision; under a small limit, MinRound samples span many round trips).
+func (g Gauge) need() int64 {
+	switch {
+	case g.Measure:
+		return max(g.Current(), MinRound/2)
+	case g.SlowStart:
+		return max(g.Current(), MinRound/4)
+	}
+	return max(g.Current(), MinRound)
 }
 
 // endRound decides a complete round (see Gauge).
@@ -241,10 +255,16 @@ func (l Limit) endRound(g Gauge) Gauge {
 		case old > 0 && mean*3/2 > old:
 			g.Base = (old + mean) / 2
 		}
-	case g.SlowStart && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && float64(mean) > float64(g.Base)*(1+Tolerance):
-		// A mild rise in slow start (or the noise of a round): stop
-		// doubling; a doubling past the knee shows a clear rise.
-		g.SlowStart = false
+	case g.SlowStart && float64(mean) > float64(g.Base)*(1+Tolerance) &&
+		(float64(mean) <= float64(g.Base)*(1+2*Tolerance) || g.N < MinRound/2):
+		// A mild rise in slow start, or any rise in a round too small to
+		// tell it from noise: hold, and stop doubling if the next round
+		// shows it too (the next rounds are then large enough to back
+		// off); a doubling past the knee shows a clear rise. Base, from
+		// one small round, is as likely off as this round: average them
+		// (a clean measurement follows any backoff).
+		g.SlowStart, g.Warned = g.SlowStart && !g.Warned, !g.Warned
+		g.Base = (g.Base + mean) / 2
 	case float64(mean) > float64(g.Base)*(1+Tolerance) && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && !g.Warned:
 		// A mild rise: noise, once in a while (a round's mean and Base
 		// each vary by about 5%); a queue if the next round shows it too.
@@ -258,14 +278,21 @@ func (l Limit) endRound(g Gauge) Gauge {
 		// Faster than Base: follow down, at once when the upstream got
 		// clearly faster, else a quarter of the way (a round's mean is
 		// noisy; following it up too would let a queue creep in).
-		if mean*3/2 < g.Base {
+		switch {
+		case mean*3/2 < g.Base:
 			g.Base = mean
-		} else if mean < g.Base {
+		case mean < g.Base:
 			g.Base -= (g.Base - mean) / 4
+		case g.SlowStart:
+			// Under the knee still: each round refines the Base measured
+			// on few samples.
+			g.Base = (g.Base + mean) / 2
 		}
 		if g.Saturated {
 			if g.SlowStart {
-				g.Limit = clamp(2 * g.Limit)
+				// One more per sample, as TCP's slow start: twice the
+				// limit per round trip.
+				g.Limit = clamp(g.Limit + float64(g.N))
 			} else {
 				// max(1, Limit/16) per round trip: a round of MinRound
 				// samples under a small limit spans several.
