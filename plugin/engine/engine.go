@@ -200,6 +200,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 			}
 		}
 	}
+	e.table.AdoptLayouts(time.Now().UnixNano())
 	return e
 }
 
@@ -211,10 +212,10 @@ func Regions(cfg *config.Config) []Region {
 	rs := make([]Region, len(cfg.Rules))
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		rs[i] = Region{ID: r.ID, Share: r.Share}
+		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst())}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
-			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2})
+			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
 		}
 	}
 	return rs

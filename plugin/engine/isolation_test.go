@@ -238,3 +238,44 @@ func TestConcurrencyFloodSharesTheOverflowSlots(t *testing.T) {
 		t.Errorf("after the releases a new value is refused: %d", v.Outcome)
 	}
 }
+
+// TestShareChangeKeepsStates: when a rule's share changes (another rule
+// without max_keys added, then removed), its clients whose bucket moved
+// keep their state: found in the previous layout while it may hold active
+// states; after that, the lookup stops.
+func TestShareChangeKeepsStates(t *testing.T) {
+	one := mustConfig(t, `{"rules":[{"name":"a","limit":2,"window":"1h"}],"max_keys":1000}`)
+	two := mustConfig(t, `{"rules":[{"name":"b","limit":2,"window":"1h"},{"name":"a","limit":2,"window":"1h"}],"max_keys":1000}`)
+	store := newMemStore()
+	lim := &one.Rules[0].Limit
+	const clients = 300
+	fp := func(c int) uint64 { return uint64(c+1) * 0x9E3779B97F4A7C15 }
+	tables := []*Table{NewTable(store, Regions(one)), NewTable(store, Regions(two)), NewTable(store, Regions(one))}
+	rules := []int{0, 1, 0} // rule a's region in each
+	now := t0
+	for k, tb := range tables {
+		tb.AdoptLayouts(now)
+		for c := 0; c < clients; c++ {
+			d, _, err := tb.Update(Charge, fp(c), rules[k], lim, now, 1, 0)
+			want := k < 2 // 2 per hour: the third charge is refused
+			if err != nil || d.Allowed != want {
+				t.Fatalf("layout %d, client %d: allowed %v (err %v), want %v: the client lost its state", k, c, d.Allowed, err, want)
+			}
+		}
+		now += int64(time.Minute)
+	}
+	// Once the previous layout's states have all recovered (2 hours after
+	// the change), it is no longer read.
+	at := now + int64(3*time.Hour)
+	later := NewTable(store, Regions(one))
+	later.AdoptLayouts(at)
+	rg := &later.regions[0]
+	if rg.prevBuckets == 0 || rg.prevUntil > at {
+		t.Errorf("layout record: prev %d until %d, want a previous layout that ended before %d", rg.prevBuckets, rg.prevUntil, at)
+	}
+	for c := 0; c < clients; c++ {
+		if _, ok, _ := later.previous(rg, fp(c), at); ok {
+			t.Fatalf("client %d still looked up in the previous layout after its states recovered", c)
+		}
+	}
+}
