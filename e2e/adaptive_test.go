@@ -9,58 +9,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
-
-// slotServer is an upstream that serves `slots` requests at once for the
-// service time each and queues the rest inside itself (a thread pool):
-// capacity slots/service per second. It records, for each request, how
-// many were waiting in its queue when it arrived.
-type slotServer struct {
-	sem     chan struct{}
-	service atomic.Int64 // ns
-	waiting atomic.Int64
-	served  atomic.Int64
-	mu      sync.Mutex
-	arrival []int64 // waiters seen at arrival, since the last take
-}
-
-func newSlotServer(slots int, service time.Duration) *slotServer {
-	s := &slotServer{sem: make(chan struct{}, slots)}
-	s.service.Store(int64(service))
-	return s
-}
-
-func (s *slotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	n := s.waiting.Add(1) - 1
-	s.mu.Lock()
-	s.arrival = append(s.arrival, n)
-	s.mu.Unlock()
-	s.sem <- struct{}{}
-	s.waiting.Add(-1)
-	time.Sleep(time.Duration(s.service.Load()))
-	<-s.sem
-	s.served.Add(1)
-	io.WriteString(w, "ok")
-}
-
-// take returns what was served and the 90th percentile of waiters at
-// arrival since the last take.
-func (s *slotServer) take() (served int64, p90 int64) {
-	s.mu.Lock()
-	a := s.arrival
-	s.arrival = nil
-	s.mu.Unlock()
-	sort.Slice(a, func(i, j int) bool { return a[i] < a[j] })
-	if len(a) > 0 {
-		p90 = a[len(a)*9/10]
-	}
-	return s.served.Swap(0), p90
-}
 
 // push runs n clients that send POSTs to path as fast as they can until
 // ctx ends (a 429 waits 10 ms: no spinning on a loaded machine); it returns
@@ -109,7 +62,7 @@ func push(ctx context.Context, url string, n int, path string) (map[int]int, int
 // percentile of waiters at arrival <= 8), from cold within a few seconds,
 // and again after the service time doubles and when it is restored.
 func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
-	up := newSlotServer(8, 50*time.Millisecond)
+	up := envoytest.NewSlotServer(8, 50*time.Millisecond)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -132,14 +85,14 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 		var errs int
 		done := make(chan struct{})
 		go func() { codes, errs = push(ctx, e.URL(), 64, path); close(done) }()
-		up.take()
+		up.Take()
 		start := time.Now()
 		var line []string
 		var served, bins int64
 		var q []int64
 		for tick := time.NewTicker(500 * time.Millisecond); time.Since(start) < d-100*time.Millisecond; {
 			<-tick.C
-			n, p90 := up.take()
+			n, p90 := up.Take()
 			lim, _ := e.Stat("wasmcustom.sluice.rule.buy.limit")
 			line = append(line, fmt.Sprintf("%.1fs:%d/s,q%d,L%d", time.Since(start).Seconds(), n*2, p90, lim))
 			if time.Since(start) > d-measure {
@@ -175,7 +128,7 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 		{"doubled, 100 ms", 100 * time.Millisecond, 80},
 		{"restored, 50 ms", 50 * time.Millisecond, 160},
 	} {
-		up.service.Store(int64(ph.service))
+		up.SetService(ph.service)
 		x, q := phase(ph.name, "/buy", 7*time.Second, 3*time.Second)
 		if x < 0.7*ph.capacity || q > 8 {
 			t.Errorf("%s: %.0f/s of %.0f, upstream queue p90 %d (want >= 70%% and <= 8)", ph.name, x, ph.capacity, q)

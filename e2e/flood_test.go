@@ -153,3 +153,45 @@ func checkFloodStats(t *testing.T, e *envoytest.Envoy, rules int) {
 		st["wasmcustom.sluice.rule.flood-ipv6.overflow"], st["wasmcustom.sluice.rule.flood-xff.overflow"],
 		st["wasmcustom.sluice.rule.login.overflow"], rules)
 }
+
+// TestRuleStatesSurviveRuleChanges: a rule keeps its clients' states when
+// another rule is added and when one is removed. With its own max_keys its
+// keys do not move at all; without, its share changes (1000, 666, 1000
+// states) and the clients whose bucket moved are found in the previous
+// layout.
+func TestRuleStatesSurviveRuleChanges(t *testing.T) {
+	for _, pin := range []string{`,"max_keys":900`, ``} {
+		name := map[bool]string{true: "pinned", false: "shared"}[pin != ""]
+		t.Run(name, func(t *testing.T) { checkStatesSurviveRuleChanges(t, pin) })
+	}
+}
+
+func checkStatesSurviveRuleChanges(t *testing.T, pin string) {
+	kept := `{"name":"kept","match":{"path_prefix":"/kept"},"limit":3,"window":"1h"` + pin + `}`
+	one := `{"rules":[` + kept + `,{"name":"a","match":{"path_prefix":"/a"},"limit":3,"window":"1h"}],"max_keys":2000}`
+	two := `{"rules":[{"name":"b","match":{"path_prefix":"/b"},"limit":3,"window":"1h"},` + kept + `,{"name":"a","match":{"path_prefix":"/a"},"limit":3,"window":"1h"}],"max_keys":2000}`
+	three := `{"rules":[{"name":"b","match":{"path_prefix":"/b"},"limit":3,"window":"1h"},` + kept + `],"max_keys":2000}`
+	e := startSluice(t, 2, one, func(o *envoytest.Options) { o.DynamicListeners = true; o.XFFNumTrustedHops = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const clients = 20
+	spend := func() envoytest.LoadResult {
+		return envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/kept", Requests: clients, Concurrency: 1,
+			XForwardedFor: func(i int) string { return envoytest.ClientIP(i) }})
+	}
+	if res := spend(); res.Count(200) != clients {
+		t.Fatalf("before: %v", res.Status)
+	}
+	for _, c := range []struct{ name, cfg string }{{"rule added", two}, {"rule removed", three}} {
+		if err := e.SetPluginConfig(ctx, c.cfg); err != nil {
+			t.Fatal(err)
+		}
+		if res := spend(); res.Count(200) != clients {
+			t.Errorf("%s: %v, want each of %d clients admitted once more", c.name, res.Status, clients)
+		}
+	}
+	// 3 spent by every client if no state was lost: all limited now.
+	if res := spend(); res.Count(429) != clients {
+		t.Errorf("after the updates: %v, want every client limited (a client admitted had lost its state)", res.Status)
+	}
+}

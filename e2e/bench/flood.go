@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 )
 
@@ -192,9 +193,16 @@ func floodReport(o options, runs []*floodRun) string {
 			base = r
 		}
 	}
-	buckets := (o.maxKeys + engine.SlotsPerBucket - 1) / engine.SlotsPerBucket
-	capacity := buckets * engine.SlotsPerBucket
-	keyLen := len(fmt.Sprintf("sluice.v1.%d.%d", buckets, buckets-1))
+	// The table the plugin builds for this configuration: one rule, its
+	// share is max_keys (buckets of 8 slots and its overflow state).
+	cfg, err := config.Parse([]byte(floodConfig(o.maxKeys)))
+	if err != nil {
+		return "invalid flood configuration: " + err.Error()
+	}
+	table := engine.NewTable(nil, engine.Regions(cfg))
+	buckets, capacity := table.Buckets(), table.Capacity()
+	lastKey, _, _ := table.Key(buckets - 1)
+	keyLen := len(lastKey)
 	payload := float64(buckets) * float64(engine.BucketSize+keyLen)
 
 	fmt.Fprintf(&b, "**%d distinct client addresses**, one request each, through Envoy `--concurrency %d` with `xff_num_trusted_hops: 1` "+
@@ -257,9 +265,9 @@ func floodReport(o options, runs []*floodRun) string {
 			ownHeap -= delta(base.heap0, base.heap1)
 		}
 		b.WriteString("\n**Memory per state.** ")
-		fmt.Fprintf(&b, "The table has %d shared-data keys (buckets) of %d bytes: %d regular slots (≥ max_keys) plus one overflow slot per bucket, "+
+		fmt.Fprintf(&b, "The table has %d shared-data keys (buckets) of %d bytes and one overflow state: %d states (≤ max_keys), "+
 			"%d bytes per slot; with the keys (%d bytes) that is %.2f MiB of payload, %.0f states per MB (MiB) before Envoy's per-key overhead. ",
-			buckets, engine.BucketSize, capacity, engine.BucketSize/(engine.SlotsPerBucket+1), keyLen, payload/(1<<20), float64(capacity)/(payload/(1<<20)))
+			buckets, engine.BucketSize, capacity, engine.BucketSize/engine.SlotsPerBucket, keyLen, payload/(1<<20), float64(capacity)/(payload/(1<<20)))
 		if base != nil {
 			fmt.Fprintf(&b, "Measured: Envoy's RSS grew %s with Sluice and %s without a filter under the same flood; the difference, "+
 				"**%s, is what Sluice keeps** (the table in shared data, plus any growth of the wasm VMs' linear memory), "+
@@ -294,8 +302,8 @@ func floodReport(o options, runs []*floodRun) string {
 		} else {
 			b.WriteString("**It was admitted again: its spent budget was reset.**")
 		}
-		fmt.Fprintf(&b, " The flood's clients (and the victim's probes during and after it): %d admitted (own slot, or the bucket's shared overflow slot while its budget lasted), %d rejected; "+
-			"decisions on an overflow slot %d, with no slot at all (table full, decided by on_error) %d.\n\n",
+		fmt.Fprintf(&b, " The flood's clients (and the victim's probes during and after it): %d admitted (own slot, or the rule's shared overflow state while its budget lasted), %d rejected; "+
+			"decisions on the overflow state %d, with no state at all (decided by on_error) %d.\n\n",
 			allowed, rejected, st("table_overflow"), st("table_full"))
 		b.WriteString("**Contention during the flood.** ")
 		fmt.Fprintf(&b, "CAS retries %d (%.5f per request), retries exhausted %d, on_error decisions %d (allowed %d, denied %d), shared-data errors %d.\n",

@@ -21,6 +21,12 @@ import (
 
 const memRequests = 400
 
+// memFilter is one row's filter: nil wasm is Envoy with no filter.
+type memFilter struct {
+	key  string
+	wasm *envoytest.Wasm
+}
+
 type memRow struct {
 	filter      string
 	concurrency int
@@ -39,14 +45,21 @@ func memorySection(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	sluice, _ := filepath.Abs(o.memWasm)
-	filters := []struct {
-		key  string
-		wasm *envoytest.Wasm
-	}{
+	filters := []memFilter{
 		{"no filter", nil},
 		{"no-op Go filter", &envoytest.Wasm{File: noop, Name: "noop"}},
 		{"no-op + Sluice's config parsing", &envoytest.Wasm{File: confNoop, Name: "confignoop", Config: sluiceConfig(admitLimit)}},
 		{"Sluice", &envoytest.Wasm{File: sluice, Config: sluiceConfig(admitLimit)}},
+	}
+	// The floor for memory as for instructions: the Rust yardstick
+	// (rustprobe.go), idle and doing Sluice's admit-path host work.
+	rustNote := ""
+	if rust, err := buildRustProbe(ctx); err != nil {
+		rustNote = fmt.Sprintf("\nThe Rust rows were not measured: %v.\n", err)
+	} else {
+		filters = append(filters,
+			memFilter{"no-op Rust filter", &envoytest.Wasm{File: rust, Name: "rustprobe", VMID: "rustprobe"}},
+			memFilter{"Rust yardstick (Sluice's host work)", &envoytest.Wasm{File: rust, Name: "rustprobe", VMID: "rustprobe", Config: "vmctx,clock,property,shared,resp3"}})
 	}
 	ips := make([]string, o.clients)
 	for i := range ips {
@@ -101,7 +114,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 		return rows[i]
 	}
 	var b strings.Builder
-	b.WriteString("## 8. Memory: Envoy RSS with no filter, the no-op Go filter and Sluice\n\n")
+	b.WriteString("## 8. Memory: Envoy RSS with no filter, the no-op Go filter, Sluice and the Rust yardstick\n\n")
 	b.WriteString("| filter | RSS at --concurrency 1 | over no filter | of which Envoy's heap | RSS at --concurrency 8 | over no filter | of which Envoy's heap | per extra worker |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, f := range filters {
 		r1, r8 := find(f.key, 1), find(f.key, 8)
@@ -122,12 +135,17 @@ func memorySection(ctx context.Context, o options) (string, error) {
 				sizes = append(sizes, fmt.Sprintf("%s %d", f.name, st.Size()))
 			}
 		}
+		if rs := rustModuleSize(filters); rs != "" {
+			sizes = append(sizes, rs)
+		}
 		fmt.Fprintf(&b, "\nModule sizes (bytes): %s. V8 compiles a module once per process (the constant part) "+
 			"and each VM gets its own Go heap in its linear memory (the per-worker part).\n", strings.Join(sizes, ", "))
 	}
+	b.WriteString(rustNote)
 	fmt.Fprintf(&b, "\n**Method.** For each filter and concurrency a fresh Envoy (V8) is started, sent %d requests (16 keep-alive connections, "+
 		"%d client addresses) and its VmRSS read 300 ms later (with Envoy's own heap, tcmalloc's `allocated` from the admin `/memory`: the rest of the growth is mapped outside it, V8's compiled code and the wasm linear memories); every configuration was measured %d times, one Envoy at a time, "+
 		"and the table gives the medians. Sluice runs the Envoy section's admit configuration (one token_bucket rule, legacy headers). "+
+		"The Rust rows are the yardstick of section 7 (e2e/bench/testdata/rustprobe, proxy-wasm crate 0.2.5): a floor, not a part of Sluice. "+
 		"Envoy runs one wasm VM per worker plus one on the main thread, so the per-worker figure is the slope between the two concurrencies.\n",
 		memRequests, o.clients, reps)
 	return b.String(), nil
@@ -138,4 +156,17 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "not met"
+}
+
+// rustModuleSize is "Rust yardstick N" for the Rust module among filters,
+// or "" when it was not measured.
+func rustModuleSize(filters []memFilter) string {
+	for _, f := range filters {
+		if f.wasm != nil && f.wasm.Name == "rustprobe" {
+			if st, err := os.Stat(f.wasm.File); err == nil {
+				return fmt.Sprintf("Rust yardstick %d", st.Size())
+			}
+		}
+	}
+	return ""
 }

@@ -100,7 +100,7 @@ func buildRustProbe(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	progress("callgrind: building the Rust yardstick (%s)", rustProbeDir)
+	progress("building the Rust yardstick (%s)", rustProbeDir)
 	cmd := exec.CommandContext(ctx, "cargo", "build", "--release", "--locked", "--target", "wasm32-wasip1",
 		"--manifest-path", filepath.Join(rustProbeDir, "Cargo.toml"), "--target-dir", target)
 	var buf bytes.Buffer

@@ -367,7 +367,7 @@ func StartGateway(ctx context.Context, o GatewayOptions) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	env := append(os.Environ(), "HOME="+o.Dir, "ENVOY_VERSION="+o.EnvoyVersion,
+	env := append(os.Environ(), "HOME="+o.Dir,
 		gatewayOwnerEnv+"="+strconv.Itoa(os.Getpid())+"."+procStart(os.Getpid()))
 	certgen := exec.CommandContext(ctx, o.Bin, "certgen", "--local", "--config-home", g.ConfigHome)
 	certgen.Env = env

@@ -111,7 +111,7 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 	for _, r := range runs {
 		if len(r.Learnt) > 0 {
 			legends[1].Add("buys in flight Sluice learnt to allow", styleThumb(learntStyle))
-			legends[1].Add(fmt.Sprintf("the store's %d worker slots (not in Sluice's configuration)", r.Store.Workers), styleThumb(slotsStyle))
+			legends[1].Add(fmt.Sprintf("the store's %d worker slots (unknown to Sluice)", r.Store.Workers), styleThumb(slotsStyle))
 			break
 		}
 	}

@@ -23,14 +23,14 @@
 //
 // sluice.json limits POST /buy twice over: per client (2 per 10 s, which
 // stops the impatient re-presses) and for the whole shop by what the store
-// really has, worker slots: at most 18 buys in flight at once (algorithm
-// concurrency, keyed by path), the others answered 429 at once with a
-// Retry-After. 18 of the store's 20 slots keep it busy selling while 2 stay
-// free for the background users, whatever the database's speed. No
-// max_delay: with thousands of presses a second, the next press takes a
-// freed slot within milliseconds, so a queue at Envoy adds no orders; it
-// only keeps thousands of streams open on the proxy (measured: fewer
-// orders and a higher login p99 with max_delay 2s; see README.md here). It
+// really has, worker slots, without saying how many: the rule
+// adaptive_concurrency (keyed by path) learns how many buys the store can
+// hold in flight from their latency, and answers the others 429 at once
+// with a Retry-After. The demo prints what it learnt, second by second,
+// next to the store's slots, and draws it on the chart. No max_delay: with
+// thousands of presses a second, the next press takes a freed slot within
+// milliseconds, so a queue at Envoy adds no orders; it only keeps
+// thousands of streams open on the proxy (see README.md here). It
 // keys clients with
 // client_ip.xff_trusted_hops 0, i.e. by source.address: Envoy, with
 // xff_num_trusted_hops 1, already sets that to the client's X-Forwarded-For

@@ -2,10 +2,7 @@ package envoyconf
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,73 +84,6 @@ func TestProxiesTrusted(t *testing.T) {
 		if got := c.s.ProxiesTrusted(); got != c.want {
 			t.Errorf("%+v: %d, want %d", c.s, got, c.want)
 		}
-	}
-}
-
-// The plugin never links Envoy's protos or a YAML library: they belong to
-// sluice validate only (a bigger module would cost every Envoy worker VM:
-// V8 keeps about 18 MiB resident per megabyte of module code). Nor
-// encoding/json (plugin/internal/jsonlite decodes the configuration), anything of
-// crypto/ (plugin/internal/sha256 makes the global rules' descriptor keys) or
-// net/netip with unique (plugin/internal/ipaddr): they pulled in hundreds of
-// kilobytes that the proxy-wasm SDK does not need. Nor sort (60 KB with
-// the reflection of sort.Slice, for two sorts of a few strings).
-func TestNotLinkedIntoPlugin(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "../../plugin")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, "github.com/sluicehq/sluice/plugin/config") {
-		t.Fatalf("go list does not list the plugin's packages:\n%s", out)
-	}
-	for _, p := range deps {
-		if strings.Contains(p, "envoyproxy") || strings.Contains(p, "yaml") || strings.HasSuffix(p, "/envoyconf") ||
-			p == "encoding/json" || p == "crypto" || strings.HasPrefix(p, "crypto/") || p == "encoding/hex" ||
-			p == "net/netip" || p == "unique" || p == "sort" {
-			t.Errorf("the plugin links %s", p)
-		}
-	}
-}
-
-// fmt and reflect are imported by the proxy-wasm SDK but must not be
-// reachable in the plugin: the linker drops them unless something calls
-// them, and they are about 350 KB of module (fmt's printing goes through
-// reflect). The linker's reachability graph (-dumpdep) says what is kept.
-func TestFmtNotReachableInPlugin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("links the plugin (a few seconds)")
-	}
-	out := filepath.Join(t.TempDir(), "plugin.wasm")
-	// -trimpath and c-shared as in make build, so that only the link is new.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-dumpdep", "-buildmode=c-shared", "-o", out, "../../plugin")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	graph, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%.2000s", err, graph)
-	}
-	// A kept function is the target of an edge. Symbols the linker shares
-	// between identical contents (arginfo, stkobj) may carry an fmt name
-	// without fmt's code.
-	// reflect's own initialization stays (the runtime's packages import
-	// it), its Value machinery must not.
-	kept := regexp.MustCompile(`(?m)-> ((?:fmt|reflect\.Value|reflect\.\(\*rtype\)|encoding/json)\.[^\s]+)$`)
-	shared := regexp.MustCompile(`\.(arginfo\d+|argliveinfo|stkobj|args_stackmap|opendefer|wrapinfo)$`)
-	edges := 0
-	for _, m := range kept.FindAllStringSubmatch(string(graph), -1) {
-		if !shared.MatchString(m[1]) {
-			t.Errorf("the plugin keeps %s", m[1])
-		}
-	}
-	for _, l := range strings.Split(string(graph), "\n") {
-		if strings.Contains(l, " -> ") {
-			edges++
-		}
-	}
-	if edges < 1000 || !strings.Contains(string(graph), "github.com/sluicehq/sluice/plugin/config.Parse") {
-		t.Fatalf("no reachability graph from the linker (%d edges)", edges)
 	}
 }
 

@@ -974,16 +974,22 @@ func (f fields) name(key string) string {
 	return f.path + "." + key
 }
 
-// whole reads a whole number in lo..hi; out of range, the error is
-// outOfRange formatted with the number, then args.
-func (f fields) whole(key string, lo, hi int64, outOfRange string, args ...any) (int64, bool, error) {
+// number reads a whole number.
+func (f fields) number(key string) (int64, bool, error) {
 	raw := f.m.Get(key)
 	if raw == nil {
 		return 0, false, nil
 	}
 	n, err := integer(f.name(key), raw)
-	if err != nil {
-		return 0, true, err
+	return n, true, err
+}
+
+// whole reads a whole number in lo..hi; out of range, the error is
+// outOfRange formatted with the number, then args.
+func (f fields) whole(key string, lo, hi int64, outOfRange string, args ...any) (int64, bool, error) {
+	n, ok, err := f.number(key)
+	if !ok || err != nil {
+		return 0, ok, err
 	}
 	if n < lo || n > hi {
 		return 0, true, &FieldError{Field: f.name(key), Msg: sprintf.Sprintf(outOfRange, append([]any{n}, args...)...)}
@@ -993,13 +999,9 @@ func (f fields) whole(key string, lo, hi int64, outOfRange string, args ...any) 
 
 // count reads a limit or burst: a whole number in 1..maxCount.
 func (f fields) count(key string) (int64, bool, error) {
-	raw := f.m.Get(key)
-	if raw == nil {
-		return 0, false, nil
-	}
-	n, err := integer(f.name(key), raw)
-	if err != nil {
-		return 0, true, err
+	n, ok, err := f.number(key)
+	if !ok || err != nil {
+		return 0, ok, err
 	}
 	if n <= 0 {
 		return 0, true, errf(f.name(key), "must be > 0, got %d", n)

@@ -78,6 +78,19 @@ type gaugeOp struct {
 	out   limit.Gauge
 }
 
+// adaptiveRules is the engine's state for adaptive concurrency rules: the
+// latency samples of this worker per key, batched into the shared Gauge.
+type adaptiveRules struct {
+	learners   map[learnKey]*learner
+	gop        gaugeOp
+	slotLim    limit.Limit
+	lastGauge  []limit.Gauge
+	lastSlots  []slotsSeen
+	learnSwept int64
+	// gaugeRegion is the table region of adaptive rule i's Gauges.
+	gaugeRegion []int
+}
+
 func (o *gaugeOp) Modify(st limit.State, now int64, _ bool) (limit.State, int64, bool) {
 	if !o.learn {
 		o.out = o.lim.Gauge(st)

@@ -103,6 +103,19 @@ const (
 	opExpire
 )
 
+// concurrencyRules is the engine's state for concurrency rules: the slots
+// this worker's requests hold (re-registered every epoch), the requests
+// waiting in queues, the observed hold time per rule.
+type concurrencyRules struct {
+	pending  []pendingConc
+	op       concOp
+	holdings map[holdKey]*holding
+	waiters  []*Waiter
+	blocked  map[holdKey]bool
+	hold     []int64 // observed mean slot hold time per rule (ns)
+	renewed  uint16  // the epoch of the last renewal
+}
+
 func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, int64, bool) {
 	var next limit.State
 	o.overflow = overflow

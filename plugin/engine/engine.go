@@ -126,55 +126,28 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg        *config.Config
-	table      *Table
-	seed       uint64
+	cfg   *config.Config
+	table *Table
+	seed  uint64
+	Stats Stats
+	// Each kind of rule keeps its own working state; the methods that use
+	// it live in the kind's file.
+	localRules       // the request's rules and what they charged (engine.go)
+	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
+	concurrencyRules // slots, their leases and the queue (concurrency.go)
+	adaptiveRules    // learnt limits (adaptive.go)
+	// Now is the clock of answers to calls (nanoseconds since the epoch).
+	Now func() int64
+}
+
+// localRules is what a decision keeps between rules: which matched, what
+// each charged (refunded if a later rule rejects), the key being built.
+type localRules struct {
 	needMethod bool
 	needPath   bool
 	matched    []int
 	charged    []charge
 	keyBuf     []byte
-	Stats      Stats
-	// Global rules (global.go).
-	Global  GlobalStats
-	caller  Caller
-	decided Decided
-	calls   map[callKey]*inflight
-	circuit circuit
-	callBuf []byte
-	// rtt is a moving average of how long the service takes to answer
-	// (ns), which sets how early a lease is refilled (prefetch).
-	rtt     int64
-	scratch Pending
-	globals []globalRef
-	gkeys   []byte
-	// ctxOwner is the request whose stream is the current proxy-wasm
-	// context while an answer is handled (nil: the root context); inDecide
-	// is set while Decide runs (the deciding request's stream is current).
-	ctxOwner *Pending
-	inDecide bool
-	// concurrency rules (concurrency.go)
-	pending  []pendingConc
-	op       concOp
-	holdings map[holdKey]*holding
-	waiters  []*Waiter
-	blocked  map[holdKey]bool
-	hold     []int64 // observed mean slot hold time per rule (ns)
-	// debts are global rules' charges after the response that wait for
-	// the tick (cost.go).
-	debts   map[callKey]*debt
-	renewed uint16 // the epoch of the last renewal
-	// adaptive concurrency rules (adaptive.go)
-	learners   map[learnKey]*learner
-	gop        gaugeOp
-	slotLim    limit.Limit
-	lastGauge  []limit.Gauge
-	lastSlots  []slotsSeen
-	learnSwept int64
-	// gaugeRegion is the table region of adaptive rule i's Gauges.
-	gaugeRegion []int
-	// Now is the clock of answers to calls (nanoseconds since the epoch).
-	Now func() int64
 }
 
 func (e *Engine) now() int64 {
@@ -189,22 +162,26 @@ func (e *Engine) now() int64 {
 // and a random one keeps clients from choosing which bucket they land in.
 func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	e := &Engine{
-		cfg:     cfg,
-		table:   NewTable(store, Regions(cfg)),
-		seed:    seed,
-		matched: make([]int, 0, len(cfg.Rules)),
-		charged: make([]charge, 0, len(cfg.Rules)),
-		keyBuf:  make([]byte, 0, 256),
-		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
-		calls:   map[callKey]*inflight{},
-
-		holdings: map[holdKey]*holding{},
-		hold:     make([]int64, len(cfg.Rules)),
-
-		learners:    map[learnKey]*learner{},
-		gaugeRegion: gaugeRegions(cfg),
-		lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
-		lastSlots:   make([]slotsSeen, len(cfg.Rules)),
+		cfg:   cfg,
+		table: NewTable(store, Regions(cfg)),
+		seed:  seed,
+		Stats: Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+		localRules: localRules{
+			matched: make([]int, 0, len(cfg.Rules)),
+			charged: make([]charge, 0, len(cfg.Rules)),
+			keyBuf:  make([]byte, 0, 256),
+		},
+		globalRules: globalRules{calls: map[callKey]*inflight{}},
+		concurrencyRules: concurrencyRules{
+			holdings: map[holdKey]*holding{},
+			hold:     make([]int64, len(cfg.Rules)),
+		},
+		adaptiveRules: adaptiveRules{
+			learners:    map[learnKey]*learner{},
+			gaugeRegion: gaugeRegions(cfg),
+			lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
+			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
+		},
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -223,6 +200,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 			}
 		}
 	}
+	e.table.AdoptLayouts(time.Now().UnixNano())
 	return e
 }
 
@@ -234,10 +212,10 @@ func Regions(cfg *config.Config) []Region {
 	rs := make([]Region, len(cfg.Rules))
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		rs[i] = Region{ID: r.ID, Share: r.Share}
+		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst())}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
-			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2})
+			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
 		}
 	}
 	return rs
@@ -291,9 +269,51 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) ipaddr.Addr {
 // Enforced rules are charged in order; if one rejects, the charges already
 // made are refunded, so a rejected request costs no rule anything, and the
 // remaining rules are only read to report the longest Retry-After.
+//
+// The phases: match the rules, exempt clients, charge the local rate
+// rules, then take concurrency slots and ask the global rules (each only
+// for a request every rule before it admitted), then admit or refuse.
 func (e *Engine) Decide(req Request, now int64) Verdict {
-	// Every header read is a host call that copies into the guest: read
-	// only what some rule uses.
+	var v Verdict
+	ri := e.matchRules(req)
+	if len(e.matched) == 0 {
+		return v
+	}
+	if e.exempt(&ri) {
+		v.Exempt = true
+		return v
+	}
+	e.charged = e.charged[:0]
+	e.globals = e.globals[:0]
+	e.gkeys = e.gkeys[:0]
+	e.pending = e.pending[:0]
+	rejected := e.chargeLocal(&v, &ri, now)
+	if rejected < 0 && len(e.pending) > 0 {
+		var id uint32
+		if sr, ok := req.(StreamRequest); ok {
+			id = sr.StreamID()
+		}
+		v.Client = ri.client
+		rejected = e.acquire(id, &v, e.pending, e.charged, now)
+		if v.Outcome == Queue {
+			return v
+		}
+	}
+	if rejected < 0 && len(e.globals) > 0 {
+		return e.askGlobal(v, &ri, now)
+	}
+	if rejected < 0 {
+		e.admit(&v, &ri)
+		return v
+	}
+	e.refuse(&v, &ri, rejected, now)
+	return v
+}
+
+// matchRules reads what the rules need of req and lists the rules that
+// apply in e.matched. Every header read is a host call that copies into
+// the guest: it reads only what some rule uses.
+func (e *Engine) matchRules(req Request) requestInfo {
 	ri := requestInfo{req: req}
 	if e.needPath {
 		ri.path, _ = req.Header(":path")
@@ -307,28 +327,31 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			e.matched = append(e.matched, i)
 		}
 	}
-	var v Verdict
-	if len(e.matched) == 0 {
-		return v
+	return ri
+}
+
+// exempt reports (and counts) a client in exempt_cidrs.
+func (e *Engine) exempt(ri *requestInfo) bool {
+	if len(e.cfg.Exempt) == 0 {
+		return false
 	}
-	if len(e.cfg.Exempt) > 0 {
-		a := ri.clientAddr(e.cfg)
-		for _, p := range e.cfg.Exempt {
-			if p.Contains(a) {
-				e.Stats.Exempt++
-				v.Exempt = true
-				return v
-			}
+	a := ri.clientAddr(e.cfg)
+	for _, p := range e.cfg.Exempt {
+		if p.Contains(a) {
+			e.Stats.Exempt++
+			return true
 		}
 	}
-	e.charged = e.charged[:0]
-	e.globals = e.globals[:0]
-	e.gkeys = e.gkeys[:0]
-	e.pending = e.pending[:0]
-	rejected := -1
+	return false
+}
+
+// chargeLocal charges the matched local rate rules in order and sets
+// aside the concurrency (e.pending) and global (e.globals) rules for
+// later phases. It returns the index of the rule that rejected, or -1.
+func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 	for _, i := range e.matched {
 		r := &e.cfg.Rules[i]
-		fp := e.fingerprint(r, &ri)
+		fp := e.fingerprint(r, ri)
 		if r.Global {
 			// Global rules are decided after every local rule admitted the
 			// request: a call is made only for requests that can pass.
@@ -337,7 +360,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			// and never need it.
 			off := len(e.gkeys)
 			e.gkeys = append(e.gkeys, e.keyBuf...)
-			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf), cost: e.requestCost(r, &ri)})
+			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf), cost: e.requestCost(r, ri)})
 			continue
 		}
 		if IsConcurrency(r) {
@@ -346,91 +369,99 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
 			continue
 		}
-		d, n, err := e.decideLocal(&v, r, i, fp, &ri, now)
+		d, n, err := e.decideLocal(v, r, i, fp, ri, now)
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
 				e.Stats.OnErrorDenied++
-				rejected = i
 				v.violate(i)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
-				break
+				return i
 			}
 			e.Stats.OnErrorAllowed++
 			continue
 		}
-		st := &e.Stats.Rules[i]
-		if r.Shadow {
-			if !d.Allowed {
-				st.ShadowRejected++
-				if v.Shadow == nil {
-					v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
-				}
-			} else if n > 0 {
-				e.charged = append(e.charged, charge{i, fp, n})
-			}
-			continue
+		if e.recordLocal(v, r, i, fp, d, n) {
+			return i
 		}
+	}
+	return -1
+}
+
+// recordLocal takes local rule r's decision d (n units charged) into v and
+// the stats; it reports whether the rule rejects the request.
+func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d limit.Decision, n int64) bool {
+	st := &e.Stats.Rules[i]
+	if r.Shadow {
 		if !d.Allowed {
-			st.Rejected++
-			rejected = i
-			v.violate(i)
-			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
-			break
-		}
-		if n > 0 {
+			st.ShadowRejected++
+			if v.Shadow == nil {
+				v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
+			}
+		} else if n > 0 {
 			e.charged = append(e.charged, charge{i, fp, n})
 		}
-		if d.Delay > v.Delay {
-			v.Delay, v.Delayer = d.Delay, r
-		}
-		if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
-			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
-		}
+		return false
 	}
-	if rejected < 0 && len(e.pending) > 0 {
-		var id uint32
-		if sr, ok := req.(StreamRequest); ok {
-			id = sr.StreamID()
-		}
-		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.pending, e.charged, now)
-		if v.Outcome == Queue {
-			return v
-		}
+	if !d.Allowed {
+		st.Rejected++
+		v.violate(i)
+		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
+		return true
 	}
-	if rejected < 0 && len(e.globals) > 0 {
-		v.Client = ri.client
-		p := &e.scratch
-		*p = Pending{verdict: v, charged: e.charged, globals: e.globals, keys: e.gkeys, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
-		e.inDecide = true
-		waiting := e.decideGlobal(p, now)
-		e.inDecide = false
-		v = p.verdict
-		e.charged = p.charged[:0]
-		if waiting {
-			v.Pending = p.persisted
-		}
-		return v
+	if n > 0 {
+		e.charged = append(e.charged, charge{i, fp, n})
 	}
-	if rejected < 0 {
-		for _, c := range e.charged {
-			if !e.cfg.Rules[c.rule].Shadow {
-				e.Stats.Rules[c.rule].Charged += uint64(c.n)
-				if v.Delay > 0 {
-					e.Stats.Rules[c.rule].Delayed++
-				} else {
-					e.Stats.Rules[c.rule].Allowed++
-				}
+	if d.Delay > v.Delay {
+		v.Delay, v.Delayer = d.Delay, r
+	}
+	if v.Report == nil || d.Remaining < v.Remaining || (d.Remaining == v.Remaining && d.Reset > v.Reset) {
+		v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
+	}
+	return false
+}
+
+// askGlobal decides the global rules of a request every local rule
+// admitted: from the leases, or with a call it may wait for (v.Pending).
+func (e *Engine) askGlobal(v Verdict, ri *requestInfo, now int64) Verdict {
+	v.Client = ri.client
+	p := &e.scratch
+	*p = Pending{verdict: v, charged: e.charged, globals: e.globals, keys: e.gkeys, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
+	e.inDecide = true
+	waiting := e.decideGlobal(p, now)
+	e.inDecide = false
+	v = p.verdict
+	e.charged = p.charged[:0]
+	if waiting {
+		v.Pending = p.persisted
+	}
+	return v
+}
+
+// admit counts an admitted (or delayed) request in its rules' stats.
+func (e *Engine) admit(v *Verdict, ri *requestInfo) {
+	for _, c := range e.charged {
+		if !e.cfg.Rules[c.rule].Shadow {
+			e.Stats.Rules[c.rule].Charged += uint64(c.n)
+			if v.Delay > 0 {
+				e.Stats.Rules[c.rule].Delayed++
+			} else {
+				e.Stats.Rules[c.rule].Allowed++
 			}
 		}
-		e.countPost(&v)
-		if v.Delay > 0 {
-			v.Outcome = Delay
-		}
-		v.Client = ri.client
-		return v
 	}
+	e.countPost(v)
+	if v.Delay > 0 {
+		v.Outcome = Delay
+	}
+	v.Client = ri.client
+}
+
+// refuse makes v the rejection by rule rejected: the charges already made
+// are refunded, and the Retry-After is the longest among the rules not yet
+// evaluated, so that the client's retry is not rejected by the next rule
+// in line.
+func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client
@@ -440,8 +471,6 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	for _, c := range e.charged {
 		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
-	// Report the longest wait among the rules not yet evaluated, so that the
-	// client's retry is not rejected by the next rule in line.
 	after := false
 	for _, i := range e.matched {
 		if i == rejected {
@@ -452,7 +481,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, &ri), i, &r.Limit, now, 1, 0)
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, 1, 0)
 		if err != nil || d.Allowed {
 			continue
 		}
@@ -461,7 +490,6 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			v.Report, v.Reset, v.RetryAfter = r, d.Reset, d.RetryAfter
 		}
 	}
-	return v
 }
 
 // decideLocal charges local rule r (index i) for client fp: the request's

@@ -70,6 +70,34 @@ type Pending struct {
 	persisted         *Pending // the heap copy of the engine's scratch Pending
 }
 
+// globalRules is the engine's state for global rules: the calls to the
+// rate-limit service in flight on this worker, the circuit that stops
+// waiting on it after a failure, the debts of charges after the response,
+// and the request being decided.
+type globalRules struct {
+	// Global counts what the global rules did (exported as metrics).
+	Global  GlobalStats
+	caller  Caller
+	decided Decided
+	calls   map[callKey]*inflight
+	circuit circuit
+	callBuf []byte
+	// rtt is a moving average of how long the service takes to answer
+	// (ns), which sets how early a lease is refilled (prefetch).
+	rtt     int64
+	scratch Pending
+	globals []globalRef
+	gkeys   []byte
+	// ctxOwner is the request whose stream is the current proxy-wasm
+	// context while an answer is handled (nil: the root context); inDecide
+	// is set while Decide runs (the deciding request's stream is current).
+	ctxOwner *Pending
+	inDecide bool
+	// debts are global rules' charges after the response that wait for
+	// the tick (cost.go).
+	debts map[callKey]*debt
+}
+
 // persist returns a Pending that outlives the current decision: the
 // engine's scratch Pending (which every decision reuses, so that requests
 // served from leases allocate nothing) is copied once a request waits.
@@ -225,109 +253,107 @@ func (e *Engine) descriptor(p *Pending, g globalRef) string {
 // verdict v (the local rules admitted it). It returns true when the
 // request now waits for a call (v.Outcome is Call and v.Pending set).
 func (e *Engine) decideGlobal(p *Pending, now int64) bool {
-	v := &p.verdict
 	for p.next < len(p.globals) {
 		g := p.globals[p.next]
 		r := &e.cfg.Rules[g.rule]
 		end := lease.WindowEnd(now, r.Limit.Window())
-		var admitted, exhausted bool
-		take := func(s *lease.State) bool {
-			var ns lease.State
-			ns, admitted, exhausted = lease.Take(*s)
-			if !admitted {
-				return false
-			}
-			*s = ns
-			return true
-		}
-		st, err := e.table.Lease(g.fp, g.rule, now, end, take)
-		if errors.Is(err, ErrFull) {
-			// The rule's share is full: this client is counted with the
-			// rule's other new clients, on the rule's overflow lease and
-			// one descriptor at the service (limited together, a call per
-			// lease, not one per request).
-			g.fp = OverflowLease
-			p.globals[p.next].fp = g.fp
-			e.table.countOverflow(g.rule, SlotOverflow)
-			st, err = e.table.Lease(g.fp, g.rule, now, end, take)
-		}
-		noLease := false
-		if err != nil {
+		st, admitted, exhausted, err := e.takeLease(p, &g, now, end)
+		switch {
+		case err != nil:
 			if e.onError(p, r, g.rule, err) {
 				return false
 			}
-			p.next++
-			continue
-		}
-		switch {
 		case admitted:
 			e.Global.LeaseAdmits++
 			e.admitGlobal(p, g, &st, now, end)
-			if !noLease {
-				e.prefetch(p, g, &st, now)
-			}
-			p.next++
-			continue
+			e.prefetch(p, g, &st, now)
 		case exhausted:
 			e.rejectGlobal(p, g.rule, now, end)
 			return false
-		}
-		// The lease is empty: this request needs the service.
-		key := callKey{g.rule, g.fp}
-		if in, ok := e.calls[key]; ok {
-			q := e.persist(p)
-			q.verdict.Outcome = Call
-			in.waiters = append(in.waiters, q)
-			if in.deferred && e.inDecide && in.owner == nil {
-				// A prefetched call the tick has not sent yet: this request
-				// found the lease empty, so send it now from its stream
-				// rather than wait for the tick.
-				in.deferred, in.owner = false, q
-				if e.send(in, now, min(in.deadline, q.Deadline)) != nil {
-					in.deferred, in.owner = true, nil // the tick tries again
-				}
+		default:
+			// The lease is empty: this request needs the service.
+			if waiting, done := e.callService(p, g, r, &st, now); done {
+				return waiting
 			}
-			e.Global.Waited++
-			v.Outcome = Call
-			return true
 		}
-		if e.CircuitOpen() {
-			// While the circuit is open no request waits: the tick probes
-			// the service (Sweep) and closes the circuit when it answers.
-			e.Global.ShortCircuited++
-			if e.onError(p, r, g.rule, errCircuitOpen) {
-				return false
-			}
-			p.next++
-			continue
-		}
-		k := uint32(1)
-		if !noLease {
-			k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
-		}
-		in := &inflight{key: key, ref: g, k: k, callAt: now, noLease: noLease, desc: e.descriptor(p, g)}
-		deciding := e.inDecide
-		if err := e.sendOrDefer(in, now, p.Deadline, deciding); err != nil {
-			e.circuit.failure(now)
-			if e.onError(p, r, g.rule, err) {
-				return false
-			}
-			p.next++
-			continue
-		}
-		q := e.persist(p)
-		q.verdict.Outcome = Call
-		in.waiters = []*Pending{q}
-		if deciding {
-			in.owner = q
-		}
-		e.Global.Waited++
-		v.Outcome = Call
-		return true
+		p.next++
 	}
 	// Every global rule admitted the request.
 	e.finishAdmit(p)
 	return false
+}
+
+// takeLease takes one hit from the lease of p's global rule g (the rule's
+// overflow lease when its share of the table is full, which g then names).
+func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.State, admitted, exhausted bool, err error) {
+	take := func(s *lease.State) bool {
+		var ns lease.State
+		ns, admitted, exhausted = lease.Take(*s)
+		if !admitted {
+			return false
+		}
+		*s = ns
+		return true
+	}
+	st, err = e.table.Lease(g.fp, g.rule, now, end, take)
+	if errors.Is(err, ErrFull) {
+		// The rule's share is full: this client is counted with the
+		// rule's other new clients, on the rule's overflow lease and
+		// one descriptor at the service (limited together, a call per
+		// lease, not one per request).
+		g.fp = OverflowLease
+		p.globals[p.next].fp = g.fp
+		e.table.countOverflow(g.rule, SlotOverflow)
+		st, err = e.table.Lease(g.fp, g.rule, now, end, take)
+	}
+	return st, admitted, exhausted, err
+}
+
+// callService makes p wait for a call for g's client: the one in flight on
+// this worker, or a new one sized from the lease st. When no call can be
+// made (the circuit is open, the send failed), on_error decides. done
+// says the decision stops here: p waits, or on_error refused it.
+func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.State, now int64) (waiting, done bool) {
+	key := callKey{g.rule, g.fp}
+	if in, ok := e.calls[key]; ok {
+		q := e.persist(p)
+		q.verdict.Outcome = Call
+		in.waiters = append(in.waiters, q)
+		if in.deferred && e.inDecide && in.owner == nil {
+			// A prefetched call the tick has not sent yet: this request
+			// found the lease empty, so send it now from its stream
+			// rather than wait for the tick.
+			in.deferred, in.owner = false, q
+			if e.send(in, now, min(in.deadline, q.Deadline)) != nil {
+				in.deferred, in.owner = true, nil // the tick tries again
+			}
+		}
+		e.Global.Waited++
+		p.verdict.Outcome = Call
+		return true, true
+	}
+	if e.CircuitOpen() {
+		// While the circuit is open no request waits: the tick probes
+		// the service (Sweep) and closes the circuit when it answers.
+		e.Global.ShortCircuited++
+		return false, e.onError(p, r, g.rule, errCircuitOpen)
+	}
+	k := lease.Size(*st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
+	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g)}
+	deciding := e.inDecide
+	if err := e.sendOrDefer(in, now, p.Deadline, deciding); err != nil {
+		e.circuit.failure(now)
+		return false, e.onError(p, r, g.rule, err)
+	}
+	q := e.persist(p)
+	q.verdict.Outcome = Call
+	in.waiters = []*Pending{q}
+	if deciding {
+		in.owner = q
+	}
+	e.Global.Waited++
+	p.verdict.Outcome = Call
+	return true, true
 }
 
 // prefetch prepares the next call for g's client when the request just
@@ -517,7 +543,6 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		}
 		e.rtt += (d - e.rtt) / 8
 	}
-	end := lease.WindowEnd(now, w)
 	if lease.WindowStart(in.callAt, w) != lease.WindowStart(now, w) {
 		// The answer crossed a window boundary: the service may have counted
 		// the hits in either window. Use none of them (under-admission, at
@@ -528,7 +553,15 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	if resp.Code == rls.CodeOverLimit {
 		e.Global.OverLimit++
 	}
-	a := lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining}
+	e.serveAnswer(in, lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining}, now)
+}
+
+// serveAnswer grants the hits of answer a to the lease of in's client and
+// serves in's waiters from them: admitted while hits last, refused when
+// the client is exhausted, the others sent to one more call.
+func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
+	w := e.cfg.Rules[in.ref.rule].Limit.Window()
+	end := lease.WindowEnd(now, w)
 	waiting := 0
 	for _, p := range in.waiters {
 		if !p.cancelled {
@@ -549,23 +582,8 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		s, granted = lease.Grant(s, a, w, now)
 		st = s
 	}
-	order := in.waiters
-	if o := e.ctxOwner; o != nil && !o.cancelled && granted > 0 && uint32(waiting) > granted {
-		// Some requests will wait for one more call, which is sent from
-		// here, in the context of this call's owner: keep the owner waiting
-		// (served last) so that the next answer is delivered.
-		order = make([]*Pending, 0, len(in.waiters))
-		for _, p := range in.waiters {
-			if p != o {
-				order = append(order, p)
-			}
-		}
-		if len(order) < len(in.waiters) {
-			order = append(order, o)
-		}
-	}
 	var rest []*Pending
-	for _, p := range order {
+	for _, p := range e.serveOrder(in, granted, waiting) {
 		if p.cancelled {
 			continue
 		}
@@ -586,6 +604,27 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	if len(rest) > 0 {
 		e.retry(in, rest, now)
 	}
+}
+
+// serveOrder is the order in which in's waiters are served: arrival, but
+// when some will wait for one more call, sent from here in the context of
+// this call's owner, the owner is kept waiting (served last) so that the
+// next answer is delivered.
+func (e *Engine) serveOrder(in *inflight, granted uint32, waiting int) []*Pending {
+	o := e.ctxOwner
+	if o == nil || o.cancelled || granted == 0 || uint32(waiting) <= granted {
+		return in.waiters
+	}
+	order := make([]*Pending, 0, len(in.waiters))
+	for _, p := range in.waiters {
+		if p != o {
+			order = append(order, p)
+		}
+	}
+	if len(order) < len(in.waiters) {
+		order = append(order, o)
+	}
+	return order
 }
 
 // retry sends one more call for the requests of in still waiting; those

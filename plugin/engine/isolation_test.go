@@ -193,3 +193,89 @@ func TestGlobalFloodUsesTheOverflowLease(t *testing.T) {
 		t.Errorf("on_error denied %d, h's overflow decisions %d", e.Stats.OnErrorDenied, e.Table().Overflow[1])
 	}
 }
+
+// TestConcurrencyFloodSharesTheOverflowSlots: a concurrency rule keyed by a
+// header, flooded with new values that each hold a slot past the rule's
+// share: the new values share the rule's overflow state (limit in flight
+// for all of them together), another rule's new clients are untouched, and
+// releasing the slots gives them back on the overflow state.
+func TestConcurrencyFloodSharesTheOverflowSlots(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[
+		{"name":"conc","match":{"path_prefix":"/c"},"key":["header:x-key"],"algorithm":"concurrency","limit":2},
+		{"name":"login","match":{"path_prefix":"/login"},"limit":2,"window":"1h"}],"max_keys":36,"on_error":"deny"}`)
+	e := New(cfg, newMemStore(), 7)
+	now := t0
+	var held []SlotRef
+	admitted := 0
+	for i := 0; i < 100; i++ {
+		v := e.Decide(req("/c", "GET", "10.0.0.1:1", "x-key", fmt.Sprint("k", i)), now)
+		if v.Err != nil {
+			t.Fatalf("value %d: on_error decided: %v", i, v.Err)
+		}
+		if v.Outcome == Allow {
+			admitted++
+			held = append(held, v.Slots...)
+		}
+	}
+	slots := e.Table().RegionCapacity(0) - 1
+	// One in flight per value with a slot, 2 on the overflow state.
+	if admitted != slots+2 {
+		t.Errorf("%d of 100 new values in flight, want %d (a slot each) + 2 (the overflow state)", admitted, slots)
+	}
+	for c := 0; c < 3; c++ {
+		ok := 0
+		for i := 0; i < 3; i++ {
+			if v := e.Decide(req("/login", "POST", fmt.Sprintf("10.1.0.%d:1", c)), now); v.Outcome == Allow {
+				ok++
+			}
+		}
+		if ok != 2 {
+			t.Errorf("login client %d: %d of 3 admitted, want 2", c, ok)
+		}
+	}
+	e.Release(held, now+int64(time.Millisecond))
+	if v := e.Decide(req("/c", "GET", "10.0.0.1:1", "x-key", "late"), now+int64(2*time.Millisecond)); v.Outcome != Allow {
+		t.Errorf("after the releases a new value is refused: %d", v.Outcome)
+	}
+}
+
+// TestShareChangeKeepsStates: when a rule's share changes (another rule
+// without max_keys added, then removed), its clients whose bucket moved
+// keep their state: found in the previous layout while it may hold active
+// states; after that, the lookup stops.
+func TestShareChangeKeepsStates(t *testing.T) {
+	one := mustConfig(t, `{"rules":[{"name":"a","limit":2,"window":"1h"}],"max_keys":1000}`)
+	two := mustConfig(t, `{"rules":[{"name":"b","limit":2,"window":"1h"},{"name":"a","limit":2,"window":"1h"}],"max_keys":1000}`)
+	store := newMemStore()
+	lim := &one.Rules[0].Limit
+	const clients = 300
+	fp := func(c int) uint64 { return uint64(c+1) * 0x9E3779B97F4A7C15 }
+	tables := []*Table{NewTable(store, Regions(one)), NewTable(store, Regions(two)), NewTable(store, Regions(one))}
+	rules := []int{0, 1, 0} // rule a's region in each
+	now := t0
+	for k, tb := range tables {
+		tb.AdoptLayouts(now)
+		for c := 0; c < clients; c++ {
+			d, _, err := tb.Update(Charge, fp(c), rules[k], lim, now, 1, 0)
+			want := k < 2 // 2 per hour: the third charge is refused
+			if err != nil || d.Allowed != want {
+				t.Fatalf("layout %d, client %d: allowed %v (err %v), want %v: the client lost its state", k, c, d.Allowed, err, want)
+			}
+		}
+		now += int64(time.Minute)
+	}
+	// Once the previous layout's states have all recovered (2 hours after
+	// the change), it is no longer read.
+	at := now + int64(3*time.Hour)
+	later := NewTable(store, Regions(one))
+	later.AdoptLayouts(at)
+	rg := &later.regions[0]
+	if rg.prevBuckets == 0 || rg.prevUntil > at {
+		t.Errorf("layout record: prev %d until %d, want a previous layout that ended before %d", rg.prevBuckets, rg.prevUntil, at)
+	}
+	for c := 0; c < clients; c++ {
+		if _, ok, _ := later.previous(rg, fp(c), at); ok {
+			t.Fatalf("client %d still looked up in the previous layout after its states recovered", c)
+		}
+	}
+}

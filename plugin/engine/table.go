@@ -74,12 +74,20 @@ const (
 type Region struct {
 	ID    uint64 // the rule's ID (config.Rule.ID): its keys derive from it
 	Share int    // client states it may keep, overflow state included
+	// Life is the longest a state of the rule stays active: how long the
+	// previous layout is still looked at after the share changed.
+	Life time.Duration
 }
 
 type region struct {
 	prefix      string
 	buckets     uint64
 	overflowKey string
+	life        time.Duration // the longest a state of the rule stays active
+	// prevBuckets is the region's bucket count before its share last
+	// changed, until prevUntil (0: none); see layout.go.
+	prevBuckets uint64
+	prevUntil   int64
 }
 
 // Table is the bounded client-state table of one worker. It is not safe for
@@ -91,6 +99,8 @@ type Table struct {
 	total   int              // buckets of all regions
 	key     []byte           // scratch for the key of a bucket
 	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
+	oldKey  []byte           // the same two for a bucket of the previous layout
+	old     [BucketSize]byte
 	Stats   TableStats
 	// Overflow counts, per region, the decisions made on its overflow state.
 	Overflow []uint64
@@ -114,10 +124,10 @@ func NewTable(store Store, regions []Region) *Table {
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		p := "sluice.v2." + strconv.FormatUint(r.ID, 16) + "."
-		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o"})
+		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o", life: r.Life})
 		t.total += int(n)
 		if cap(t.key) < len(p)+20 {
-			t.key = make([]byte, 0, len(p)+20)
+			t.key, t.oldKey = make([]byte, 0, len(p)+20), make([]byte, 0, len(p)+20)
 		}
 	}
 	return t
@@ -201,7 +211,16 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	if err != nil {
 		return spot{}, err
 	}
-	if i := findSlot(val, fp, now); i >= 0 {
+	i := findSlot(val, fp, now)
+	if i >= 0 && getUint64(val[i*slotSize:]) == fp {
+		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
+	}
+	// Not in its bucket: still in its bucket of the previous layout? (key
+	// and val stay valid: previous reads into other buffers.)
+	if sp, ok, err := t.previous(rg, fp, now); err != nil || ok {
+		return sp, err
+	}
+	if i >= 0 {
 		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
 	}
 	return t.overflow(rule)
@@ -359,6 +378,11 @@ func findSlot(val []byte, fp uint64, now int64) int {
 // get decoded states), and a Table is never re-entered (t.key is scratch
 // too).
 func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
+	return t.loadInto(key, size, &t.fresh)
+}
+
+// loadInto is loadValue reading into buf.
+func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
 	var (
 		val   []byte
 		cas   uint32
@@ -366,7 +390,7 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 		err   error
 	)
 	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, t.fresh[:])
+		val, cas, found, err = bs.GetInto(key, buf[:])
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}
@@ -376,11 +400,11 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 	}
 	switch {
 	case !found:
-		val, cas = t.fresh[:size], createCAS
+		val, cas = buf[:size], createCAS
 		clear(val)
 	case len(val) != size:
 		t.Stats.Corrupt++
-		val = t.fresh[:size]
+		val = buf[:size]
 		clear(val)
 	}
 	return val, cas, nil
@@ -485,6 +509,11 @@ func (t *Table) leaseSpot(fp uint64, rule int, now int64) (spot, error) {
 		return spot{}, err
 	}
 	i := findSlot(val, fp, now)
+	if i < 0 || getUint64(val[i*slotSize:]) != fp {
+		if sp, ok, err := t.previous(&t.regions[rule], fp, now); err != nil || ok {
+			return sp, err
+		}
+	}
 	if i < 0 {
 		return spot{}, ErrFull
 	}

@@ -359,18 +359,7 @@ func (l Limit) fixedWindow(s State, now, n, maxDelay int64) (State, Decision) {
 // slidingWindow: s.A is the start of the current window, s.B packs the
 // previous and current window counts (32 bits each).
 func (l Limit) slidingWindow(s State, now, n int64) (State, Decision) {
-	start := now - floorMod(now, l.window)
-	prev, cur := unpackCounts(s.B)
-	switch {
-	case s.A == start:
-	case s.A == start-l.window:
-		prev, cur = cur, 0
-	case s.A > start:
-		// Clock went backwards: keep counting in the later window.
-		start = s.A
-	default:
-		prev, cur = 0, 0
-	}
+	start, prev, cur := l.rollSliding(s, now)
 	elapsed := now - start
 	if elapsed < 0 {
 		elapsed = 0
@@ -625,6 +614,7 @@ func (l Limit) rollSliding(s State, now int64) (start, prev, cur int64) {
 	case s.A == start-l.window:
 		prev, cur = cur, 0
 	case s.A > start:
+		// Clock went backwards: keep counting in the later window.
 		start = s.A
 	default:
 		prev, cur = 0, 0

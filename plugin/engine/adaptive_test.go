@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+const adaptiveDoc = `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["path"]}]}`
+
+// round admits as many requests as e allows at now, answers them after
+// latency with kind, and returns how many were admitted.
+func adaptiveRound(e *Engine, now int64, latency time.Duration, kind SampleKind) int {
+	var held [][]SlotRef
+	for i := 0; i < 64; i++ {
+		v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), now)
+		if v.Outcome != Allow {
+			break
+		}
+		held = append(held, v.Slots)
+	}
+	end := now + int64(latency)
+	for _, s := range held {
+		e.Sample(s, now, end, kind)
+		e.Release(s, end)
+	}
+	e.Learn(end + int64(LearnEvery))
+	return len(held)
+}
+
+// Two workers share one Gauge: what one learns the other admits by, and
+// failures answered fast, or streams that end early, teach nothing, while
+// slow ones count as slow.
+func TestAdaptiveSamplesAndSharing(t *testing.T) {
+	store := newMemStore()
+	cfg := mustConfig(t, adaptiveDoc)
+	a, b := New(cfg, store, 1), New(cfg, store, 1)
+	now := t0
+	// Fast 503s and early ends before any learning: no sample at all.
+	for i := 0; i < 20; i++ {
+		now += int64(50 * time.Millisecond)
+		if n := adaptiveRound(a, now, time.Millisecond, SampleFailure); n != 4 {
+			t.Fatalf("cold rule admitted %d, want 4", n)
+		}
+		adaptiveRound(a, now, time.Millisecond, SampleEnded)
+	}
+	if g := a.LearntGauge(0); g.Base != 0 {
+		t.Fatalf("fast failures taught a base latency: %+v", g)
+	}
+	// Upstream responses of 10 ms, saturated rounds: the limit grows, and
+	// the other worker admits by it.
+	for i := 0; i < 30; i++ {
+		now += int64(50 * time.Millisecond)
+		adaptiveRound(a, now, 10*time.Millisecond, SampleResponse)
+	}
+	g := a.LearntGauge(0)
+	if g.Current() <= 8 || g.Base < 9*time.Millisecond || g.Base > 11*time.Millisecond {
+		t.Fatalf("after fast responses: %+v", g)
+	}
+	now += int64(time.Second) // b refreshes its view on its tick
+	b.Learn(now)
+	if n := adaptiveRound(b, now, 10*time.Millisecond, SampleResponse); int64(n) < min(g.Current(), 64) {
+		t.Errorf("the other worker admitted %d, the shared limit is %d", n, g.Current())
+	}
+	// Slow 504s (an upstream timing out) count: the limit comes down.
+	before := a.LearntGauge(0).Current()
+	for i := 0; i < 10; i++ {
+		now += int64(time.Second)
+		adaptiveRound(a, now, time.Second, SampleFailure)
+	}
+	if after := a.LearntGauge(0).Current(); after >= before {
+		t.Errorf("slow failures left the limit at %d (was %d)", after, before)
+	}
+}
