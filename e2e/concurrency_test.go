@@ -47,7 +47,12 @@ func TestConcurrencyInEnvoy(t *testing.T) {
 
 	t.Run("reject_at_once", func(t *testing.T) {
 		// 200 simultaneous requests, no max_delay: exactly 10 reach the
-		// upstream, 190 get 429 with Retry-After at once.
+		// upstream, 190 get 429 with Retry-After at once. The upstream holds
+		// them 2 s, so that on a loaded machine, where the 200 can take
+		// several hundred ms to arrive, none of the 10 has finished (and
+		// freed its slot) before the last arrives.
+		up.SetDelay(2 * time.Second)
+		defer up.SetDelay(200 * time.Millisecond)
 		up.ResetInFlight()
 		res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/now", Requests: 200, Concurrency: 200, KeepResponses: true})
 		st := up.InFlight()

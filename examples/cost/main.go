@@ -19,6 +19,11 @@
 //     that overdraws it leaves a debt, and the refusal's Retry-After
 //     covers it.
 //
+// The API key is what the client sends, so a client could invent keys to
+// get fresh budgets: llm_per_ip (requests per client address, generous)
+// bounds that, as `sluice validate` advises for rules keyed only by
+// client-chosen values.
+//
 // See docs/cost.md.
 package main
 

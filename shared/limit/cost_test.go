@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math/rand"
 	"testing"
 	"time"
 )
@@ -118,6 +119,53 @@ func TestAllowNCost(t *testing.T) {
 		}
 		if n != 2 {
 			t.Fatalf("%v: cost 4 on 10 admitted %d, want 2", a, n)
+		}
+	}
+}
+
+// Random sequences of admissions and charges after the response: Admit
+// passes exactly while the balance is at least one unit and never changes
+// the state; a charge of n at one instant lowers the balance by exactly n;
+// the balance never exceeds the capacity; the Retry-After of a refusal is
+// exactly when Admit passes again.
+func TestDebitProperties(t *testing.T) {
+	r := rand.New(rand.NewSource(20))
+	for _, a := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow} {
+		for trial := 0; trial < 300; trial++ {
+			l := randomLimit(r, a)
+			capacity := l.Burst()
+			if a != TokenBucket {
+				capacity = l.Limit()
+			}
+			var s State
+			now := int64(1000 * time.Hour)
+			for i, ev := range randomSequence(r, now, 60, int64(l.Window())) {
+				now = ev.at
+				b := l.Balance(s, now)
+				if b > capacity {
+					t.Fatalf("%v trial %d: balance %d over capacity %d", a, trial, b, capacity)
+				}
+				d := l.Admit(s, now)
+				if d.Allowed != (b >= 1) {
+					t.Fatalf("%v trial %d event %d: Admit %v with balance %d", a, trial, i, d.Allowed, b)
+				}
+				if !d.Allowed {
+					if d.RetryAfter <= 0 || !l.Admit(s, now+int64(d.RetryAfter)).Allowed {
+						t.Fatalf("%v trial %d: Retry-After %v does not admit (balance then %d)", a, trial, d.RetryAfter, l.Balance(s, now+int64(d.RetryAfter)))
+					}
+					continue
+				}
+				n := 1 + r.Int63n(2*capacity)
+				next, dd := l.Debit(s, now, n)
+				// Sliding-window counts saturate at 32 bits: far from here.
+				if got := l.Balance(next, now); got != b-n {
+					t.Fatalf("%v trial %d: balance %d, charge %d, then %d", a, trial, b, n, got)
+				}
+				if dd.Remaining != max(b-n, 0) {
+					t.Fatalf("%v trial %d: Remaining %d after a charge of %d on %d", a, trial, dd.Remaining, n, b)
+				}
+				s = next
+			}
 		}
 	}
 }
