@@ -263,7 +263,12 @@ func (l Limit) endRound(g Gauge) Gauge {
 		// off); a doubling past the knee shows a clear rise. Base, from
 		// one small round, is as likely off as this round: average them
 		// (a clean measurement follows any backoff).
-		g.SlowStart, g.Warned = g.SlowStart && !g.Warned, !g.Warned
+		mild := float64(mean) <= float64(g.Base)*(1+2*Tolerance)
+		if g.N >= MinRound/2 || !mild {
+			// A noisy small round with a mild rise does not end slow start.
+			g.SlowStart = g.SlowStart && !g.Warned
+		}
+		g.Warned = !g.Warned
 		g.Base = (g.Base + mean) / 2
 	case float64(mean) > float64(g.Base)*(1+Tolerance) && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && !g.Warned:
 		// A mild rise: noise, once in a while (a round's mean and Base
