@@ -14,10 +14,11 @@ import (
 // 20 MiB of RSS resident per megabyte of module (docs/performance.md,
 // "Memory"), in every Envoy that loads it.
 
-// moduleCeiling bounds build/sluice.wasm: a little above its size when
-// the ceiling was set (3,214,263 bytes). A feature that needs more raises
-// it on purpose, saying in the commit what the bytes buy.
-const moduleCeiling = 3_380_000
+// moduleCeiling bounds build/sluice.wasm: about 5% above its size when
+// the ceiling was set (3,230,073 bytes, with cost, adaptive concurrency,
+// per-rule tables and problem+json bodies). A feature that needs more
+// raises it on purpose, saying in the commit what the bytes buy.
+const moduleCeiling = 3_390_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
