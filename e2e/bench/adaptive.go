@@ -86,17 +86,12 @@ func adaptiveSection(ctx context.Context, root string, o options) (string, error
 // Envoy.
 func adaptiveInproc(ctx context.Context, wasm []byte, n int) concCost {
 	c := concCost{name: "adaptive_concurrency: take a slot, sample the latency, give it back"}
-	h, err := wasmhost.New(ctx, wasm, wasmhost.WithRealClock(), wasmhost.WithVMID("sluice"), wasmhost.WithLogLevel(wasmhost.LogWarn))
+	vm, done, err := benchVM(ctx, wasm, adaptiveCfg)
 	if err != nil {
 		c.err = err
 		return c
 	}
-	defer h.Close(context.Background())
-	vm, err := h.NewVM(nil, []byte(adaptiveCfg))
-	if err != nil {
-		c.err = err
-		return c
-	}
+	defer done()
 	req := wasmhost.HTTPRequest("POST", "shop.example", "/buy")
 	req.Properties = wasmhost.Properties{"source.address": "10.1.2.3:5555", "response.code_details": "via_upstream"}
 	req.Response = &wasmhost.Response{Status: 200}

@@ -103,13 +103,8 @@ func chargeSection(ctx context.Context, root string, o options) (string, error) 
 // chargeVM starts a VM for one case and returns a function that runs k
 // whole streams through it, with their time and host calls.
 func chargeVM(ctx context.Context, wasm []byte, cfg string, status int, extra [][2]string) (func(k int) (time.Duration, uint64, error), func(), error) {
-	h, err := wasmhost.New(ctx, wasm, wasmhost.WithRealClock(), wasmhost.WithVMID("sluice"), wasmhost.WithLogLevel(wasmhost.LogWarn))
+	vm, done, err := benchVM(ctx, wasm, cfg)
 	if err != nil {
-		return nil, nil, err
-	}
-	vm, err := h.NewVM(nil, []byte(cfg))
-	if err != nil {
-		h.Close(context.Background())
 		return nil, nil, err
 	}
 	req := wasmhost.HTTPRequest("POST", "api.example", "/v1/complete")
@@ -126,5 +121,5 @@ func chargeVM(ctx context.Context, wasm []byte, cfg string, status int, extra []
 		}
 		return time.Since(t0), uint64(vm.TotalHostCalls()), nil
 	}
-	return run, func() { h.Close(context.Background()) }, nil
+	return run, done, nil
 }

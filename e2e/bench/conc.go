@@ -121,19 +121,30 @@ func (c *concCost) timeRequests(vm *wasmhost.VM, req wasmhost.Request, n int) {
 	c.callsPerReq = float64(vm.TotalHostCalls()) / float64(n)
 }
 
-func concInproc(ctx context.Context, wasm []byte, name, cfg string, n int, queue bool) concCost {
-	c := concCost{name: name}
+// benchVM starts one VM of the plugin with cfg on a wazero host with a
+// real clock (the in-process cost sections time whole streams through it);
+// done closes the host.
+func benchVM(ctx context.Context, wasm []byte, cfg string) (vm *wasmhost.VM, done func(), err error) {
 	h, err := wasmhost.New(ctx, wasm, wasmhost.WithRealClock(), wasmhost.WithVMID("sluice"), wasmhost.WithLogLevel(wasmhost.LogWarn))
 	if err != nil {
-		c.err = err
-		return c
+		return nil, nil, err
 	}
-	defer h.Close(context.Background())
-	vm, err := h.NewVM(nil, []byte(cfg))
+	done = func() { h.Close(context.Background()) }
+	if vm, err = h.NewVM(nil, []byte(cfg)); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return vm, done, nil
+}
+
+func concInproc(ctx context.Context, wasm []byte, name, cfg string, n int, queue bool) concCost {
+	c := concCost{name: name}
+	vm, done, err := benchVM(ctx, wasm, cfg)
 	if err != nil {
 		c.err = err
 		return c
 	}
+	defer done()
 	req := wasmhost.HTTPRequest("POST", "shop.example", "/buy")
 	req.Properties = wasmhost.Properties{"source.address": "10.1.2.3:5555"}
 	req.Response = &wasmhost.Response{Status: 200}
@@ -188,17 +199,12 @@ func concInproc(ctx context.Context, wasm []byte, name, cfg string, n int, queue
 // concTickCost times ticks with a concurrency rule and nothing waiting.
 func concTickCost(ctx context.Context, wasm []byte, n int) concCost {
 	c := concCost{name: "tick"}
-	h, err := wasmhost.New(ctx, wasm, wasmhost.WithRealClock(), wasmhost.WithVMID("sluice"), wasmhost.WithLogLevel(wasmhost.LogWarn))
+	vm, done, err := benchVM(ctx, wasm, concQueueCfg)
 	if err != nil {
 		c.err = err
 		return c
 	}
-	defer h.Close(context.Background())
-	vm, err := h.NewVM(nil, []byte(concQueueCfg))
-	if err != nil {
-		c.err = err
-		return c
-	}
+	defer done()
 	vm.ResetHostCalls()
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
