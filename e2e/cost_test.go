@@ -211,6 +211,12 @@ func testCostUnreached(t *testing.T, e *envoytest.Envoy, do doFunc) {
 // to exactly what the upstream reported, read from the metric and from the
 // balance a last response reports.
 func testCostConcurrent(t *testing.T, ctx context.Context, e *envoytest.Envoy, up *tokenUpstream, do doFunc) {
+	// The bulk rule's 24h fixed window restarts at midnight UTC: a test
+	// that straddles it would see a fresh balance.
+	if left := time.Until(time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)); left < time.Minute {
+		t.Logf("waiting %v for the fixed window to restart at midnight UTC", left.Round(time.Second))
+		time.Sleep(left + time.Second)
+	}
 	before := up.reported.Load()
 	var wg sync.WaitGroup
 	var fails atomic.Int32

@@ -22,7 +22,8 @@ import (
 var fleetImages = []string{"sluice-redis:7.0", "sluice-ratelimit:3fb702589d36", "sluice-store:local"}
 
 // TestFleetComposeFiles: the three members' bootstraps differ only in their
-// ports and node id, and each passes Envoy's validation with the plugin.
+// ports and node id, and each logs Sluice's decision and rule in its access
+// log (TestFleetCompose runs them).
 func TestFleetComposeFiles(t *testing.T) {
 	t.Parallel()
 	root := mustRepoRoot(t)
@@ -34,7 +35,8 @@ func TestFleetComposeFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{fmt.Sprintf("port_value: 1000%d", n), fmt.Sprintf("port_value: 991%d", n), fmt.Sprintf("id: sluice-fleet-%d", n)} {
+		for _, want := range []string{fmt.Sprintf("port_value: 1000%d", n), fmt.Sprintf("port_value: 991%d", n), fmt.Sprintf("id: sluice-fleet-%d", n),
+			"sluice_decision=%FILTER_STATE(wasm.sluice_decision:PLAIN)%", "sluice_rule=%FILTER_STATE(wasm.sluice_rule:PLAIN)%"} {
 			if !strings.Contains(string(b), want) {
 				t.Errorf("envoy-%d.yaml lacks %q", n, want)
 			}

@@ -6,6 +6,8 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 
 	"github.com/sluicehq/sluice/plugin/engine"
+	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/shared/limit"
 )
 
 // Adaptive concurrency rules learn from the latency of the requests they
@@ -64,4 +66,13 @@ func (h *httpContext) sample(now int64, headers bool) {
 		}
 	}
 	h.plugin.engine.Sample(v.Slots, h.sent, now, kind)
+}
+
+// logRound writes, at debug level (--component-log-level wasm:debug), each
+// decision of an adaptive rule this worker made: what the rule learnt, and
+// from what (a round's mean latency against the no-queue latency). About
+// one line per round trip of the upstream per rule and key.
+func (p *pluginContext) logRound(i int, prev, next limit.Gauge) {
+	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s learnt: limit %d -> %d (round of %d samples, mean %v; no-queue latency %v -> %v; slow start %t)",
+		p.engine.Config().Rules[i].Name, prev.Current(), next.Current(), prev.N, prev.Mean, prev.Base, next.Base, next.SlowStart))
 }

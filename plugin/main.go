@@ -78,6 +78,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.engine = engine.New(cfg, store, seed)
 	// Answers to calls read the clock too: one host call, as the request path.
 	p.engine.Now = nowNanos
+	p.engine.RoundEnded = p.logRound
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000

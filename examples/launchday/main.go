@@ -85,6 +85,7 @@ type demoFlags struct {
 	chart, wasm        string
 	sluiceConfig       string
 	concurrency        int
+	envoyLog           string
 }
 
 func parseFlags() demoFlags {
@@ -98,6 +99,7 @@ func parseFlags() demoFlags {
 	flag.StringVar(&f.wasm, "wasm", "build/sluice.wasm", "the Sluice plugin (relative to the repository root)")
 	flag.StringVar(&f.sluiceConfig, "sluice-config", "", "file with the plugin configuration of the Sluice run (default: examples/launchday/sluice.json)")
 	flag.IntVar(&f.concurrency, "concurrency", 2, "Envoy worker threads")
+	flag.StringVar(&f.envoyLog, "envoy-log", "", "write the Sluice run's Envoy log here, with the plugin's debug lines (each decision of the adaptive rule)")
 	flag.Parse()
 	return f
 }
@@ -193,18 +195,25 @@ func demo() error {
 	started := time.Now()
 	var results []*RunResult
 	for _, ph := range phases {
-		var w *envoytest.Wasm
-		if ph.sluice {
-			w = &envoytest.Wasm{File: wasm, Config: sluiceConfig, FailurePolicy: "FAIL_CLOSED"}
-		}
-		r, err := runPhase(ctx, ph, envoytest.Options{
+		opts := envoytest.Options{
 			Bin:               envoyBin,
 			XFFNumTrustedHops: 1,
 			Concurrency:       f.concurrency,
 			LogLevel:          "warn",
 			StartTimeout:      2 * time.Minute,
-			Wasm:              w,
-		})
+		}
+		if ph.sluice {
+			opts.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig, FailurePolicy: "FAIL_CLOSED"}
+		}
+		if ph.name == "Sluice" && f.envoyLog != "" {
+			logFile, err := os.Create(abs(f.envoyLog))
+			if err != nil {
+				return err
+			}
+			defer logFile.Close()
+			opts.LogOutput, opts.WasmDebug = logFile, true
+		}
+		r, err := runPhase(ctx, ph, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", ph.title, err)
 		}

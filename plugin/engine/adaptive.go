@@ -76,6 +76,8 @@ type gaugeOp struct {
 	batch limit.Samples
 	learn bool
 	out   limit.Gauge
+	// prev is the Gauge the last learning transition started from.
+	prev limit.Gauge
 }
 
 // adaptiveRules is the engine's state for adaptive concurrency rules: the
@@ -96,6 +98,7 @@ func (o *gaugeOp) Modify(st limit.State, now int64, _ bool) (limit.State, int64,
 		o.out = o.lim.Gauge(st)
 		return st, 0, false
 	}
+	o.prev = o.lim.Gauge(st)
 	next, g := o.lim.Learn(st, now, o.batch)
 	o.out = g
 	return next, now + int64(limit.GaugeTTL), true
@@ -140,6 +143,9 @@ func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 	}
 	if op.out.Round != l.g.Round {
 		l.seen = now
+	}
+	if op.learn && err == nil && op.out.Round != op.prev.Round && e.RoundEnded != nil {
+		e.RoundEnded(k.rule, op.prev, op.out)
 	}
 	l.g = op.out
 	l.batch = limit.Samples{Round: l.g.Round}

@@ -138,6 +138,10 @@ type Engine struct {
 	adaptiveRules    // learnt limits (adaptive.go)
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
+	// RoundEnded, when set, is told each decision of an adaptive rule's
+	// Gauge this worker made: rule i's Gauge went from prev (its last
+	// round's samples, without the batch that ended it) to next.
+	RoundEnded func(i int, prev, next limit.Gauge)
 }
 
 // localRules is what a decision keeps between rules: which matched, what

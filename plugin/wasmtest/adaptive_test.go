@@ -2,6 +2,7 @@ package wasmtest
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,19 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 	t.Logf("served %d in 2 s (capacity %.0f), upstream queue at most %d, learnt limit %s", served, capacity, up.maxQ, limit)
 	if float64(served) < 0.7*capacity || up.maxQ > 6 || n < 5 || n > 12 {
 		t.Errorf("served %d (capacity %.0f), upstream queue up to %d, limit %d", served, capacity, up.maxQ, n)
+	}
+	// Each worker logs its decisions at debug level, ending at the
+	// learnt limit.
+	last := ""
+	for _, vm := range vms {
+		for _, l := range vm.Logs() {
+			if strings.Contains(l.Message, "sluice: rule store learnt: limit ") {
+				last = l.Message
+			}
+		}
+	}
+	if !strings.Contains(last, "-> "+limit+" (round of ") {
+		t.Errorf("last debug line of a decision %q, want the learnt limit %s", last, limit)
 	}
 	// The draft policy says the learnt number, in concurrent requests.
 	if want := `"store";q=` + limit + `;qu="concurrent-requests"`; policy != want {
