@@ -56,29 +56,40 @@ func (l Limit) At(n int64) Limit {
 //
 //   - Mean within (1+Tolerance) of Base: no queue worth the name. Grow: in
 //     slow start (from cold, or after the upstream's own latency changed)
-//     double, otherwise add max(1, Limit/16). Growth needs the round to
-//     have used its limit (Saturated): an idle rule does not inflate it.
-//     A round faster than Base lowers Base at once (the upstream got
-//     faster).
+//     by half per round trip, otherwise by max(1, Limit/16) per round
+//     trip (a probe). Growth needs the round to have used its limit
+//     (Saturated): an idle rule does not inflate it. A round faster than
+//     Base lowers Base at once (the upstream got faster).
 //   - Mean above that: requests queue at the upstream (when the rise is
 //     mild, under 2×Tolerance, only if the previous round showed it too:
-//     the mean of a round is noisy). With S slots (or
-//     cores, or connections) of service time b, latency at L > S requests
-//     in flight is b·L/S, so Limit·Base/Mean estimates S: the limit drops
-//     to Backoff of that, just under the knee, and the next round measures
-//     Base afresh (Measure). That is the re-measurement Vegas needs, at no
+//     the mean of a round is noisy). With S slots (or cores, or
+//     connections) of service time b, latency at L > S requests in flight
+//     is b·L/S, so Limit·Base/Mean estimates S: the limit drops to Backoff
+//     of that, just under the knee, and the next round measures Base
+//     afresh (Measure). That is the re-measurement Vegas needs, at no
 //     extra cost: the limit is being lowered anyway, and requests admitted
 //     under it no longer queue at the upstream, so their latency is the
 //     no-queue latency of the upstream as it is now. A measured Base 1.5x
 //     the old one means the upstream itself slowed down (service time, not
-//     our queue): slow start again to find the limit that fits it.
+//     our queue): slow start again to find the limit that fits it. A
+//     measured mean clearly over Base means the estimate was high (it came
+//     from a round that ended soon after the limit grew, whose first
+//     answers had not yet queued much): back off once more from this
+//     round, a steady state, and measure again.
+//   - After a backoff, the limit holds: ProbeAfter saturated rounds
+//     without growth, where Base follows the rounds' means both ways and
+//     only a clear rise (a lost share of the upstream's capacity) backs
+//     off. Every probe past the knee queues at the upstream, and what
+//     else the upstream serves (requests no rule sees) waits behind it:
+//     the limit probes for more only once in a while. A backoff decided
+//     on fewer than MinRound samples is rough; the limit probes from it at
+//     once.
 //
-// So the limit saws just around the knee (from Backoff×S to about
-// (1+Tolerance)×S) and the upstream's queue stays within Tolerance of its
-// capacity, while serving at least Backoff of its capacity; a change in
-// service time is followed within a few rounds either way. A round whose
-// mean is far over (1+2×Tolerance) ends after half of its samples, so
-// an overshoot is short.
+// Slow start grows by half, not TCP's doubling: the crossing of the knee
+// then overshoots it by at most half, and the estimate from that round is
+// closer. A round whose mean is far over (1+2×Tolerance) ends after half
+// of its samples (not in slow start, whose rounds are a round trip
+// already, nor while the limit holds), so an overshoot is short.
 //
 // Samples come in batches (a worker's samples since its last update);
 // a batch of another round (the worker had not yet seen the round change) is
@@ -91,9 +102,13 @@ type Gauge struct {
 	// round's N samples (both saturate at MaxLatency).
 	Base, Mean time.Duration
 	N          int64
-	// Round identifies the round: its start (ms, modulo 2^32).
+	// Round identifies the round: its start (ms, modulo 2^26).
 	Round uint32
-	// SlowStart: grow by doubling. Measure: this round sets Base.
+	// Calm counts the saturated rounds without a rise since the last
+	// backoff (saturates at 63): the limit holds until ProbeAfter.
+	Calm int64
+	// SlowStart: grow by half per round trip. Measure: this round sets
+	// Base.
 	// Saturated: a request of this round was admitted at the limit.
 	// Warned: the previous round's mean was mildly over Base.
 	SlowStart, Measure, Saturated, Warned bool
@@ -106,7 +121,7 @@ const (
 	// times vary by a factor of two).
 	Tolerance = 0.1
 	// Backoff is the fraction of the estimated capacity a backoff keeps.
-	Backoff = 0.9
+	Backoff = 0.95
 	// InitialLimit is where a cold rule starts (within its bounds), in
 	// slow start.
 	InitialLimit = 4
@@ -116,9 +131,16 @@ const (
 	// MinRound is the fewest samples a round decides on: the mean of 16
 	// latencies that vary by a factor of two is within 5% of theirs.
 	MinRound = 16
+	// ProbeAfter is how many saturated rounds without a rise (about a
+	// round trip each) the limit holds after a backoff before it probes
+	// for more.
+	ProbeAfter = 48
 	// GaugeTTL is how long a Gauge nobody updates is kept (then the rule's
 	// key starts cold again).
 	GaugeTTL = 10 * time.Minute
+
+	roundMask = 1<<26 - 1
+	maxCalm   = 1<<6 - 1
 )
 
 // Samples is a batch of latency samples for one Gauge round.
@@ -163,7 +185,7 @@ func EncodeGauge(g Gauge) State {
 		f |= 8
 	}
 	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
-	b := micros(g.Mean) | uint64(g.Round)<<24
+	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | uint64(min(max(g.Calm, 0), maxCalm))<<50
 	return State{A: int64(a), B: int64(b)}
 }
 
@@ -177,7 +199,8 @@ func DecodeGauge(st State) Gauge {
 		Base:  time.Duration(a>>20&(1<<24-1)) * time.Microsecond,
 		N:     int64(a >> 44 & (1<<16 - 1)),
 		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
-		Round: uint32(b >> 24),
+		Round: uint32(b >> 24 & roundMask),
+		Calm:  int64(b >> 50 & maxCalm),
 
 		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0,
 	}
@@ -211,13 +234,13 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
 	need := g.need()
-	early := !g.Measure && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
+	early := !g.Measure && !g.SlowStart && !g.holding() && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {
 		return EncodeGauge(g), g
 	}
 	g = l.endRound(g)
 	g.N, g.Mean, g.Saturated = 0, 0, false
-	g.Round = msAt(now)
+	g.Round = msAt(now) & roundMask
 	if g.Round == 0 {
 		g.Round = 1 // 0 is a cold gauge's round
 	}
@@ -226,14 +249,18 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 
 // need returns how many samples the round decides on: about a round trip's
 // worth (Limit), at least MinRound to see a rise of Tolerance through the
-// noise, but fewer to measure Base or to double in slow start (a coarse
+// noise, but fewer to measure Base or to grow in slow start (a coarse
 // decision; under a small limit, MinRound samples span many round trips).
 func (g Gauge) need() int64 {
 	switch {
+	case g.Measure && g.Base == 0:
+		return max(g.Current(), MinRound/4) // cold: a round trip
 	case g.Measure:
 		return max(g.Current(), MinRound/2)
 	case g.SlowStart:
-		return max(g.Current(), MinRound/4)
+		// About the requests the last growth admitted at once: a round
+		// trip.
+		return max(g.Current()/2, MinRound/4)
 	}
 	return max(g.Current(), MinRound)
 }
@@ -243,41 +270,39 @@ func (l Limit) endRound(g Gauge) Gauge {
 	lo, hi := float64(l.MinLimit()), float64(l.limit)
 	clamp := func(x float64) float64 { return min(max(x, lo), hi) }
 	mean := max(g.Mean, time.Microsecond)
+	rise := float64(mean) > float64(g.Base)*(1+Tolerance)
+	mild := float64(mean) <= float64(g.Base)*(1+2*Tolerance)
 	switch {
+	case g.Measure && !g.Warned && g.Base > 0 && rise && !mild && mean*2 < g.Base*3:
+		// The limit it backed off to still queues: the round it backed
+		// off from ended soon after the limit grew (slow start's), and
+		// the mean of its first answers understated the queue. This
+		// round's requests were admitted after the queue drained, a
+		// steady state: back off from it, once, and measure again.
+		g = g.backoff(mean, clamp)
+		g.Warned = true
 	case g.Measure:
-		// Base is the mean of one round: averaged with the previous
-		// measurement unless the upstream's latency clearly moved.
-		old := g.Base
-		g.Base, g.Measure = mean, false
-		switch {
-		case old > 0 && mean > old*3/2:
-			g.SlowStart = true // the upstream slowed down, not its queue
-		case old > 0 && mean*3/2 > old:
-			g.Base = (old + mean) / 2
-		}
-	case g.SlowStart && float64(mean) > float64(g.Base)*(1+Tolerance) &&
-		(float64(mean) <= float64(g.Base)*(1+2*Tolerance) || g.N < MinRound/2):
-		// A mild rise in slow start, or any rise in a round too small to
-		// tell it from noise: hold, and stop doubling if the next round
-		// shows it too (the next rounds are then large enough to back
-		// off); a doubling past the knee shows a clear rise. Base, from
-		// one small round, is as likely off as this round: average them
-		// (a clean measurement follows any backoff).
-		mild := float64(mean) <= float64(g.Base)*(1+2*Tolerance)
-		if g.N >= MinRound/2 || !mild {
-			// A noisy small round with a mild rise does not end slow start.
-			g.SlowStart = g.SlowStart && !g.Warned
+		g = g.measured(mean, clamp)
+	case g.SlowStart && rise && (mild || g.N < MinRound/2):
+		// A mild rise in slow start, or a round too small to tell any
+		// rise from noise: hold, and stop doubling if the next round
+		// shows it too (no knee measured: grow from here as a probe).
+		// Base, from one small round, is as likely off as this round:
+		// average them (a clean measurement follows any backoff).
+		if g.Warned && (g.N >= MinRound/2 || !mild) {
+			g.SlowStart, g.Calm = false, ProbeAfter
 		}
 		g.Warned = !g.Warned
 		g.Base = (g.Base + mean) / 2
-	case float64(mean) > float64(g.Base)*(1+Tolerance) && float64(mean) <= float64(g.Base)*(1+2*Tolerance) && !g.Warned:
+	case rise && mild && (!g.Warned || g.holding()):
 		// A mild rise: noise, once in a while (a round's mean and Base
-		// each vary by about 5%); a queue if the next round shows it too.
+		// each vary by about 5%); a queue if the next round shows it
+		// too. Not while the limit holds under the knee it backed off
+		// from: there a queue shows only if the upstream lost capacity,
+		// and a loss that matters shows clearly.
 		g.Warned = true
-	case float64(mean) > float64(g.Base)*(1+Tolerance):
-		knee := g.Limit * float64(g.Base) / float64(mean)
-		g.Limit = clamp(knee * Backoff)
-		g.Measure, g.SlowStart, g.Warned = true, false, false
+	case rise:
+		g = g.backoff(mean, clamp)
 	default:
 		g.Warned = false
 		// Faster than Base: follow down, at once when the upstream got
@@ -286,6 +311,12 @@ func (l Limit) endRound(g Gauge) Gauge {
 		switch {
 		case mean*3/2 < g.Base:
 			g.Base = mean
+		case g.holding():
+			// Held under the knee: no queue, so the round's mean is the
+			// upstream's own latency (an eighth of the way, both ways:
+			// a Base lowered faster than raised drifts under the mean
+			// and then reads noise as a queue).
+			g.Base += (mean - g.Base) / 8
 		case mean < g.Base:
 			g.Base -= (g.Base - mean) / 4
 		case g.SlowStart:
@@ -294,17 +325,63 @@ func (l Limit) endRound(g Gauge) Gauge {
 			g.Base = (g.Base + mean) / 2
 		}
 		if g.Saturated {
-			if g.SlowStart {
-				// One more per sample, as TCP's slow start: twice the
-				// limit per round trip.
-				g.Limit = clamp(g.Limit + float64(g.N))
-			} else {
+			switch {
+			case g.SlowStart:
+				// Half again per round trip (see Gauge).
+				g.Limit = clamp(g.Limit * 3 / 2)
+			case g.holding():
+				// Hold just under the knee: every probe past it queues
+				// at the upstream, and what else the upstream serves
+				// waits behind the probe.
+				g.Calm++
+			default:
 				// max(1, Limit/16) per round trip: a round of MinRound
 				// samples under a small limit spans several.
 				trips := float64(max(g.Current(), MinRound)) / g.Limit
 				g.Limit = clamp(g.Limit + max(1, g.Limit/16)*trips)
 			}
 		}
+	}
+	return g
+}
+
+// holding reports whether the limit holds where the last backoff put it
+// (see ProbeAfter).
+func (g Gauge) holding() bool { return !g.SlowStart && !g.Measure && g.Calm < ProbeAfter }
+
+// backoff lowers the limit under the knee a round with the given mean
+// shows: with S slots (or cores, or connections) of service time b,
+// latency at L > S requests in flight is b·L/S, so Limit·Base/Mean
+// estimates S, and the limit drops to Backoff of that. The next round
+// measures Base afresh. It then holds there (see ProbeAfter) if the
+// round had MinRound samples or more; an estimate from fewer is rough,
+// and the limit grows from it as a probe.
+func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
+	g.Limit = clamp(g.Limit * float64(g.Base) / float64(mean) * Backoff)
+	g.Measure, g.SlowStart, g.Warned, g.Calm = true, false, false, 0
+	if g.N < MinRound {
+		g.Calm = ProbeAfter
+	}
+	return g
+}
+
+// measured ends a round that measured Base: the mean of one round,
+// averaged with the previous measurement unless the upstream's latency
+// clearly moved; a Base 1.5x the old one means the upstream itself slowed
+// down (not its queue): slow start again. A cold rule's first round
+// (saturated) also doubles the limit: it had no Base to compare with.
+func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
+	old := g.Base
+	g.Base, g.Measure, g.Warned = mean, false, false
+	switch {
+	case old == 0:
+		if g.Saturated {
+			g.Limit = clamp(g.Limit * 2) // a cold start: the first doubling
+		}
+	case mean > old*3/2:
+		g.SlowStart = true
+	case mean*3/2 > old:
+		g.Base = (old + mean) / 2
 	}
 	return g
 }

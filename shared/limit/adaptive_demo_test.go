@@ -117,13 +117,14 @@ func launchModel(seed int64, fixedLimit int64) (float64, time.Duration, int) {
 // The launch of `make demo` in the model. A fixed limit of 18 of the 20
 // workers (what someone who knew the store would set) gives the demo's
 // targets: >= 85% of the orders the workers could serve, logins that
-// hardly wait. The learnt limit gets the orders (median of 20 seeds >= 84%,
-// none under 78%) and a store queue within twice the workers, but not the
-// logins' wait: it finds the knee by crossing it (slow start's last
-// doubling, then each probe), and every request over the knee delays a
-// login by a buy's share of a worker (docs/adaptive-concurrency.md, "It
-// probes by crossing the knee"). Run with -v for the figures and the
-// limit / store queue of seed 1 every 50 ms.
+// hardly wait. The learnt limit gets the orders (median of 20 seeds >= 85%,
+// none under 80%) and a store queue within twice the workers, but not the
+// logins' wait: it finds the knee by crossing it once from cold (slow
+// start's last growth, then holds under it), and every request over the
+// knee delays a login by a buy's share of a worker
+// (docs/adaptive-concurrency.md, "It finds the knee by crossing it"). Run
+// with -v for the figures and the limit / store queue of seed 1 every
+// 50 ms.
 func TestAdaptiveLaunchDayModel(t *testing.T) {
 	x, p99, q := launchModel(1, 18)
 	t.Logf("fixed 18: orders %.0f%%, login wait p99 %v, store queue max %d", x*100, p99, q)
@@ -147,12 +148,12 @@ func TestAdaptiveLaunchDayModel(t *testing.T) {
 		x, p99, q := launchModel(seed, 0)
 		t.Logf("seed %d: orders %.0f%%, login wait p99 %v, store queue max %d", seed, x*100, p99, q)
 		orders = append(orders, x)
-		if x < 0.78 || q > 40 {
+		if x < 0.80 || q > 40 {
 			t.Errorf("seed %d: orders %.0f%%, store queue max %d", seed, x*100, q)
 		}
 	}
 	sort.Float64s(orders)
-	if orders[10] < 0.84 {
+	if orders[10] < 0.85 {
 		t.Errorf("median orders %.0f%%", orders[10]*100)
 	}
 }

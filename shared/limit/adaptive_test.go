@@ -177,7 +177,10 @@ func TestAdaptiveFindsAndFollowsCapacity(t *testing.T) {
 // From cold, the rule reaches the upstream's capacity within a second and
 // a half for a 150 ms service time (ten round trips), through the noise of
 // service times that vary by a factor of two (uniform 100-200 ms, as the
-// demo store's buy): >= 85% of the capacity, a short queue.
+// demo store's buy): >= 85% of the capacity, a short queue (p90 of the
+// waiters at arrival at most 8, the e2e test's bound, where no limit
+// gives about 480: a limit held a little over the knee, when slow start's
+// noisy rounds raised Base, queues up to 7 until it next backs off).
 func TestAdaptiveColdStartNoisy(t *testing.T) {
 	for seed := int64(1); seed <= 50; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -187,7 +190,7 @@ func TestAdaptiveColdStartNoisy(t *testing.T) {
 		s.phase(1500 * time.Millisecond)
 		x, p90 := s.phase(10 * time.Second)
 		capacity := 20 / 0.150
-		if x < 0.85*capacity || p90 > 6 {
+		if x < 0.85*capacity || p90 > 8 {
 			t.Errorf("seed %d: %.0f/s of %.0f, upstream queue p90 %d, limit %.1f", seed, x, capacity, p90, s.g.Limit)
 		}
 	}
@@ -238,8 +241,8 @@ func TestAdaptiveBoundsAndIdle(t *testing.T) {
 func TestGaugeEncoding(t *testing.T) {
 	for _, g := range []Gauge{
 		{Limit: 1},
-		{Limit: 65535.9375, Base: MaxLatency, Mean: MaxLatency, N: 65535, Round: 1<<32 - 1, SlowStart: true, Measure: true, Saturated: true, Warned: true},
-		{Limit: 12.5, Base: 50 * time.Millisecond, Mean: 73 * time.Millisecond, N: 7, Round: 123456, Measure: true},
+		{Limit: 65535.9375, Base: MaxLatency, Mean: MaxLatency, N: 65535, Round: 1<<26 - 1, Calm: 63, SlowStart: true, Measure: true, Saturated: true, Warned: true},
+		{Limit: 12.5, Base: 50 * time.Millisecond, Mean: 73 * time.Millisecond, N: 7, Round: 123456, Calm: 17, Measure: true},
 	} {
 		if got := DecodeGauge(EncodeGauge(g)); got != g {
 			t.Errorf("round trip %+v -> %+v", g, got)
@@ -350,5 +353,79 @@ func TestAdaptiveSharedUpstream(t *testing.T) {
 		if x < 0.85*20/0.150 || p99 > 200*time.Millisecond {
 			t.Errorf("seed %d: %.0f/s, the other traffic's wait p99 %v", seed, x, p99)
 		}
+	}
+}
+
+// roundOf feeds lim one round of n samples of latency lat, all saturated,
+// and returns the state and Gauge after it.
+func roundOf(lim Limit, st State, now *int64, n int64, lat time.Duration) (State, Gauge) {
+	*now += int64(10 * time.Millisecond)
+	g := lim.Gauge(st)
+	return lim.Learn(st, *now, Samples{Round: g.Round, N: n, Sum: lat * time.Duration(n), Saturated: true})
+}
+
+// After a backoff decided on MinRound samples or more, the limit holds for
+// ProbeAfter saturated rounds: no growth, mild rises do not back it off, a
+// clear one does; then it probes. A measure round clearly over Base backs
+// off once more; a backoff from fewer samples probes at once.
+func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	now := int64(time.Hour)
+	g := Gauge{Limit: 30, Base: 100 * time.Millisecond, Round: 7}
+	st := EncodeGauge(g)
+	// A queue (mean 1.5x Base over 30 samples): back off to
+	// Backoff·30/1.5 = 19, measure; the measure round is clean.
+	st, g = roundOf(lim, st, &now, 30, 150*time.Millisecond)
+	if want := 30 / 1.5 * Backoff; g.Limit != want || !g.Measure || g.Calm != 0 {
+		t.Fatalf("after a queue: %+v, want limit %v, measuring", g, want)
+	}
+	held := g.Limit
+	st, g = roundOf(lim, st, &now, 19, 100*time.Millisecond)
+	for i := 0; i < ProbeAfter-1; i++ {
+		lat := 100 * time.Millisecond
+		if i%5 == 0 {
+			lat = 115 * time.Millisecond // a mild rise, twice in a row below
+		}
+		if i%5 == 1 {
+			lat = 114 * time.Millisecond
+		}
+		st, g = roundOf(lim, st, &now, 19, lat)
+		if g.Limit != held || g.Measure {
+			t.Fatalf("round %d of the hold: %+v, want limit %v held", i, g, held)
+		}
+	}
+	// The hold ends after ProbeAfter clean rounds (the mild ones did not
+	// count): the limit probes up.
+	for i := 0; g.Limit == held; i++ {
+		if i > ProbeAfter {
+			t.Fatalf("still held after %d more clean rounds: %+v", i, g)
+		}
+		st, g = roundOf(lim, st, &now, 19, 100*time.Millisecond)
+	}
+	// While holding, a clear rise (the upstream lost capacity) backs off.
+	g = Gauge{Limit: 19, Base: 100 * time.Millisecond, Round: 9, Calm: 3}
+	st = EncodeGauge(g)
+	if _, g = roundOf(lim, st, &now, 19, 140*time.Millisecond); !g.Measure || g.Limit >= 19 {
+		t.Fatalf("clear rise while holding: %+v, want a backoff", g)
+	}
+	// A measure round clearly over Base: its estimate was high.
+	g = Gauge{Limit: 25, Base: 100 * time.Millisecond, Round: 11, Measure: true}
+	st, g = roundOf(lim, EncodeGauge(g), &now, 25, 125*time.Millisecond)
+	if want := 25 / 1.25 * Backoff; g.Limit != want || !g.Measure {
+		t.Fatalf("measure round over Base: %+v, want limit %v, measuring again", g, want)
+	}
+	// Once: the next measure round sets Base whatever it shows.
+	if _, g = roundOf(lim, st, &now, 19, 125*time.Millisecond); g.Measure || g.Limit != 25/1.25*Backoff {
+		t.Fatalf("second measure round: %+v", g)
+	}
+	// A backoff decided on MinRound samples holds; one decided on fewer
+	// (a probing round cut short by a large rise) probes at once.
+	g = Gauge{Limit: 12, Base: 100 * time.Millisecond, Round: 13, Calm: ProbeAfter}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, MinRound, 150*time.Millisecond); !g.Measure || g.Calm != 0 {
+		t.Fatalf("backoff from %d samples: %+v, want a hold after measuring", MinRound, g)
+	}
+	g = Gauge{Limit: 12, Base: 100 * time.Millisecond, Round: 13, Calm: ProbeAfter}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, MinRound/2, 150*time.Millisecond); !g.Measure || g.Calm != ProbeAfter {
+		t.Fatalf("backoff from %d samples: %+v, want a probe after measuring", MinRound/2, g)
 	}
 }
