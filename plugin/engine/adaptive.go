@@ -214,6 +214,19 @@ func (e *Engine) atLimit(i int, fp uint64, inFlight int64) bool {
 	return false
 }
 
+// overLimit notes that rule i's key fp had more requests than its learnt
+// limit (one was refused or queued for it): the round used its limit, as
+// an admission at the limit says (see limit.Gauge.AtLimit). Under a small
+// limit, a round's few samples may include none admitted at the limit.
+func (e *Engine) overLimit(i int, fp uint64) {
+	if !IsAdaptive(&e.cfg.Rules[i]) {
+		return
+	}
+	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
+		l.batch.Saturated = true
+	}
+}
+
 // Sample feeds the Gauges of the adaptive rules among slots with one
 // request's latency: sent is when it was forwarded to the upstream (at or
 // after its admission), now when kind happened. Requests that Sluice or

@@ -71,3 +71,33 @@ func TestAdaptiveSamplesAndSharing(t *testing.T) {
 		t.Errorf("slow failures left the limit at %d (was %d)", after, before)
 	}
 }
+
+// A request refused for an adaptive rule marks its round saturated (the
+// round used its limit), even when none of the round's samples was
+// admitted at the limit; admissions under it do not.
+func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	now := t0
+	v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), now)
+	if v.Outcome != Allow || v.Slots[0].Saturated {
+		t.Fatalf("first request: %+v", v)
+	}
+	l := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}]
+	if l == nil || l.batch.Saturated {
+		t.Fatalf("learner after one admission under the limit: %+v", l)
+	}
+	var held [][]SlotRef
+	for {
+		w := e.Decide(req("/buy", "POST", "10.0.0.1:1"), now)
+		if w.Outcome != Allow {
+			break
+		}
+		held = append(held, w.Slots)
+	}
+	if !l.batch.Saturated {
+		t.Fatalf("a refusal at the limit (%d held) left the round unsaturated", len(held)+1)
+	}
+	for _, s := range append(held, v.Slots) {
+		e.Release(s, now)
+	}
+}

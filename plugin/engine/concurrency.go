@@ -250,6 +250,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 				v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(p.rule), lim.Limit()
 			}
 		case d.Queued:
+			e.overLimit(p.rule, p.fp)
 			w := &Waiter{
 				ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: p.rule, fp: p.fp,
 				overflow: hk.overflow, ticket: d.Ticket, rest: append([]pendingConc(nil), pending[k+1:]...),
@@ -259,11 +260,13 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			v.Outcome = Queue
 			return -1
 		case r.Shadow:
+			e.overLimit(p.rule, p.fp)
 			st.ShadowRejected++
 			if v.Shadow == nil {
 				v.Shadow, v.ShadowRetryAfter = r, e.waitEstimate(p.rule, d.Waiting)
 			}
 		default:
+			e.overLimit(p.rule, p.fp)
 			st.Rejected++
 			e.releaseAll(v, now)
 			wait := e.waitEstimate(p.rule, d.Waiting)

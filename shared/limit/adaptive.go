@@ -109,7 +109,8 @@ type Gauge struct {
 	Calm int64
 	// SlowStart: grow by half per round trip. Measure: this round sets
 	// Base.
-	// Saturated: a request of this round was admitted at the limit.
+	// Saturated: the round used its limit (a request was admitted at it,
+	// or refused or queued for it).
 	// Warned: the previous round's mean was mildly over Base.
 	SlowStart, Measure, Saturated, Warned bool
 }
@@ -148,7 +149,7 @@ type Samples struct {
 	Round     uint32 // the round the samples belong to
 	N         int64
 	Sum       time.Duration
-	Saturated bool
+	Saturated bool // the round used its limit (see Gauge.Saturated)
 }
 
 // Add counts one request's latency; saturated: it was admitted at its
