@@ -8,6 +8,102 @@ import (
 	"time"
 )
 
+// storeModel steps, a millisecond at a time, an upstream of 20 workers
+// with one FIFO queue, serving an adaptive rule's requests (as many as the
+// limit lets in, admitted at once: their demand never ends) and other
+// traffic the rule never sees; Sluice's one worker feeds the Gauge every
+// 10 ms with the samples of requests admitted in the current round.
+type storeModel struct {
+	rng   *rand.Rand
+	lim   Limit
+	st    State
+	g     Gauge
+	seen  int64 // when the current round began
+	batch Samples
+	fixed int64 // a fixed limit instead of the learnt one (0: learnt)
+	envoy int64 // added to every latency sample
+	from  int64 // served counts the rule's answers from then on
+	// start is told when a job takes a worker (it sets the finish of the
+	// rule's requests); others, when other traffic arrives (through add).
+	start  func(j *storeJob, now int64)
+	others func(now int64)
+	trace  func(now int64) // before the Gauge learns (nil: none)
+
+	serving, queue []*storeJob
+	inFlight       int64
+	served, maxQ   int
+}
+
+type storeJob struct {
+	rule, login     bool
+	arrived, finish int64
+	sat             bool
+}
+
+func newStoreModel(seed, fixed int64) *storeModel {
+	lim, _ := NewAdaptive(1, 1000)
+	m := &storeModel{rng: rand.New(rand.NewSource(seed)), lim: lim, fixed: fixed}
+	m.g = lim.Gauge(m.st)
+	m.batch = Samples{Round: m.g.Round}
+	return m
+}
+
+// add gives j a worker, or queues it.
+func (m *storeModel) add(j *storeJob, now int64) {
+	if len(m.serving) < 20 {
+		m.start(j, now)
+		m.serving = append(m.serving, j)
+	} else {
+		m.queue = append(m.queue, j)
+	}
+	m.maxQ = max(m.maxQ, len(m.queue))
+}
+
+// step advances the model to now.
+func (m *storeModel) step(now int64) {
+	const ms = int64(time.Millisecond)
+	keep := m.serving[:0]
+	for _, j := range m.serving {
+		switch {
+		case j.finish > now:
+			keep = append(keep, j)
+		case j.rule:
+			m.inFlight--
+			if now >= m.from {
+				m.served++
+			}
+			if j.arrived >= m.seen {
+				m.batch.Add(time.Duration(now-j.arrived+m.envoy), j.sat)
+			}
+		}
+	}
+	m.serving = keep
+	for len(m.serving) < 20 && len(m.queue) > 0 {
+		m.start(m.queue[0], now)
+		m.serving = append(m.serving, m.queue[0])
+		m.queue = m.queue[1:]
+	}
+	m.others(now)
+	l := m.g.Current()
+	if m.fixed > 0 {
+		l = m.fixed
+	}
+	for m.inFlight < l {
+		m.inFlight++
+		m.add(&storeJob{rule: true, arrived: now, sat: m.g.AtLimit(m.inFlight)}, now)
+	}
+	if m.trace != nil {
+		m.trace(now)
+	}
+	if now%(10*ms) == 0 && m.batch.N > 0 {
+		round := m.g.Round
+		if m.st, m.g = m.lim.Learn(m.st, now, m.batch); m.g.Round != round {
+			m.seen = now
+		}
+		m.batch = Samples{Round: m.g.Round}
+	}
+}
+
 // launchModel is `make demo`'s launch in the model: from cold, the rule's
 // buys (100-200 ms) saturate it for launchFor (open loop, refused at once
 // over the limit), on a store of 20 workers that also serves the demo's
@@ -20,98 +116,48 @@ var traceLaunch func(now int64, g Gauge, queue int)
 
 func launchModel(seed int64, fixedLimit int64) (float64, time.Duration, int) {
 	const launchFor = 7 * time.Second
-	rng := rand.New(rand.NewSource(seed))
-	lim, _ := NewAdaptive(1, 1000)
-	var st State
-	g := lim.Gauge(st)
-	var seen int64
-	batch := Samples{Round: g.Round}
 	const ms = int64(time.Millisecond)
-	type job struct {
-		rule, login     bool
-		arrived, finish int64
-		sat             bool
-	}
-	var serving, queue []*job
-	var inFlight int64
-	served, maxQ := 0, 0
+	m := newStoreModel(seed, fixedLimit)
+	m.envoy = 2 * ms
 	var waits []time.Duration
 	kinds := []struct {
 		perSec   float64
 		min, max int64
 		login    bool
 	}{{20, 2, 5, false}, {20, 3, 5, true}, {20, 15, 25, false}, {10, 5, 10, false}}
-	start := func(j *job, now int64) {
+	m.start = func(j *storeJob, now int64) {
 		switch {
 		case j.rule:
-			j.finish = now + (100+rng.Int63n(101))*ms
+			j.finish = now + (100+m.rng.Int63n(101))*ms
 		case j.login:
 			waits = append(waits, time.Duration(now-j.arrived))
 		}
-		serving = append(serving, j)
+	}
+	m.others = func(now int64) {
+		for _, k := range kinds {
+			if m.rng.Float64() < k.perSec/1000 {
+				j := &storeJob{arrived: now, login: k.login}
+				m.add(j, now)
+				j.finish = max(j.arrived+(k.min+m.rng.Int63n(k.max-k.min+1))*ms, now)
+			}
+		}
+	}
+	if traceLaunch != nil {
+		m.trace = func(now int64) {
+			if now%(50*ms) == 0 {
+				traceLaunch(now, m.g, len(m.queue))
+			}
+		}
 	}
 	for now := ms; now <= int64(launchFor); now += ms {
-		keep := serving[:0]
-		for _, j := range serving {
-			switch {
-			case j.finish > now:
-				keep = append(keep, j)
-			case j.rule:
-				inFlight--
-				served++
-				if j.arrived >= seen {
-					batch.Add(time.Duration(now-j.arrived+2*ms), j.sat) // + Envoy
-				}
-			}
-		}
-		serving = keep
-		for len(serving) < 20 && len(queue) > 0 {
-			start(queue[0], now)
-			queue = queue[1:]
-		}
-		arrive := func(j *job) {
-			if len(serving) < 20 {
-				start(j, now)
-			} else {
-				queue = append(queue, j)
-			}
-			maxQ = max(maxQ, len(queue))
-		}
-		for _, k := range kinds {
-			if rng.Float64() < k.perSec/1000 {
-				j := &job{arrived: now, login: k.login}
-				arrive(j)
-				j.finish = j.arrived + (k.min+rng.Int63n(k.max-k.min+1))*ms
-				if j.finish < now {
-					j.finish = now
-				}
-			}
-		}
-		l := g.Current()
-		if fixedLimit > 0 {
-			l = fixedLimit
-		}
-		for inFlight < l {
-			inFlight++
-			arrive(&job{rule: true, arrived: now, sat: g.AtLimit(inFlight)})
-		}
-		if traceLaunch != nil && now%(50*ms) == 0 {
-			traceLaunch(now, g, len(queue))
-		}
-		if now%(10*ms) == 0 && batch.N > 0 {
-			round := g.Round
-			if st, g = lim.Learn(st, now, batch); g.Round != round {
-				seen = now
-			}
-			batch = Samples{Round: g.Round}
-		}
+		m.step(now)
 	}
 	// 45 s of logins: the launch's, the rest without a wait.
 	for len(waits) < 900 {
 		waits = append(waits, 0)
 	}
 	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
-	return float64(served) / (20 / 0.150 * launchFor.Seconds()), waits[len(waits)*99/100], maxQ
+	return float64(m.served) / (20 / 0.150 * launchFor.Seconds()), waits[len(waits)*99/100], m.maxQ
 }
 
 // The launch of `make demo` in the model. A fixed limit of 18 of the 20

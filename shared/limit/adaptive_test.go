@@ -260,82 +260,30 @@ func TestGaugeEncoding(t *testing.T) {
 // open loop). It returns the rule's throughput and the 99th percentile of
 // the other traffic's wait for a worker, from `from` on.
 func sharedUpstream(seed int64, fixed int64, from time.Duration) (float64, time.Duration) {
-	rng := rand.New(rand.NewSource(seed))
-	lim, _ := NewAdaptive(1, 1000)
-	var st State
-	g := lim.Gauge(st)
-	var seen int64
-	batch := Samples{Round: g.Round}
 	const ms = int64(time.Millisecond)
-	type job struct {
-		rule            bool
-		arrived, finish int64
-		sat             bool
-	}
-	var serving, queue []*job
-	var inFlight int64
-	served := 0
+	m := newStoreModel(seed, fixed)
+	m.from = int64(from)
 	var waits []time.Duration
-	start := func(j *job, now int64) {
+	m.start = func(j *storeJob, now int64) {
 		if j.rule {
-			j.finish = now + (100+rng.Int63n(100))*ms
-		} else {
-			j.finish = now + (2+rng.Int63n(4))*ms
-			if now >= int64(from) {
-				waits = append(waits, time.Duration(now-j.arrived))
-			}
+			j.finish = now + (100+m.rng.Int63n(100))*ms
+			return
 		}
-		serving = append(serving, j)
+		j.finish = now + (2+m.rng.Int63n(4))*ms
+		if now >= int64(from) {
+			waits = append(waits, time.Duration(now-j.arrived))
+		}
+	}
+	m.others = func(now int64) {
+		if m.rng.Float64() < 0.07 {
+			m.add(&storeJob{arrived: now}, now)
+		}
 	}
 	for now := ms; now <= 11500*ms; now += ms {
-		keep := serving[:0]
-		for _, j := range serving {
-			switch {
-			case j.finish > now:
-				keep = append(keep, j)
-			case j.rule:
-				inFlight--
-				if now >= int64(from) {
-					served++
-				}
-				if j.arrived >= seen {
-					batch.Add(time.Duration(now-j.arrived), j.sat)
-				}
-			}
-		}
-		serving = keep
-		for len(serving) < 20 && len(queue) > 0 {
-			start(queue[0], now)
-			queue = queue[1:]
-		}
-		arrive := func(j *job) {
-			if len(serving) < 20 {
-				start(j, now)
-			} else {
-				queue = append(queue, j)
-			}
-		}
-		if rng.Float64() < 0.07 {
-			arrive(&job{arrived: now})
-		}
-		l := g.Current()
-		if fixed > 0 {
-			l = fixed
-		}
-		for inFlight < l {
-			inFlight++
-			arrive(&job{rule: true, arrived: now, sat: g.AtLimit(inFlight)})
-		}
-		if now%(10*ms) == 0 && batch.N > 0 {
-			round := g.Round
-			if st, g = lim.Learn(st, now, batch); g.Round != round {
-				seen = now
-			}
-			batch = Samples{Round: g.Round}
-		}
+		m.step(now)
 	}
 	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
-	return float64(served) / (11.5 - from.Seconds()), waits[len(waits)*99/100]
+	return float64(m.served) / (11.5 - from.Seconds()), waits[len(waits)*99/100]
 }
 
 // The rule finds the knee by crossing it, again and again (a delay-based
