@@ -53,14 +53,7 @@ func adaptiveSection(ctx context.Context, root string, o options) (string, error
 	b.WriteString("**Cost per request in the plugin** (build/sluice.wasm in the wazero host, one VM, real clock, the fastest of 3 interleaved rounds; a whole stream " +
 		"each: headers, upstream response, stream end; the adaptive rule also reads `response.code_details` at the response " +
 		"headers and adds its samples to the shared Gauge every 10 ms):\n\n")
-	b.WriteString("| case | per request | host calls per request |\n|---|---:|---:|\n")
-	for _, c := range costs {
-		if c.err != nil {
-			fmt.Fprintf(&b, "| %s | failed: %s | |\n", c.name, oneLine(c.err.Error()))
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %.1f µs | %.1f |\n", c.name, c.nsPerReq/1e3, c.callsPerReq)
-	}
+	writeCostTable(&b, "case", costs)
 	if costs[1].err == nil && costs[2].err == nil {
 		d := costs[2].nsPerReq - costs[1].nsPerReq
 		if d < 0.1*costs[1].nsPerReq {

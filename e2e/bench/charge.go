@@ -83,14 +83,7 @@ func chargeSection(ctx context.Context, root string, o options) (string, error) 
 	b.WriteString("**Cost per request in the plugin** (build/sluice.wasm in the wazero host of internal/wasmhost, one VM, real clock; " +
 		"each request is a whole stream: request headers, the upstream's response with `x-tokens-used: 42`, stream end; " +
 		"one client, so every request updates the same state; the cases run in 7 interleaved rounds and each shows its fastest):\n\n")
-	b.WriteString("| rule | per request | host calls per request |\n|---|---:|---:|\n")
-	for _, c := range costs {
-		if c.err != nil {
-			fmt.Fprintf(&b, "| %s | failed: %s | |\n", c.name, oneLine(c.err.Error()))
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %.1f µs | %.1f |\n", c.name, c.nsPerReq/1e3, c.callsPerReq)
-	}
+	writeCostTable(&b, "rule", costs)
 	if costs[0].err == nil && costs[2].err == nil {
 		fmt.Fprintf(&b, "\nCharging after the response costs %.1f µs per request more than a plain token bucket (%+.1f host calls): "+
 			"the admission reads the state without writing it, and the response adds the `response.code_details` property, "+

@@ -31,6 +31,19 @@ type concCost struct {
 	err         error
 }
 
+// writeCostTable writes costs as a table whose first column is headed
+// first (a case, a rule).
+func writeCostTable(b *strings.Builder, first string, costs []concCost) {
+	fmt.Fprintf(b, "| %s | per request | host calls per request |\n|---|---:|---:|\n", first)
+	for _, c := range costs {
+		if c.err != nil {
+			fmt.Fprintf(b, "| %s | failed: %s | |\n", c.name, oneLine(c.err.Error()))
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %.1f µs | %.1f |\n", c.name, c.nsPerReq/1e3, c.callsPerReq)
+	}
+}
+
 func concSection(ctx context.Context, root string, o options) (string, error) {
 	wasm, err := os.ReadFile(filepath.Join(root, "build", "sluice.wasm"))
 	if err != nil {
@@ -55,14 +68,7 @@ func concSection(ctx context.Context, root string, o options) (string, error) {
 	b.WriteString("## 6. Concurrency rule: queue cost and slot-leak bound\n\n")
 	b.WriteString("**Cost per request in the plugin** (build/sluice.wasm in the wazero host of internal/wasmhost, one VM, " +
 		"real clock; each request is a whole stream: headers, upstream response, stream end):\n\n")
-	b.WriteString("| case | per request | host calls per request |\n|---|---:|---:|\n")
-	for _, c := range costs {
-		if c.err != nil {
-			fmt.Fprintf(&b, "| %s | failed: %s | |\n", c.name, oneLine(c.err.Error()))
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %.1f µs | %.1f |\n", c.name, c.nsPerReq/1e3, c.callsPerReq)
-	}
+	writeCostTable(&b, "case", costs)
 	if len(costs) == 3 && costs[0].err == nil && costs[1].err == nil && costs[2].err == nil {
 		fmt.Fprintf(&b, "\nTaking and releasing a slot costs %.1f µs more than a token-bucket decision (a second shared-data update at stream end); "+
 			"waiting in the queue costs %.1f µs more than that (the ticket, the poll from the tick that admits it, the resume), "+
