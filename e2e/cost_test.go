@@ -251,10 +251,7 @@ func testCostConcurrent(t *testing.T, ctx context.Context, e *envoytest.Envoy, u
 func TestCostExample(t *testing.T) {
 	envoytest.RequireEnvoy(t)
 	sluiceWasm(t)
-	root, err := envoytest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := mustRepoRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "run", "./examples/cost")

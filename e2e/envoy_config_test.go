@@ -45,13 +45,24 @@ func addheaderPlugin(t *testing.T) []byte {
 	return addheaderWasm
 }
 
-func mustRepoRoot(t *testing.T) string {
+func mustRepoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := envoytest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// repoFile returns the file at the path (its elements) below the
+// repository's root.
+func repoFile(t testing.TB, elem ...string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(append([]string{mustRepoRoot(t)}, elem...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func readYAMLFile(t *testing.T, path string) map[string]any {

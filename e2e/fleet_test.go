@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,14 +22,7 @@ import (
 // configuration that only declares the domain.
 func shippedRLSConfig(t testing.TB) string {
 	t.Helper()
-	root, err := envoytest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "envoy", "ratelimit", "config", "sluice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := repoFile(t, "envoy", "ratelimit", "config", "sluice.yaml")
 	return string(b)
 }
 
@@ -39,14 +30,7 @@ func shippedRLSConfig(t testing.TB) string {
 // users add, pointed at addr: the tests reach the service through it.
 func shippedCluster(t testing.TB, addr string) string {
 	t.Helper()
-	root, err := envoytest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "envoy", "ratelimit", "cluster.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := repoFile(t, "envoy", "ratelimit", "cluster.yaml")
 	host, port, _ := strings.Cut(addr, ":")
 	const want = "socket_address: {address: ratelimit, port_value: 8081}"
 	if !strings.Contains(string(b), want) {

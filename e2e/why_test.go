@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,14 +21,7 @@ import (
 // the docs show): the tests below run with exactly that line.
 func shippedLogFormat(t *testing.T) string {
 	t.Helper()
-	root, err := envoytest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "envoy", "envoy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := repoFile(t, "envoy", "envoy.yaml")
 	var doc struct {
 		StaticResources struct {
 			Listeners []struct {
@@ -72,18 +64,8 @@ func shippedLogFormat(t *testing.T) string {
 // TestAccessLogLineDocumented: docs/operations.md shows the line
 // envoy/envoy.yaml ships, byte for byte.
 func TestAccessLogLineDocumented(t *testing.T) {
-	root, err := envoytest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	shipped, err := os.ReadFile(filepath.Join(root, "envoy", "envoy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	shipped := repoFile(t, "envoy", "envoy.yaml")
+	docs := repoFile(t, "docs", "operations.md")
 	line := ""
 	for _, l := range strings.Split(string(shipped), "\n") {
 		if l = strings.TrimSpace(l); strings.HasPrefix(l, "inline_string:") && strings.Contains(l, "sluice_decision") {
