@@ -150,23 +150,14 @@ func startGroup(cmd *exec.Cmd, log string) (*group, error) {
 // track records the live descendants of the process.
 func (g *group) track() {
 	parent := map[int]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
+	eachProc("stat", func(pid int, b []byte) {
 		s := string(b)
 		if i := strings.LastIndexByte(s, ')'); i >= 0 {
 			if f := strings.Fields(s[i+1:]); len(f) > 1 {
 				parent[pid], _ = strconv.Atoi(f[1])
 			}
 		}
-	}
+	})
 	root := g.cmd.Process.Pid
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -310,16 +301,7 @@ const gatewayOwnerEnv = "SLUICE_EG_OWNER"
 // Envoys) whose test process is gone. Call it holding the machine lock.
 func ReapGatewayLeftovers() []int {
 	var killed []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue
-		}
+	eachProc("environ", func(pid int, env []byte) {
 		for _, kv := range strings.Split(string(env), "\x00") {
 			owner, ok := strings.CutPrefix(kv, gatewayOwnerEnv+"=")
 			if !ok {
@@ -331,8 +313,22 @@ func ReapGatewayLeftovers() []int {
 				killed = append(killed, pid)
 			}
 		}
-	}
+	})
 	return killed
+}
+
+// eachProc calls fn with every process's /proc/<pid>/<file> it can read.
+func eachProc(file string, fn func(pid int, b []byte)) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/" + file); err == nil {
+			fn(pid, b)
+		}
+	}
 }
 
 // StartGateway runs `envoy-gateway certgen --local`, then starts
