@@ -2,7 +2,6 @@ package envoytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,12 +22,18 @@ import (
 
 // FindRedis returns the redis-server binary: $REDIS_SERVER, else PATH.
 func FindRedis() (string, error) {
-	if p := os.Getenv("REDIS_SERVER"); p != "" {
+	return envOrPath("REDIS_SERVER", "redis-server", "make test installs it: apt-get install -y redis-server")
+}
+
+// envOrPath returns $env, else the program name found on PATH; the error
+// says how to get it (install).
+func envOrPath(env, name, install string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		return p, nil
 	}
-	p, err := exec.LookPath("redis-server")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", errors.New("redis-server not found (make test installs it: apt-get install -y redis-server; or set REDIS_SERVER)")
+		return "", fmt.Errorf("%s not found (%s; or set %s)", name, install, env)
 	}
 	return p, nil
 }

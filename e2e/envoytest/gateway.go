@@ -55,14 +55,7 @@ func FindEnvoyGateway() (string, error) {
 // FindRegistry returns the OCI registry server: $DOCKER_REGISTRY, else
 // Debian's docker-registry on PATH.
 func FindRegistry() (string, error) {
-	if p := os.Getenv("DOCKER_REGISTRY"); p != "" {
-		return p, nil
-	}
-	p, err := exec.LookPath("docker-registry")
-	if err != nil {
-		return "", errors.New("docker-registry not found (`make envoy-gateway` installs it: apt-get install -y docker-registry; or set DOCKER_REGISTRY)")
-	}
-	return p, nil
+	return envOrPath("DOCKER_REGISTRY", "docker-registry", "`make envoy-gateway` installs it: apt-get install -y docker-registry")
 }
 
 // RequireGatewayParts returns envoy-gateway, the registry server and the
