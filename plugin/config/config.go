@@ -11,6 +11,7 @@ package config
 import (
 	"bytes"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -132,15 +133,7 @@ func (m *Match) Applies(path, method string) bool {
 	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
 		return false
 	}
-	if len(m.Methods) == 0 {
-		return true
-	}
-	for _, x := range m.Methods {
-		if x == method {
-			return true
-		}
-	}
-	return false
+	return len(m.Methods) == 0 || slices.Contains(m.Methods, method)
 }
 
 // KeyKind is one part of a client key.

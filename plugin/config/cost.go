@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
@@ -37,15 +38,7 @@ func (c *Cost) Set() bool { return c.RequestHeader != "" || c.AfterResponse() }
 
 // ChargesStatus reports whether a response of this status is charged.
 func (c *Cost) ChargesStatus(status uint32) bool {
-	if len(c.OnStatus) == 0 {
-		return true
-	}
-	for _, s := range c.OnStatus {
-		if s == status {
-			return true
-		}
-	}
-	return false
+	return len(c.OnStatus) == 0 || slices.Contains(c.OnStatus, status)
 }
 
 // costAlgorithm says whether a cost other than one per request has a
