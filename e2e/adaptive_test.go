@@ -6,7 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,61 +62,11 @@ func push(ctx context.Context, url string, n int, path string) (map[int]int, int
 // percentile of waiters at arrival <= 8), from cold within a few seconds,
 // and again after the service time doubles and when it is restored.
 func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
-	up := envoytest.NewSlotServer(8, 50*time.Millisecond)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: up}
-	go srv.Serve(ln)
-	defer srv.Close()
-	e := startSluice(t, 2, `{"rules":[{"name":"buy","match":{"path_prefix":"/buy"},"key":["path"],
-		"algorithm":"adaptive_concurrency","max_delay":"10s"}]}`, func(o *envoytest.Options) {
-		o.Upstream = ln.Addr().String()
-	})
-
-	// phase pushes for d and logs a timeline (per 500 ms: served/s, upstream
-	// queue p90, the learnt limit); it returns the throughput and queue
-	// p90 of the last `measure` of it.
-	phase := func(name, path string, d, measure time.Duration) (float64, int64) {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		var codes map[int]int
-		var errs int
-		done := make(chan struct{})
-		go func() { codes, errs = push(ctx, e.URL(), 64, path); close(done) }()
-		up.Take()
-		start := time.Now()
-		var line []string
-		var served, bins int64
-		var q []int64
-		for tick := time.NewTicker(500 * time.Millisecond); time.Since(start) < d-100*time.Millisecond; {
-			<-tick.C
-			n, p90 := up.Take()
-			lim, _ := e.Stat("wasmcustom.sluice.rule.buy.limit")
-			line = append(line, fmt.Sprintf("%.1fs:%d/s,q%d,L%d", time.Since(start).Seconds(), n*2, p90, lim))
-			if time.Since(start) > d-measure {
-				served += n
-				bins++
-				q = append(q, p90)
-			}
-		}
-		<-done
-		sort.Slice(q, func(i, j int) bool { return q[i] < q[j] })
-		x := float64(served) * 2 / float64(max(bins, 1))
-		qp := int64(0)
-		if len(q) > 0 {
-			qp = q[len(q)*9/10]
-		}
-		t.Logf("%s: %.0f/s, queue p90 %d over the last %v; statuses %v, errors %d\n  %s", name, x, qp, measure, codes, errs, strings.Join(line, " "))
-		if errs > 0 || codes[429] > 0 || codes[503] > 0 || codes[504] > 0 {
-			t.Errorf("%s: statuses %v, transport errors %d", name, codes, errs)
-		}
-		return x, qp
-	}
+	up := startSlotServer(t, 8, 50*time.Millisecond)
+	e := startSluice(t, 2, adaptiveConfig, func(o *envoytest.Options) { o.Upstream = up.addr })
 
 	// No limit: the upstream's own queue fills with the clients.
-	if _, q := phase("no limit", "/free", 3*time.Second, 2*time.Second); q < 40 {
+	if _, q := up.push(t, "no limit", "/free", 64, 3*time.Second, 2*time.Second, e); q < 40 {
 		t.Errorf("without a limit the upstream queue p90 is %d: the load is too light to show anything", q)
 	}
 	for _, ph := range []struct {
@@ -129,18 +79,123 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 		{"restored, 50 ms", 50 * time.Millisecond, 160},
 	} {
 		up.SetService(ph.service)
-		x, q := phase(ph.name, "/buy", 7*time.Second, 3*time.Second)
+		x, q := up.push(t, ph.name, "/buy", 64, 7*time.Second, 3*time.Second, e)
 		if x < 0.7*ph.capacity || q > 8 {
 			t.Errorf("%s: %.0f/s of %.0f, upstream queue p90 %d (want >= 70%% and <= 8)", ph.name, x, ph.capacity, q)
-		}
-	}
-	for _, l := range strings.Split(e.Logs(), "\n") {
-		if strings.Contains(l, "GAUGE") {
-			t.Log(l[strings.Index(l, "GAUGE"):])
 		}
 	}
 	lat, _ := e.Stat("wasmcustom.sluice.rule.buy.latency_us")
 	if lat < 45000 || lat > 80000 {
 		t.Errorf("learnt latency %d µs for a 50 ms upstream", lat)
 	}
+}
+
+// TestAdaptiveTwoEnvoys: two Envoys, each with its own shared data (a
+// fleet without global rules), in front of the same upstream of 8 slots ×
+// 50 ms, 32 clients each. Each learns its own limit from the same
+// latency: when the upstream queues, both see it, and each backs off to
+// its share of the knee. Together they keep the upstream at >= 70% of its
+// capacity with a short queue, as one does, and neither takes the other's
+// queue for the upstream's latency.
+func TestAdaptiveTwoEnvoys(t *testing.T) {
+	up := startSlotServer(t, 8, 50*time.Millisecond)
+	var envoys []*envoytest.Envoy
+	for range 2 {
+		envoys = append(envoys, startSluice(t, 2, adaptiveConfig, func(o *envoytest.Options) {
+			o.Upstream, o.WasmDebug = up.addr, true
+		}))
+	}
+	x, q := up.push(t, "two Envoys", "/buy", 32, 8*time.Second, 4*time.Second, envoys...)
+	if x < 0.7*160 || q > 8 {
+		t.Errorf("two Envoys: %.0f/s of 160, upstream queue p90 %d (want >= 70%% and <= 8)", x, q)
+	}
+	for i, e := range envoys {
+		lat, _ := e.Stat("wasmcustom.sluice.rule.buy.latency_us")
+		if lat < 45000 || lat > 65000 {
+			t.Errorf("Envoy %d learnt latency %d µs for a 50 ms upstream", i, lat)
+		}
+	}
+	if t.Failed() {
+		for i, e := range envoys {
+			for _, l := range strings.Split(e.Logs(), "\n") {
+				if j := strings.Index(l, "rule buy learnt"); j >= 0 {
+					t.Logf("Envoy %d %s", i, l[j:])
+				}
+			}
+		}
+	}
+}
+
+// adaptiveConfig is the rule of the adaptive tests: the upstream's
+// capacity for /buy, learnt.
+const adaptiveConfig = `{"rules":[{"name":"buy","match":{"path_prefix":"/buy"},"key":["path"],
+	"algorithm":"adaptive_concurrency","max_delay":"10s"}]}`
+
+// slotServer is an envoytest.SlotServer listening on loopback.
+type slotServer struct {
+	*envoytest.SlotServer
+	addr string
+}
+
+func startSlotServer(t *testing.T, slots int, service time.Duration) slotServer {
+	up := envoytest.NewSlotServer(slots, service)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: up}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return slotServer{up, ln.Addr().String()}
+}
+
+// push runs `clients` clients against path on each of envoys for d and
+// logs a timeline (per 500 ms: served/s, the upstream's queue p90, each
+// Envoy's learnt limit); it returns the throughput and the queue p90 of the
+// last `measure` of it. Every answer must be a 200: the rule queues what
+// it does not admit (max_delay), it never refuses.
+func (up slotServer) push(t *testing.T, name, path string, clients int, d, measure time.Duration, envoys ...*envoytest.Envoy) (float64, int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	codes := make([]map[int]int, len(envoys))
+	errs := make([]int, len(envoys))
+	var wg sync.WaitGroup
+	for i, e := range envoys {
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i], errs[i] = push(ctx, e.URL(), clients, path) }()
+	}
+	up.Take()
+	start := time.Now()
+	var line []string
+	var served, bins int64
+	var q []int64
+	for tick := time.NewTicker(500 * time.Millisecond); time.Since(start) < d-100*time.Millisecond; {
+		<-tick.C
+		n, p90 := up.Take()
+		var lims []string
+		for _, e := range envoys {
+			lim, _ := e.Stat("wasmcustom.sluice.rule.buy.limit")
+			lims = append(lims, fmt.Sprint(lim))
+		}
+		line = append(line, fmt.Sprintf("%.1fs:%d/s,q%d,L%s", time.Since(start).Seconds(), n*2, p90, strings.Join(lims, "+")))
+		if time.Since(start) > d-measure {
+			served += n
+			bins++
+			q = append(q, p90)
+		}
+	}
+	wg.Wait()
+	slices.Sort(q)
+	x := float64(served) * 2 / float64(max(bins, 1))
+	qp := int64(0)
+	if len(q) > 0 {
+		qp = q[len(q)*9/10]
+	}
+	t.Logf("%s: %.0f/s, queue p90 %d over the last %v; statuses %v, errors %v\n  %s", name, x, qp, measure, codes, errs, strings.Join(line, " "))
+	for i := range envoys {
+		if errs[i] > 0 || codes[i][429] > 0 || codes[i][503] > 0 || codes[i][504] > 0 {
+			t.Errorf("%s, Envoy %d: statuses %v, transport errors %d", name, i, codes[i], errs[i])
+		}
+	}
+	return x, qp
 }

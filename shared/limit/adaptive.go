@@ -69,13 +69,14 @@ func (l Limit) At(n int64) Limit {
 //     afresh (Measure). That is the re-measurement Vegas needs, at no
 //     extra cost: the limit is being lowered anyway, and requests admitted
 //     under it no longer queue at the upstream, so their latency is the
-//     no-queue latency of the upstream as it is now. A measured Base 1.5x
-//     the old one means the upstream itself slowed down (service time, not
-//     our queue): slow start again to find the limit that fits it. A
-//     measured mean clearly over Base means the estimate was high (it came
-//     from a round that ended soon after the limit grew, whose first
-//     answers had not yet queued much): back off once more from this
-//     round, a steady state, and measure again.
+//     no-queue latency of the upstream as it is now. A measured mean
+//     clearly over Base means the estimate was high (it came from a round
+//     that ended soon after the limit grew, whose first answers had not
+//     yet queued much): back off once more from this round, a steady
+//     state, and measure again. Measured twice 1.5x the old Base, the
+//     upstream itself slowed down (service time, not a queue; once could
+//     be other Envoys' queue, whose backoff comes a round later): slow
+//     start again to find the limit that fits it.
 //   - After a backoff, the limit holds: ProbeAfter saturated rounds
 //     without growth, where Base follows the rounds' means both ways and
 //     only a clear rise (a lost share of the upstream's capacity) backs
@@ -274,27 +275,25 @@ func (l Limit) endRound(g Gauge) Gauge {
 	rise := float64(mean) > float64(g.Base)*(1+Tolerance)
 	mild := float64(mean) <= float64(g.Base)*(1+2*Tolerance)
 	switch {
-	case g.Measure && !g.Warned && g.Base > 0 && rise && !mild && mean*2 < g.Base*3:
+	case g.Measure && !g.Warned && g.Base > 0 && rise && !mild:
 		// The limit it backed off to still queues: the round it backed
 		// off from ended soon after the limit grew (slow start's), and
 		// the mean of its first answers understated the queue. This
 		// round's requests were admitted after the queue drained, a
-		// steady state: back off from it, once, and measure again.
-		g = g.backoff(mean, clamp)
+		// steady state: back off from it, once, and measure again. At
+		// 1.5x Base or more, the upstream itself may have slowed down
+		// (see measured), or others queue at it too (other Envoys, each
+		// learning on its own, back off from the same rise a round
+		// later): measure once more at this limit before taking it as
+		// the upstream's own latency.
+		if mean*2 < g.Base*3 {
+			g = g.backoff(mean, clamp)
+		}
 		g.Warned = true
 	case g.Measure:
 		g = g.measured(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
-		// A mild rise in slow start, or a round too small to tell any
-		// rise from noise: hold, and stop doubling if the next round
-		// shows it too (no knee measured: grow from here as a probe).
-		// Base, from one small round, is as likely off as this round:
-		// average them (a clean measurement follows any backoff).
-		if g.Warned && (g.N >= MinRound/2 || !mild) {
-			g.SlowStart, g.Calm = false, ProbeAfter
-		}
-		g.Warned = !g.Warned
-		g.Base = (g.Base + mean) / 2
+		g = g.slowStartRise(mean, mild, clamp)
 	case rise && mild && (!g.Warned || g.holding()):
 		// A mild rise: noise, once in a while (a round's mean and Base
 		// each vary by about 5%); a queue if the next round shows it
@@ -337,12 +336,40 @@ func (l Limit) endRound(g Gauge) Gauge {
 				g.Calm++
 			default:
 				// max(1, Limit/16) per round trip: a round of MinRound
-				// samples under a small limit spans several.
+				// samples under a small limit spans several. At most a
+				// quarter at once, though: a step of several round
+				// trips' growth overshoots the knee by as much.
 				trips := float64(max(g.Current(), MinRound)) / g.Limit
-				g.Limit = clamp(g.Limit + max(1, g.Limit/16)*trips)
+				g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*trips, max(1, g.Limit/4)))
 			}
 		}
 	}
+	return g
+}
+
+// slowStartRise decides a slow-start round that rose mildly, or rose in
+// a round too small to tell a rise from noise: hold, and stop growing by
+// half if the next round shows it too (no knee measured: grow from here
+// as a probe). Base, from one small round, is as likely off as this
+// round: average them (a clean measurement follows any backoff). A small
+// round over (1+3×Tolerance) is not noise, though (the chance of that in
+// a round of 4 latencies that vary by a factor of two is about 2%): it
+// leaves Base alone, and a second one backs off. Averaging it in would
+// take the queue into Base: where other Envoys already queue at the
+// upstream, a rule starting cold would then hold that queue for good.
+func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) float64) Gauge {
+	switch {
+	case float64(mean) > float64(g.Base)*(1+3*Tolerance) && g.Warned:
+		return g.backoff(mean, clamp)
+	case float64(mean) > float64(g.Base)*(1+3*Tolerance):
+		g.Warned = true
+		return g
+	}
+	if g.Warned && (g.N >= MinRound/2 || !mild) {
+		g.SlowStart, g.Calm = false, ProbeAfter
+	}
+	g.Warned = !g.Warned
+	g.Base = (g.Base + mean) / 2
 	return g
 }
 
@@ -368,8 +395,9 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 
 // measured ends a round that measured Base: the mean of one round,
 // averaged with the previous measurement unless the upstream's latency
-// clearly moved; a Base 1.5x the old one means the upstream itself slowed
-// down (not its queue): slow start again. A cold rule's first round
+// clearly moved; a Base 1.5x the old one, in the second round measuring
+// it (see endRound), means the upstream itself slowed down (not a queue):
+// slow start again. A cold rule's first round
 // (saturated) also doubles the limit: it had no Base to compare with.
 func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 	old := g.Base
