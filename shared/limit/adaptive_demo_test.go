@@ -25,8 +25,8 @@ type storeModel struct {
 	// crossEnd: with fixed, 27 in flight from crossAt until then (a
 	// crossing of the knee as long as a learner's, or shorter).
 	crossEnd int64
-	envoy int64 // added to every latency sample
-	from  int64 // served counts the rule's answers from then on
+	envoy    int64 // added to every latency sample
+	from     int64 // served counts the rule's answers from then on
 	// start is told when a job takes a worker (it sets the finish of the
 	// rule's requests); others, when other traffic arrives (through add).
 	start  func(j *storeJob, now int64)
