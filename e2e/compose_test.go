@@ -28,7 +28,13 @@ func TestDockerComposeUp(t *testing.T) {
 	envoytest.LockMachine(t, "sluice-compose-demo", 5*time.Minute)
 	envoytest.WaitPortsFree(t, time.Minute, 8080, 9901, 10000)
 
+	// The port was free a moment ago; bind it, retrying while something
+	// else on the machine holds it for a moment.
 	store, err := envoytest.StartUpstreamOn("127.0.0.1:8080")
+	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		store, err = envoytest.StartUpstreamOn("127.0.0.1:8080")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
