@@ -97,10 +97,11 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 // its share of the knee. Together they keep the upstream at >= 70% of its
 // capacity with a short queue, as one does, and neither takes much of the
 // other's queue for the upstream's latency: each learnt latency stays
-// within 1.5x of the upstream's 50 ms (an Envoy that measured while the
-// other queued keeps part of that queue in its Base; before the rules in
-// docs/adaptive-concurrency.md, "Several Envoys", it kept all of it, 90+
-// ms, and they settled with 15-17 in flight on the 8 slots).
+// under 80 ms, as with one Envoy (an Envoy that measured while the other
+// queued keeps part of that queue in its Base: 54-71 ms in Docker; before
+// the rules in docs/adaptive-concurrency.md, "Several Envoys", it kept
+// all of it, 90+ ms, and they settled with 15-17 in flight on the 8
+// slots).
 func TestAdaptiveTwoEnvoys(t *testing.T) {
 	up := startSlotServer(t, 8, 50*time.Millisecond)
 	var envoys []*envoytest.Envoy
@@ -116,7 +117,7 @@ func TestAdaptiveTwoEnvoys(t *testing.T) {
 	for i, e := range envoys {
 		lat, _ := e.Stat("wasmcustom.sluice.rule.buy.latency_us")
 		t.Logf("Envoy %d learnt latency %d µs", i, lat)
-		if lat < 45000 || lat > 75000 {
+		if lat < 45000 || lat > 80000 {
 			t.Errorf("Envoy %d learnt latency %d µs for a 50 ms upstream", i, lat)
 		}
 	}
