@@ -317,14 +317,12 @@ func (l Limit) endRound(g Gauge) Gauge {
 			// a Base lowered faster than raised drifts under the mean
 			// and then reads noise as a queue).
 			g.Base += (mean - g.Base) / 8
-		case g.SlowStart:
-			// Under the knee still: each round refines the Base measured
-			// on few samples, halfway both ways (the first, 4 samples of
-			// latencies that vary by a factor of two, is often 10% off;
-			// one 10% high hides the crossing of the knee).
-			g.Base = (g.Base + mean) / 2
 		case mean < g.Base:
 			g.Base -= (g.Base - mean) / 4
+		case g.SlowStart:
+			// Under the knee still: each round refines the Base measured
+			// on few samples.
+			g.Base = (g.Base + mean) / 2
 		}
 		if g.Saturated {
 			switch {
@@ -352,17 +350,13 @@ func (l Limit) endRound(g Gauge) Gauge {
 // slowStartRise decides a slow-start round that rose mildly, or rose in
 // a round too small to tell a rise from noise: hold, and stop growing by
 // half if the next round shows it too (no knee measured: grow from here
-// as a probe). A small round's rise is as likely Base's error (Base from
-// as few samples) as a queue: average them (a clean measurement follows
-// any backoff). Not a rise in a round of MinRound/2 samples or more, nor
-// one over (1+3×Tolerance) in a small round (about a 2% chance in 4
-// latencies that vary by a factor of two): that is a queue, and
-// averaging it in would take the queue into Base: the next round, a
-// queue that grew, would then read as no rise and slow start would grow
-// on (from cold in the demo: 27 to 40 on 20 slots), and where other
-// Envoys already queue at the upstream, a rule starting cold would hold
-// their queue for good. Such a round leaves Base alone, and a second one
-// over (1+3×Tolerance) backs off.
+// as a probe). Base, from one small round, is as likely off as this
+// round: average them (a clean measurement follows any backoff). A small
+// round over (1+3×Tolerance) is not noise, though (the chance of that in
+// a round of 4 latencies that vary by a factor of two is about 2%): it
+// leaves Base alone, and a second one backs off. Averaging it in would
+// take the queue into Base: where other Envoys already queue at the
+// upstream, a rule starting cold would then hold that queue for good.
 func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) float64) Gauge {
 	switch {
 	case float64(mean) > float64(g.Base)*(1+3*Tolerance) && g.Warned:
@@ -375,9 +369,7 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 		g.SlowStart, g.Calm = false, ProbeAfter
 	}
 	g.Warned = !g.Warned
-	if g.N < MinRound/2 {
-		g.Base = (g.Base + mean) / 2
-	}
+	g.Base = (g.Base + mean) / 2
 	return g
 }
 
