@@ -66,7 +66,7 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 	e := startSluice(t, 2, adaptiveConfig, func(o *envoytest.Options) { o.Upstream = up.addr })
 
 	// No limit: the upstream's own queue fills with the clients.
-	if _, q := up.push(t, "no limit", "/free", 64, 3*time.Second, 2*time.Second, e); q < 40 {
+	if _, q := up.load(t, "no limit", "/free", 64, 3*time.Second, 2*time.Second, e); q < 40 {
 		t.Errorf("without a limit the upstream queue p90 is %d: the load is too light to show anything", q)
 	}
 	for _, ph := range []struct {
@@ -79,7 +79,7 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 		{"restored, 50 ms", 50 * time.Millisecond, 160},
 	} {
 		up.SetService(ph.service)
-		x, q := up.push(t, ph.name, "/buy", 64, 7*time.Second, 3*time.Second, e)
+		x, q := up.load(t, ph.name, "/buy", 64, 7*time.Second, 3*time.Second, e)
 		if x < 0.7*ph.capacity || q > 8 {
 			t.Errorf("%s: %.0f/s of %.0f, upstream queue p90 %d (want >= 70%% and <= 8)", ph.name, x, ph.capacity, q)
 		}
@@ -108,7 +108,7 @@ func TestAdaptiveTwoEnvoys(t *testing.T) {
 			o.Upstream, o.WasmDebug = up.addr, true
 		}))
 	}
-	x, q := up.push(t, "two Envoys", "/buy", 32, 8*time.Second, 4*time.Second, envoys...)
+	x, q := up.load(t, "two Envoys", "/buy", 32, 8*time.Second, 4*time.Second, envoys...)
 	if x < 0.7*160 || q > 12 {
 		t.Errorf("two Envoys: %.0f/s of 160, upstream queue p90 %d (want >= 70%% and <= 12)", x, q)
 	}
@@ -150,12 +150,13 @@ func startSlotServer(t *testing.T, slots int, service time.Duration) slotServer 
 	return slotServer{up, ln.Addr().String()}
 }
 
-// push runs `clients` clients against path on each of envoys for d and
-// logs a timeline (per 500 ms: served/s, the upstream's queue p90, each
+// load runs `clients` clients (push) against path on each of envoys for d
+// and logs a timeline (per 500 ms: served/s, the upstream's queue p90, each
 // Envoy's learnt limit); it returns the throughput and the queue p90 of the
-// last `measure` of it. Every answer must be a 200: the rule queues what
-// it does not admit (max_delay), it never refuses.
-func (up slotServer) push(t *testing.T, name, path string, clients int, d, measure time.Duration, envoys ...*envoytest.Envoy) (float64, int64) {
+// last `measure` of it. No answer may be a 429, 503 or 504, nor a
+// transport error: the rule queues what it does not admit (max_delay), it
+// never refuses.
+func (up slotServer) load(t *testing.T, name, path string, clients int, d, measure time.Duration, envoys ...*envoytest.Envoy) (float64, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	codes := make([]map[int]int, len(envoys))
@@ -170,7 +171,9 @@ func (up slotServer) push(t *testing.T, name, path string, clients int, d, measu
 	var line []string
 	var served, bins int64
 	var q []int64
-	for tick := time.NewTicker(500 * time.Millisecond); time.Since(start) < d-100*time.Millisecond; {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(start) < d-100*time.Millisecond {
 		<-tick.C
 		n, p90 := up.Take()
 		var lims []string

@@ -111,20 +111,23 @@ func (m *storeModel) step(now int64) {
 	}
 }
 
-// launchModel is `make demo`'s launch in the model: from cold, the rule's
-// buys (100-200 ms) saturate it for launchFor (open loop, refused at once
-// over the limit), on a store of 20 workers that also serves the demo's
-// background traffic (70 requests a second: 20 of 2-5 ms, 20 logins of 3-5
-// ms, 20 of 15-25 ms, 10 of 5-10 ms) in one FIFO queue. It returns the
-// orders during the launch as a fraction of what the 20 workers could
-// serve, the logins' wait p99 over a 45 s run (the other 38 s quiet: no
-// wait), and the store's longest queue.
+// traceLaunch, when set, is told the launch model's Gauge and store queue
+// every 50 ms.
 var traceLaunch func(now int64, g Gauge, queue int)
 
 // crossAt is where slow start crosses the knee in the model's launch (18
 // to 27 in flight, about 0.7 s from cold).
 const crossAt = int64(700 * time.Millisecond)
 
+// launchModel is `make demo`'s launch in the model: from cold, the rule's
+// buys (100-200 ms) saturate it for launchFor (open loop, refused at once
+// over the limit), on a store of 20 workers that also serves the demo's
+// background traffic (70 requests a second: 20 of 2-5 ms, 20 logins of 3-5
+// ms, 20 of 15-25 ms, 10 of 5-10 ms) in one FIFO queue. A fixedLimit
+// replaces the learnt one, and with it cross sets how long it goes to 27
+// from crossAt. It returns the orders during the launch as a fraction of
+// what the 20 workers could serve, the logins' wait p99 over a 45 s run
+// (the other 38 s quiet: no wait), and the store's longest queue.
 func launchModel(seed int64, fixedLimit int64, cross time.Duration) (float64, time.Duration, int) {
 	const launchFor = 7 * time.Second
 	const ms = int64(time.Millisecond)

@@ -169,6 +169,13 @@ func (s *upstreamSim) phase(d time.Duration) (float64, int) {
 
 func fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
+// buyService is the demo store's buy: 100-200 ms, uniformly.
+func buyService(rng *rand.Rand) func() time.Duration {
+	return func() time.Duration {
+		return 100*time.Millisecond + time.Duration(rng.Int63n(int64(100*time.Millisecond)))
+	}
+}
+
 // The e2e scenario: 8 slots of 50 ms (160/s), 64 clients; the service time
 // doubles then is restored. After a few seconds in each phase the upstream
 // runs at >= 70% of its capacity with a short queue (p90 <= 8; with no
@@ -204,9 +211,7 @@ func TestAdaptiveFindsAndFollowsCapacity(t *testing.T) {
 func TestAdaptiveColdStartNoisy(t *testing.T) {
 	for seed := int64(1); seed <= 50; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		s := newSim(t, 1, 1000, 20, 500, func() time.Duration {
-			return 100*time.Millisecond + time.Duration(rng.Int63n(int64(100*time.Millisecond)))
-		})
+		s := newSim(t, 1, 1000, 20, 500, buyService(rng))
 		s.phase(1500 * time.Millisecond)
 		x, p90 := s.phase(10 * time.Second)
 		capacity := 20 / 0.150
@@ -435,9 +440,7 @@ func TestAdaptiveSeveralEnvoys(t *testing.T) {
 	for seed := int64(1); seed <= 12; seed++ {
 		for _, join := range []time.Duration{0, 3 * time.Second} {
 			rng := rand.New(rand.NewSource(seed))
-			_, x, p90 := run(3, 20, 200, join, func() time.Duration {
-				return 100*time.Millisecond + time.Duration(rng.Int63n(int64(100*time.Millisecond)))
-			})
+			_, x, p90 := run(3, 20, 200, join, buyService(rng))
 			queues = append(queues, p90)
 			if x < 0.8*20/0.150 || p90 > 60 {
 				t.Errorf("3 Envoys, seed %d, the third from %v: %.0f/s, upstream queue p90 %d", seed, join, x, p90)
