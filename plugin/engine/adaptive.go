@@ -280,7 +280,7 @@ func (e *Engine) Learn(now int64) {
 func (e *Engine) LearntGauge(i int) limit.Gauge { return e.lastGauge[i] }
 
 // LastSlots returns the requests in flight and queued of concurrency rule
-// i as this worker's last decision of it saw them (any key).
+// i as this worker last saw them (its last admission or release; any key).
 func (e *Engine) LastSlots(i int) (inFlight, queued int64) {
 	return e.lastSlots[i].inFlight, e.lastSlots[i].queued
 }

@@ -101,3 +101,27 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 		e.Release(s, now)
 	}
 }
+
+// The in-flight gauge of a worker follows its releases too: once the
+// rule's requests are answered it reads 0, not the count of its last
+// admission (an idle rule showing its last burst as in flight).
+func TestInFlightGaugeFollowsReleases(t *testing.T) {
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	var held [][]SlotRef
+	for i := 0; i < 3; i++ {
+		v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), t0)
+		if v.Outcome != Allow {
+			t.Fatalf("request %d: %v", i, v.Outcome)
+		}
+		held = append(held, v.Slots)
+	}
+	if n, _ := e.LastSlots(0); n != 3 {
+		t.Fatalf("in flight after 3 admissions: %d", n)
+	}
+	for i, s := range held {
+		e.Release(s, t0+int64(time.Millisecond))
+		if n, _ := e.LastSlots(0); n != int64(2-i) {
+			t.Fatalf("in flight after %d releases: %d, want %d", i+1, n, 2-i)
+		}
+	}
+}

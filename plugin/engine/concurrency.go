@@ -134,6 +134,7 @@ func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, 
 		next = o.lim.Expire(st, now, o.ticket)
 	case opRelease:
 		next = o.lim.Release(st, now, o.held, o.epoch)
+		o.observed = limit.DecodeSlots(next)
 	case opRenew:
 		next, o.out.Epoch = o.lim.Renew(st, now, o.held, o.epoch)
 	case opView:
@@ -313,6 +314,10 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
 			e.Stats.ReleaseErrors++
+		} else {
+			// The gauges show the slots as this worker last changed them:
+			// a release too, or an idle rule would show its last burst.
+			e.lastSlots[s.Rule] = slotsSeen{op.observed.InFlight(), op.observed.Queued()}
 		}
 		if h.n--; h.n <= 0 {
 			delete(e.holdings, hk)
