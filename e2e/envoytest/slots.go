@@ -2,6 +2,7 @@ package envoytest
 
 import (
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 type SlotServer struct {
 	sem     chan struct{}
 	service atomic.Int64 // ns
+	spread  atomic.Int64 // ns: service times vary uniformly by ± this
 	waiting atomic.Int64
 	served  atomic.Int64
 	mu      sync.Mutex
@@ -32,6 +34,10 @@ func NewSlotServer(slots int, service time.Duration) *SlotServer {
 // SetService changes the service time of the requests that start next.
 func (s *SlotServer) SetService(d time.Duration) { s.service.Store(int64(d)) }
 
+// SetSpread makes the service times of the requests that start next vary
+// uniformly within ± d of the service time.
+func (s *SlotServer) SetSpread(d time.Duration) { s.spread.Store(int64(d)) }
+
 func (s *SlotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := s.waiting.Add(1) - 1
 	s.mu.Lock()
@@ -39,7 +45,11 @@ func (s *SlotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	s.sem <- struct{}{}
 	s.waiting.Add(-1)
-	time.Sleep(time.Duration(s.service.Load()))
+	d := s.service.Load()
+	if sp := s.spread.Load(); sp > 0 {
+		d += rand.Int64N(2*sp+1) - sp
+	}
+	time.Sleep(time.Duration(d))
 	<-s.sem
 	s.served.Add(1)
 	io.WriteString(w, "ok")

@@ -58,14 +58,17 @@ func (l Limit) At(n int64) Limit {
 //     slow start (from cold, or after the upstream's own latency changed)
 //     by half per round trip, otherwise by max(1, Limit/16) per round
 //     trip (a probe). Growth needs the round to have used its limit
-//     (Saturated): an idle rule does not inflate it. A round faster than
-//     Base lowers Base at once (the upstream got faster).
+//     (Saturated): an idle rule does not inflate it. Base follows the
+//     round (see endRound; at once when clearly faster: the upstream got
+//     faster).
 //   - Mean above that: requests queue at the upstream (when the rise is
 //     mild, under 2×Tolerance, only if the previous round showed it too:
 //     the mean of a round is noisy). With S slots (or cores, or
 //     connections) of service time b, latency at L > S requests in flight
 //     is b·L/S, so Limit·Base/Mean estimates S: the limit drops to Backoff
-//     of that, just under the knee, and the next round measures Base
+//     of that, just under the knee (outside slow start, at most half
+//     the limit: one round far over Base is more likely a stall than a
+//     loss of half the upstream), and the next round measures Base
 //     afresh (Measure). That is the re-measurement Vegas needs, at no
 //     extra cost: the limit is being lowered anyway, and requests admitted
 //     under it no longer queue at the upstream, so their latency is the
@@ -77,14 +80,14 @@ func (l Limit) At(n int64) Limit {
 //     upstream itself slowed down (service time, not a queue; once could
 //     be other Envoys' queue, whose backoff comes a round later): slow
 //     start again to find the limit that fits it.
-//   - After a backoff, the limit holds: ProbeAfter saturated rounds
-//     without growth, where Base follows the rounds' means both ways and
-//     only a clear rise (a lost share of the upstream's capacity) backs
-//     off. Every probe past the knee queues at the upstream, and what
-//     else the upstream serves (requests no rule sees) waits behind it:
-//     the limit probes for more only once in a while. A backoff decided
-//     on fewer than MinRound samples is rough; the limit probes from it at
-//     once.
+//   - After a backoff, the limit holds: ProbeAfter saturated round
+//     trips without growth, where Base follows the means of rounds
+//     without a rise both ways and only a clear rise in two rounds (a
+//     lost share of the upstream's capacity) backs off (see held). Every
+//     probe past the knee queues at the upstream, and what else the
+//     upstream serves (requests no rule sees) waits behind it: the limit
+//     probes for more only once in a while. A backoff decided on fewer
+//     than MinRound samples is rough; the limit probes from it at once.
 //
 // Slow start grows by half, not TCP's doubling: the crossing of the knee
 // then overshoots it by at most half, and the estimate from that round is
@@ -105,8 +108,8 @@ type Gauge struct {
 	N          int64
 	// Round identifies the round: its start (ms, modulo 2^26).
 	Round uint32
-	// Calm counts the saturated rounds without a rise since the last
-	// backoff (saturates at 63): the limit holds until ProbeAfter.
+	// Calm counts the saturated round trips since the last backoff
+	// (saturates at 63): the limit holds until ProbeAfter.
 	Calm int64
 	// SlowStart: grow by half per round trip. Measure: this round sets
 	// Base.
@@ -133,9 +136,8 @@ const (
 	// MinRound is the fewest samples a round decides on: the mean of 16
 	// latencies that vary by a factor of two is within 5% of theirs.
 	MinRound = 16
-	// ProbeAfter is how many saturated rounds without a rise (about a
-	// round trip each) the limit holds after a backoff before it probes
-	// for more.
+	// ProbeAfter is how many saturated round trips the limit holds
+	// after a backoff before it probes for more.
 	ProbeAfter = 48
 	// GaugeTTL is how long a Gauge nobody updates is kept (then the rule's
 	// key starts cold again).
@@ -294,46 +296,42 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.measured(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
 		g = g.slowStartRise(mean, mild, clamp)
-	case rise && mild && (!g.Warned || g.holding()):
+	case g.holding():
+		g = g.held(mean, rise, mild, clamp)
+	case rise && mild && !g.Warned:
 		// A mild rise: noise, once in a while (a round's mean and Base
 		// each vary by about 5%); a queue if the next round shows it
-		// too. Not while the limit holds under the knee it backed off
-		// from: there a queue shows only if the upstream lost capacity,
-		// and a loss that matters shows clearly.
+		// too.
 		g.Warned = true
 	case rise:
 		g = g.backoff(mean, clamp)
 	default:
 		g.Warned = false
-		// Faster than Base: follow down, at once when the upstream got
-		// clearly faster, else a quarter of the way (a round's mean is
-		// noisy; following it up too would let a queue creep in).
+		// No rise. Base follows the round: at once when the upstream got
+		// clearly faster; in slow start a quarter of the way down, or
+		// halfway up (under the knee still, each round refines a Base
+		// measured on few samples); probing, an eighth of the way down
+		// and a sixteenth up. A Base that followed only down would drift
+		// under the mean (a round's mean is noisy, and every round under
+		// Base lowers it) and read noise as a queue; one that followed up
+		// as fast would take in a queue a probe builds.
 		switch {
 		case mean*3/2 < g.Base:
 			g.Base = mean
-		case g.holding():
-			// Held under the knee: no queue, so the round's mean is the
-			// upstream's own latency (an eighth of the way, both ways:
-			// a Base lowered faster than raised drifts under the mean
-			// and then reads noise as a queue).
-			g.Base += (mean - g.Base) / 8
-		case mean < g.Base:
+		case g.SlowStart && mean < g.Base:
 			g.Base -= (g.Base - mean) / 4
 		case g.SlowStart:
-			// Under the knee still: each round refines the Base measured
-			// on few samples.
 			g.Base = (g.Base + mean) / 2
+		case mean < g.Base:
+			g.Base -= (g.Base - mean) / 8
+		default:
+			g.Base += (mean - g.Base) / 16
 		}
 		if g.Saturated {
 			switch {
 			case g.SlowStart:
 				// Half again per round trip (see Gauge).
 				g.Limit = clamp(g.Limit * 3 / 2)
-			case g.holding():
-				// Hold just under the knee: every probe past it queues
-				// at the upstream, and what else the upstream serves
-				// waits behind the probe.
-				g.Calm++
 			default:
 				// max(1, Limit/16) per round trip: a round of MinRound
 				// samples under a small limit spans several. At most a
@@ -373,6 +371,40 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 	return g
 }
 
+// held decides a round while the limit holds under the knee it backed off
+// to (see ProbeAfter). There a queue shows only if the upstream lost
+// capacity, and a loss that matters shows clearly: over 2×Tolerance in two
+// rounds in a row (noise does not repeat: where latencies vary by ±50%,
+// one round of 16 in tens reads a rise of 20%), or 1.5x Base in one. A
+// mild rise is noise, or a queue of one or two that the estimate left:
+// Base does not follow it (it would take that queue for the upstream's
+// latency and hold it for good). Base follows any other round an eighth
+// of the way, both ways, and every round that does not back off counts
+// towards the next probe.
+func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) float64) Gauge {
+	switch {
+	case !mild && (g.Warned || mean*2 >= g.Base*3):
+		return g.backoff(mean, clamp)
+	case !mild:
+		g.Warned = true
+	case rise:
+		g.Warned = false
+	case mean*3/2 < g.Base && g.N >= MinRound:
+		g.Base, g.Warned = mean, false // clearly faster: the upstream sped up
+	default:
+		g.Base += (mean - g.Base) / 8
+		g.Warned = false
+	}
+	if g.Saturated {
+		// Hold just under the knee: every probe past it queues at the
+		// upstream, and what else the upstream serves waits behind the
+		// probe. ProbeAfter counts round trips: a round of MinRound
+		// samples under a small limit spans several.
+		g.Calm += int64(max(1, float64(max(g.Current(), MinRound))/g.Limit))
+	}
+	return g
+}
+
 // holding reports whether the limit holds where the last backoff put it
 // (see ProbeAfter).
 func (g Gauge) holding() bool { return !g.SlowStart && !g.Measure && g.Calm < ProbeAfter }
@@ -385,7 +417,15 @@ func (g Gauge) holding() bool { return !g.SlowStart && !g.Measure && g.Calm < Pr
 // round had MinRound samples or more; an estimate from fewer is rough,
 // and the limit grows from it as a probe.
 func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
-	g.Limit = clamp(g.Limit * float64(g.Base) / float64(mean) * Backoff)
+	cut := float64(g.Base) / float64(mean) * Backoff
+	if !g.SlowStart {
+		// Outside slow start, the limit was under the knee a round trip
+		// ago: one round this far over Base is a stall or a long tail
+		// more likely than a loss of over half the upstream, which the
+		// next round shows again.
+		cut = max(cut, 0.5)
+	}
+	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm = true, false, false, 0
 	if g.N < MinRound {
 		g.Calm = ProbeAfter
