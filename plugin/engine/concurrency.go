@@ -134,14 +134,17 @@ func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, 
 		next = o.lim.Expire(st, now, o.ticket)
 	case opRelease:
 		next = o.lim.Release(st, now, o.held, o.epoch)
-		o.observed = limit.DecodeSlots(next)
 	case opRenew:
 		next, o.out.Epoch = o.lim.Renew(st, now, o.held, o.epoch)
 	case opView:
 		o.observed = o.lim.View(st, now)
 		return st, 0, false
 	}
-	return next, limit.DecodeSlots(next).Expiry(now), true
+	s := limit.DecodeSlots(next)
+	if o.kind == opRelease {
+		o.observed = s // the in-flight gauges follow releases too
+	}
+	return next, s.Expiry(now), true
 }
 
 // IsConcurrency reports whether rule r limits requests in flight.

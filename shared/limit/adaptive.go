@@ -327,19 +327,16 @@ func (l Limit) endRound(g Gauge) Gauge {
 		default:
 			g.Base += (mean - g.Base) / 16
 		}
-		if g.Saturated {
-			switch {
-			case g.SlowStart:
-				// Half again per round trip (see Gauge).
-				g.Limit = clamp(g.Limit * 3 / 2)
-			default:
-				// max(1, Limit/16) per round trip: a round of MinRound
-				// samples under a small limit spans several. At most a
-				// quarter at once, though: a step of several round
-				// trips' growth overshoots the knee by as much.
-				trips := float64(max(g.Current(), MinRound)) / g.Limit
-				g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*trips, max(1, g.Limit/4)))
-			}
+		switch {
+		case !g.Saturated:
+		case g.SlowStart:
+			// Half again per round trip (see Gauge).
+			g.Limit = clamp(g.Limit * 3 / 2)
+		default:
+			// max(1, Limit/16) per round trip. At most a quarter at
+			// once, though: a step of several round trips' growth
+			// overshoots the knee by as much.
+			g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4)))
 		}
 	}
 	return g
@@ -389,7 +386,7 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 		g.Warned = true
 	case rise:
 		g.Warned = false
-	case mean*3/2 < g.Base && g.N >= MinRound:
+	case mean*3/2 < g.Base:
 		g.Base, g.Warned = mean, false // clearly faster: the upstream sped up
 	default:
 		g.Base += (mean - g.Base) / 8
@@ -398,12 +395,16 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 	if g.Saturated {
 		// Hold just under the knee: every probe past it queues at the
 		// upstream, and what else the upstream serves waits behind the
-		// probe. ProbeAfter counts round trips: a round of MinRound
-		// samples under a small limit spans several.
-		g.Calm += int64(max(1, float64(max(g.Current(), MinRound))/g.Limit))
+		// probe. ProbeAfter counts round trips.
+		g.Calm += int64(max(1, g.trips()))
 	}
 	return g
 }
+
+// trips returns how many round trips a round of need() samples spans
+// outside slow start: one, or several under a limit smaller than
+// MinRound.
+func (g Gauge) trips() float64 { return float64(max(g.Current(), MinRound)) / g.Limit }
 
 // holding reports whether the limit holds where the last backoff put it
 // (see ProbeAfter).
