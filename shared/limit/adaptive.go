@@ -306,38 +306,43 @@ func (l Limit) endRound(g Gauge) Gauge {
 	case rise:
 		g = g.backoff(mean, clamp)
 	default:
-		g.Warned = false
-		// No rise. Base follows the round: at once when the upstream got
-		// clearly faster; in slow start a quarter of the way down, or
-		// halfway up (under the knee still, each round refines a Base
-		// measured on few samples); probing, an eighth of the way down
-		// and a sixteenth up. A Base that followed only down would drift
-		// under the mean (a round's mean is noisy, and every round under
-		// Base lowers it) and read noise as a queue; one that followed up
-		// as fast would take in a queue a probe builds.
-		switch {
-		case mean*3/2 < g.Base:
-			g.Base = mean
-		case g.SlowStart && mean < g.Base:
-			g.Base -= (g.Base - mean) / 4
-		case g.SlowStart:
-			g.Base = (g.Base + mean) / 2
-		case mean < g.Base:
-			g.Base -= (g.Base - mean) / 8
-		default:
-			g.Base += (mean - g.Base) / 16
-		}
-		switch {
-		case !g.Saturated:
-		case g.SlowStart:
-			// Half again per round trip (see Gauge).
-			g.Limit = clamp(g.Limit * 3 / 2)
-		default:
-			// max(1, Limit/16) per round trip. At most a quarter at
-			// once, though: a step of several round trips' growth
-			// overshoots the knee by as much.
-			g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4)))
-		}
+		g = g.calm(mean, clamp)
+	}
+	return g
+}
+
+// calm decides a round without a rise (see endRound). Base follows the
+// round: at once when the upstream got clearly faster; in slow start a
+// quarter of the way down, or halfway up (under the knee still, each round
+// refines a Base measured on few samples); probing, an eighth of the way
+// down and a sixteenth up. A Base that followed only down would drift
+// under the mean (a round's mean is noisy, and every round under Base
+// lowers it) and read noise as a queue; one that followed up as fast
+// would take in a queue a probe builds. A saturated round grows the limit.
+func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
+	g.Warned = false
+	switch {
+	case mean*3/2 < g.Base:
+		g.Base = mean
+	case g.SlowStart && mean < g.Base:
+		g.Base -= (g.Base - mean) / 4
+	case g.SlowStart:
+		g.Base = (g.Base + mean) / 2
+	case mean < g.Base:
+		g.Base -= (g.Base - mean) / 8
+	default:
+		g.Base += (mean - g.Base) / 16
+	}
+	switch {
+	case !g.Saturated:
+	case g.SlowStart:
+		// Half again per round trip (see Gauge).
+		g.Limit = clamp(g.Limit * 3 / 2)
+	default:
+		// max(1, Limit/16) per round trip. At most a quarter at once,
+		// though: a step of several round trips' growth overshoots the
+		// knee by as much.
+		g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4)))
 	}
 	return g
 }
