@@ -519,6 +519,25 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		return
 	}
 	rejected := status == 429 || status == 503
+	v.shapeLocked(in)
+	if in.Has&header.HasRemaining != 0 {
+		v.remainingLocked(t, now, in, rejected, others)
+	}
+	v.settleLocked(now, others)
+	if in.Exhausted() || status == 429 {
+		v.throttled = true
+	}
+	if rejected {
+		v.blockLocked(now, status, in)
+	}
+	v.tune(now)
+}
+
+// shapeLocked records what an answer says of the limit's shape: the Limit,
+// and the window (the policy's, or the longest reset seen as a lower bound
+// of it), which capacity and tokenEvery are computed from. v.mu must be
+// held.
+func (v *view) shapeLocked(in header.Info) {
 	if in.Has&header.HasLimit != 0 && in.Limit > 0 {
 		v.limit = in.Limit
 	}
@@ -529,61 +548,68 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		// lower bound of it.
 		v.window = min(in.Reset, 24*time.Hour)
 	}
-	if in.Has&header.HasRemaining != 0 {
-		// An admitted request that leaves r shows a capacity of at least
-		// r+1; a rejection's 0 shows nothing about it.
-		if !rejected && in.Remaining < 1<<30 && in.Remaining+1 > v.maxSeen {
-			v.maxSeen = in.Remaining + 1
-		}
-		if in.Has&header.HasReset != 0 {
-			reset := now.Add(in.Reset)
-			v.refillLocked(now)
-			if t.ordered {
-				v.budget = max(in.Remaining-int(min(v.seq-t.seq, 1<<30)), 0)
-				v.budgetAt, v.resetAt = now, reset
-			} else if b := max(in.Remaining-v.inflight-others, 0); v.budget < 0 || b < v.budget {
-				v.budget, v.budgetAt = b, now
-				if reset.After(v.resetAt) {
-					v.resetAt = reset
-				}
-			}
-			// Only the answers to requests this view held make up its
-			// crowd. An answer it did not hold (sent before the route was
-			// known to be this policy's) may arrive after the crowd was
-			// settled, since others is read outside this lock: counted in,
-			// its stale Remaining would become the next crowd's budget and
-			// hold every request until that crowd's reset (half the rate
-			// against a token bucket).
-			if t.held {
-				if v.crowd < 0 || in.Remaining < v.crowd {
-					v.crowd = in.Remaining
-				}
-				if reset.After(v.crowdEnd) {
-					v.crowdEnd = reset
-				}
-			}
+}
+
+// remainingLocked learns from the Remaining of an answer to the request
+// admitted with t: the capacity it shows and, with a reset, the budget
+// until then and the crowd's lowest Remaining (see observe for why an
+// answer out of order may only lower the budget). rejected says the answer
+// is a 429 or 503. v.mu must be held.
+func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected bool, others int) {
+	// An admitted request that leaves r shows a capacity of at least
+	// r+1; a rejection's 0 shows nothing about it.
+	if !rejected && in.Remaining < 1<<30 && in.Remaining+1 > v.maxSeen {
+		v.maxSeen = in.Remaining + 1
+	}
+	if in.Has&header.HasReset == 0 {
+		return
+	}
+	reset := now.Add(in.Reset)
+	v.refillLocked(now)
+	if t.ordered {
+		v.budget = max(in.Remaining-int(min(v.seq-t.seq, 1<<30)), 0)
+		v.budgetAt, v.resetAt = now, reset
+	} else if b := max(in.Remaining-v.inflight-others, 0); v.budget < 0 || b < v.budget {
+		v.budget, v.budgetAt = b, now
+		if reset.After(v.resetAt) {
+			v.resetAt = reset
 		}
 	}
-	v.settleLocked(now, others)
-	if in.Exhausted() || status == 429 {
-		v.throttled = true
-	}
-	if rejected {
-		if w := in.Wait(); w > 0 {
-			until := now.Add(w)
-			if until.After(v.blocked) {
-				v.blocked = until
-			}
-			if status == 429 {
-				// The quota is spent until at least then.
-				v.budget, v.budgetAt = 0, now
-				if until.After(v.resetAt) {
-					v.resetAt = until
-				}
-			}
+	// Only the answers to requests this view held make up its crowd. An
+	// answer it did not hold (sent before the route was known to be this
+	// policy's) may arrive after the crowd was settled, since others is
+	// read outside this lock: counted in, its stale Remaining would become
+	// the next crowd's budget and hold every request until that crowd's
+	// reset (half the rate against a token bucket).
+	if t.held {
+		if v.crowd < 0 || in.Remaining < v.crowd {
+			v.crowd = in.Remaining
+		}
+		if reset.After(v.crowdEnd) {
+			v.crowdEnd = reset
 		}
 	}
-	v.tune(now)
+}
+
+// blockLocked obeys the wait a rejection (429 or 503) asks for, if any: no
+// request goes out before it is over, and after a 429 the quota counts as
+// spent until then. v.mu must be held.
+func (v *view) blockLocked(now time.Time, status int, in header.Info) {
+	w := in.Wait()
+	if w <= 0 {
+		return
+	}
+	until := now.Add(w)
+	if until.After(v.blocked) {
+		v.blocked = until
+	}
+	if status == 429 {
+		// The quota is spent until at least then.
+		v.budget, v.budgetAt = 0, now
+		if until.After(v.resetAt) {
+			v.resetAt = until
+		}
+	}
 }
 
 // settleLocked makes the lowest Remaining of a crowd the budget once the

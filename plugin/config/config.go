@@ -455,6 +455,14 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if alg == limit.Concurrency {
 		return parseConcurrency(f, r, lim)
 	}
+	return parseRate(f, r, alg, lim)
+}
+
+// parseRate finishes a rule that limits a rate (token_bucket,
+// fixed_window, sliding_window, leaky_bucket; a global rule's
+// fixed_window): limit requests per window, with its burst, max_delay,
+// shadow and cost. The cost is read last, once the rule's limit is known.
+func parseRate(f fields, r Rule, alg limit.Algorithm, lim int64) (Rule, error) {
 	window, burst, err := ruleRate(f, alg, r.Global)
 	if err != nil {
 		return r, err
@@ -463,17 +471,17 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 		return r, err
 	}
 	if r.MaxDelay > 0 && alg == limit.SlidingWindow {
-		return r, errf(field+".max_delay", "sliding_window cannot schedule future admissions; use token_bucket, leaky_bucket or fixed_window to throttle")
+		return r, errf(f.path+".max_delay", "sliding_window cannot schedule future admissions; use token_bucket, leaky_bucket or fixed_window to throttle")
 	}
 	if err := f.flag("shadow", &r.Shadow); err != nil {
 		return r, err
 	}
 	r.Limit, err = limit.New(alg, lim, window, burst)
 	if err != nil {
-		return r, errf(field+".window", "%v", err)
+		return r, errf(f.path+".window", "%v", err)
 	}
-	if raw := m.Get("cost"); raw != nil {
-		if r.Cost, err = parseCost(field+".cost", raw, &r); err != nil {
+	if raw := f.m.Get("cost"); raw != nil {
+		if r.Cost, err = parseCost(f.path+".cost", raw, &r); err != nil {
 			return r, err
 		}
 	}
