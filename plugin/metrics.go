@@ -65,39 +65,56 @@ type (
 
 func newMetrics(cfg *config.Config) *metrics {
 	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}
-	for i, r := range cfg.Rules {
-		p := "sluice.rule." + r.Name + "."
-		m.rules = append(m.rules, ruleMetrics{
-			allowed:        defineCounter(p + "allowed"),
-			rejected:       defineCounter(p + "rejected"),
-			delayed:        defineCounter(p + "delayed"),
-			shadowRejected: defineCounter(p + "shadow_rejected"),
-			overflow:       defineCounter(p + "overflow"),
-			activeStates:   defineGauge(p + "active_states"),
-		})
-		if r.Cost.Set() {
-			// Units charged: one per admitted request without a cost;
-			// with one, what the request or its response said.
-			m.rules[i].charged = defineCounter(p + "charged")
-		}
-		if engine.IsConcurrency(&cfg.Rules[i]) {
-			// Total queue wait: wait_ms / delayed is the mean wait.
-			m.rules[i].waitMS = defineCounter(p + "wait_ms")
-			// The observed mean time a request holds a slot (what
-			// Retry-After, Reset and the queue bound are estimated from),
-			// as the last worker to publish saw it.
-			m.rules[i].holdMS = defineGauge(p + "hold_ms")
-			// Requests in flight and waiting in the queue, process-wide,
-			// as the last decision of the publishing worker saw them.
-			m.rules[i].inFlight = defineGauge(p + "in_flight")
-			m.rules[i].queued = defineGauge(p + "queued")
-		}
-		if engine.IsAdaptive(&cfg.Rules[i]) {
-			// The learnt limit and the no-queue latency it is learnt from.
-			m.rules[i].limit = defineGauge(p + "limit")
-			m.rules[i].latencyUS = defineGauge(p + "latency_us")
-		}
+	for i := range cfg.Rules {
+		m.rules = append(m.rules, newRuleMetrics(&cfg.Rules[i]))
 	}
+	m.defineProcess()
+	if cfg.HasGlobal() {
+		m.fleet = newFleetMetrics()
+	}
+	return m
+}
+
+// newRuleMetrics defines the metrics of rule r: sluice.rule.<name>.<metric>,
+// the outcomes of every rule and those only some kinds of rule have.
+func newRuleMetrics(r *config.Rule) ruleMetrics {
+	p := "sluice.rule." + r.Name + "."
+	rm := ruleMetrics{
+		allowed:        defineCounter(p + "allowed"),
+		rejected:       defineCounter(p + "rejected"),
+		delayed:        defineCounter(p + "delayed"),
+		shadowRejected: defineCounter(p + "shadow_rejected"),
+		overflow:       defineCounter(p + "overflow"),
+		activeStates:   defineGauge(p + "active_states"),
+	}
+	if r.Cost.Set() {
+		// Units charged: one per admitted request without a cost;
+		// with one, what the request or its response said.
+		rm.charged = defineCounter(p + "charged")
+	}
+	if engine.IsConcurrency(r) {
+		// Total queue wait: wait_ms / delayed is the mean wait.
+		rm.waitMS = defineCounter(p + "wait_ms")
+		// The observed mean time a request holds a slot (what
+		// Retry-After, Reset and the queue bound are estimated from),
+		// as the last worker to publish saw it.
+		rm.holdMS = defineGauge(p + "hold_ms")
+		// Requests in flight and waiting in the queue, process-wide,
+		// as the last decision of the publishing worker saw them.
+		rm.inFlight = defineGauge(p + "in_flight")
+		rm.queued = defineGauge(p + "queued")
+	}
+	if engine.IsAdaptive(r) {
+		// The learnt limit and the no-queue latency it is learnt from.
+		rm.limit = defineGauge(p + "limit")
+		rm.latencyUS = defineGauge(p + "latency_us")
+	}
+	return rm
+}
+
+// defineProcess defines the metrics that are not a rule's: sluice.<name>
+// (global rules have theirs apart, in fleetMetrics).
+func (m *metrics) defineProcess() {
 	g := &m.global
 	g.exempt = defineCounter("sluice.exempt")
 	g.onErrorAllowed = defineCounter("sluice.on_error.allowed")
@@ -113,22 +130,24 @@ func newMetrics(cfg *config.Config) *metrics {
 	g.slots = defineGauge("sluice.concurrency.slots_held")
 	g.waiting = defineGauge("sluice.concurrency.waiting")
 	g.activeStates = defineGauge("sluice.table.active_states")
-	if cfg.HasGlobal() {
-		f := &fleetMetrics{}
-		f.calls = defineCounter("sluice.global.calls")
-		f.callFailures = defineCounter("sluice.global.call_failures")
-		f.overLimit = defineCounter("sluice.global.over_limit")
-		f.leaseAdmits = defineCounter("sluice.global.lease_admits")
-		f.waited = defineCounter("sluice.global.waited")
-		f.shortCircuited = defineCounter("sluice.global.short_circuited")
-		f.expired = defineCounter("sluice.global.expired")
-		f.probes = defineCounter("sluice.global.probes")
-		f.prefetches = defineCounter("sluice.global.prefetches")
-		f.chargeCalls = defineCounter("sluice.global.charge_calls")
-		f.circuitOpen = defineGauge("sluice.global.circuit_open")
-		m.fleet = f
-	}
-	return m
+}
+
+// newFleetMetrics defines the metrics of global rules (a configuration
+// without one has none).
+func newFleetMetrics() *fleetMetrics {
+	f := &fleetMetrics{}
+	f.calls = defineCounter("sluice.global.calls")
+	f.callFailures = defineCounter("sluice.global.call_failures")
+	f.overLimit = defineCounter("sluice.global.over_limit")
+	f.leaseAdmits = defineCounter("sluice.global.lease_admits")
+	f.waited = defineCounter("sluice.global.waited")
+	f.shortCircuited = defineCounter("sluice.global.short_circuited")
+	f.expired = defineCounter("sluice.global.expired")
+	f.probes = defineCounter("sluice.global.probes")
+	f.prefetches = defineCounter("sluice.global.prefetches")
+	f.chargeCalls = defineCounter("sluice.global.charge_calls")
+	f.circuitOpen = defineGauge("sluice.global.circuit_open")
+	return f
 }
 
 func addDelta(c counter, now uint64, last *uint64) {
@@ -140,26 +159,7 @@ func addDelta(c counter, now uint64, last *uint64) {
 
 func (m *metrics) flush(e *engine.Engine, held int) {
 	for i := range m.rules {
-		cur, last := &e.Stats.Rules[i], &m.last.Rules[i]
-		addDelta(m.rules[i].allowed, cur.Allowed, &last.Allowed)
-		addDelta(m.rules[i].rejected, cur.Rejected, &last.Rejected)
-		addDelta(m.rules[i].delayed, cur.Delayed, &last.Delayed)
-		addDelta(m.rules[i].shadowRejected, cur.ShadowRejected, &last.ShadowRejected)
-		if m.rules[i].charged != 0 {
-			addDelta(m.rules[i].charged, cur.Charged, &last.Charged)
-		}
-		if rm := &m.rules[i]; rm.holdMS != 0 {
-			if h := e.HoldEstimate(i).Milliseconds(); h > 0 && h != rm.holdMS.Value() {
-				rm.holdMS.Add(h - rm.holdMS.Value())
-			}
-		}
-		m.flushSlots(e, i)
-		if rm := &m.rules[i]; rm.waitMS != 0 {
-			if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
-				rm.waitMS.Increment(ms)
-				rm.waitNS += ms * 1e6
-			}
-		}
+		m.flushRule(e, i)
 	}
 	addDelta(m.global.releaseErrors, e.Stats.ReleaseErrors, &m.last.ReleaseErrors)
 	addDelta(m.global.chargeErrors, e.Stats.ChargeErrors, &m.last.ChargeErrors)
@@ -184,31 +184,62 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	addDelta(g.overflow, ts.Overflow, &lt.Overflow)
 	addDelta(g.full, ts.Full, &lt.Full)
 	addDelta(g.storeErrors, ts.StoreErrors, &lt.StoreErrors)
-	if f := m.fleet; f != nil {
-		cur, last := &e.Global, &m.lastFleet
-		addDelta(f.calls, cur.Calls, &last.Calls)
-		addDelta(f.callFailures, cur.CallFailures, &last.CallFailures)
-		addDelta(f.overLimit, cur.OverLimit, &last.OverLimit)
-		addDelta(f.leaseAdmits, cur.LeaseAdmits, &last.LeaseAdmits)
-		addDelta(f.waited, cur.Waited, &last.Waited)
-		addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
-		addDelta(f.expired, cur.Expired, &last.Expired)
-		addDelta(f.probes, cur.Probes, &last.Probes)
-		addDelta(f.prefetches, cur.Prefetches, &last.Prefetches)
-		addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
-		// Workers whose circuit is open, process-wide: each adds its change.
-		if open := e.CircuitOpen(); open != f.open {
-			f.open = open
-			if open {
-				f.circuitOpen.Add(1)
-			} else {
-				f.circuitOpen.Add(-1)
-			}
-		}
+	if m.fleet != nil {
+		m.flushFleet(e)
 	}
 	// The held-requests gauge is process-wide: each worker adds its change.
 	g.held.Add(int64(held) - m.heldLast)
 	m.heldLast = int64(held)
+}
+
+// flushRule publishes rule i's counters (the increments since the last
+// flush) and gauges.
+func (m *metrics) flushRule(e *engine.Engine, i int) {
+	cur, last := &e.Stats.Rules[i], &m.last.Rules[i]
+	addDelta(m.rules[i].allowed, cur.Allowed, &last.Allowed)
+	addDelta(m.rules[i].rejected, cur.Rejected, &last.Rejected)
+	addDelta(m.rules[i].delayed, cur.Delayed, &last.Delayed)
+	addDelta(m.rules[i].shadowRejected, cur.ShadowRejected, &last.ShadowRejected)
+	if m.rules[i].charged != 0 {
+		addDelta(m.rules[i].charged, cur.Charged, &last.Charged)
+	}
+	if rm := &m.rules[i]; rm.holdMS != 0 {
+		if h := e.HoldEstimate(i).Milliseconds(); h > 0 && h != rm.holdMS.Value() {
+			rm.holdMS.Add(h - rm.holdMS.Value())
+		}
+	}
+	m.flushSlots(e, i)
+	if rm := &m.rules[i]; rm.waitMS != 0 {
+		if ms := (cur.WaitNS - rm.waitNS) / 1e6; ms > 0 {
+			rm.waitMS.Increment(ms)
+			rm.waitNS += ms * 1e6
+		}
+	}
+}
+
+// flushFleet publishes the counters of global rules (the increments since
+// the last flush) and whether this worker's circuit is open.
+func (m *metrics) flushFleet(e *engine.Engine) {
+	f, cur, last := m.fleet, &e.Global, &m.lastFleet
+	addDelta(f.calls, cur.Calls, &last.Calls)
+	addDelta(f.callFailures, cur.CallFailures, &last.CallFailures)
+	addDelta(f.overLimit, cur.OverLimit, &last.OverLimit)
+	addDelta(f.leaseAdmits, cur.LeaseAdmits, &last.LeaseAdmits)
+	addDelta(f.waited, cur.Waited, &last.Waited)
+	addDelta(f.shortCircuited, cur.ShortCircuited, &last.ShortCircuited)
+	addDelta(f.expired, cur.Expired, &last.Expired)
+	addDelta(f.probes, cur.Probes, &last.Probes)
+	addDelta(f.prefetches, cur.Prefetches, &last.Prefetches)
+	addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
+	// Workers whose circuit is open, process-wide: each adds its change.
+	if open := e.CircuitOpen(); open != f.open {
+		f.open = open
+		if open {
+			f.circuitOpen.Add(1)
+		} else {
+			f.circuitOpen.Add(-1)
+		}
+	}
 }
 
 // flushSlots publishes the in-flight gauges of concurrency rule i (nothing

@@ -208,34 +208,16 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 	e.renewDue(now)
 	for k, p := range pending {
 		r := &e.cfg.Rules[p.rule]
-		hk := holdKey{rule: p.rule, fp: p.fp}
-		op := &e.op
 		lim := e.slotLimit(p.rule, p.fp, now)
-		*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule)}
-		if len(e.waiters) >= MaxWaiters {
-			op.queue = 0
-		}
-		if h := e.holdings[hk]; h != nil {
-			op.held, op.epoch = h.n, h.epoch
-		}
-		if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true}]; h != nil {
-			op.heldOv, op.epochOv = h.n, h.epoch
-		}
-		_, err := e.table.Modify(p.fp, p.rule, false, now, op)
-		if err != nil {
-			v.Err, v.ErrRule = err, r
-			if e.cfg.OnErrorDeny && !r.Shadow {
-				e.Stats.OnErrorDenied++
-				e.releaseAll(v, now)
-				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
-				v.violate(p.rule)
+		op := e.acquireOp(p, lim)
+		if _, err := e.table.Modify(p.fp, p.rule, false, now, op); err != nil {
+			if e.acquireFailed(v, p.rule, err, now) {
 				return p.rule
 			}
-			e.Stats.OnErrorAllowed++
 			continue
 		}
 		d := op.out
-		hk.overflow = op.overflow
+		hk := holdKey{rule: p.rule, fp: p.fp, overflow: op.overflow}
 		if h := e.holdings[hk]; h != nil {
 			h.epoch = d.Epoch // renewed on the way
 		}
@@ -246,22 +228,10 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			if !r.Shadow {
 				st.Allowed++
 			}
-			e.hold1(hk, d.Epoch)
-			v.Slots = append(v.Slots, SlotRef{Rule: p.rule, FP: p.fp, Overflow: hk.overflow, Since: now,
-				Saturated: e.atLimit(p.rule, p.fp, d.InFlight)})
-			rem := lim.Limit() - d.InFlight
-			if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(p.rule) > v.Reset) {
-				v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(p.rule), lim.Limit()
-			}
+			e.holdSlot(v, hk, lim, &d, now)
 		case d.Queued:
 			e.overLimit(p.rule, p.fp)
-			w := &Waiter{
-				ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: p.rule, fp: p.fp,
-				overflow: hk.overflow, ticket: d.Ticket, rest: append([]pendingConc(nil), pending[k+1:]...),
-				charges: append([]charge(nil), charges...), verdict: *v,
-			}
-			e.waiters = append(e.waiters, w)
-			v.Outcome = Queue
+			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], charges, now)
 			return -1
 		case r.Shadow:
 			e.overLimit(p.rule, p.fp)
@@ -272,14 +242,90 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 		default:
 			e.overLimit(p.rule, p.fp)
 			st.Rejected++
-			e.releaseAll(v, now)
-			wait := e.waitEstimate(p.rule, d.Waiting)
-			v.Report, v.Remaining, v.Reset, v.RetryAfter, v.ReportLimit = r, 0, wait, wait, lim.Limit()
-			v.violate(p.rule)
+			e.rejectFull(v, p.rule, lim, d.Waiting, now)
 			return p.rule
 		}
 	}
 	return -1
+}
+
+// acquireOp readies e.op to take a slot of rule p.rule for the key of p.fp
+// under lim. It carries what this worker holds in both slots the bucket may
+// use, its own and the rule's overflow slot (the table picks one), so that
+// the slots renew on the way; and the queue bound, none when this worker
+// already keeps MaxWaiters waiting.
+func (e *Engine) acquireOp(p pendingConc, lim *limit.Limit) *concOp {
+	op := &e.op
+	*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule)}
+	if len(e.waiters) >= MaxWaiters {
+		op.queue = 0
+	}
+	if h := e.holdings[holdKey{rule: p.rule, fp: p.fp}]; h != nil {
+		op.held, op.epoch = h.n, h.epoch
+	}
+	if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true}]; h != nil {
+		op.heldOv, op.epochOv = h.n, h.epoch
+	}
+	return op
+}
+
+// acquireFailed decides the request being decided (v) when shared data
+// failed to give it a slot of rule i: with on_error deny (and rule i not in
+// shadow) it is rejected and gives back the slots it took, else it goes on
+// without that slot. It reports whether the request was rejected.
+func (e *Engine) acquireFailed(v *Verdict, i int, err error, now int64) bool {
+	r := &e.cfg.Rules[i]
+	v.Err, v.ErrRule = err, r
+	if e.cfg.OnErrorDeny && !r.Shadow {
+		e.Stats.OnErrorDenied++
+		e.releaseAll(v, now)
+		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
+		v.violate(i)
+		return true
+	}
+	e.Stats.OnErrorAllowed++
+	return false
+}
+
+// holdSlot records the slot d granted to the request being decided (v): this
+// worker holds it under hk and v releases it when its stream ends. v
+// reports the rule that leaves the fewest slots free (on a tie, the one
+// whose slots free the latest): the headers describe the most constrained.
+func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.ConcDecision, now int64) {
+	r := &e.cfg.Rules[hk.rule]
+	e.hold1(hk, d.Epoch)
+	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now,
+		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
+	rem := lim.Limit() - d.InFlight
+	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(hk.rule) > v.Reset) {
+		v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(hk.rule), lim.Limit()
+	}
+}
+
+// enqueue makes the request being decided (v) wait with ticket in the
+// queue of hk's slot: a Waiter registered for id keeps its verdict so far,
+// the concurrency rules it has still to pass (rest) and the rate charges to
+// refund if it is not served, copied since the caller's slices are reused.
+func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest []pendingConc, charges []charge, now int64) {
+	r := &e.cfg.Rules[hk.rule]
+	w := &Waiter{
+		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: hk.rule, fp: hk.fp,
+		overflow: hk.overflow, ticket: ticket, rest: append([]pendingConc(nil), rest...),
+		charges: append([]charge(nil), charges...), verdict: *v,
+	}
+	e.waiters = append(e.waiters, w)
+	v.Outcome = Queue
+}
+
+// rejectFull rejects the request being decided (v) on rule i, whose slots
+// under lim are all held (and whose queue, if any, is full): v gives back
+// the slots it took and its Retry-After is when one may free for it, with
+// waiting tickets ahead.
+func (e *Engine) rejectFull(v *Verdict, i int, lim *limit.Limit, waiting int64, now int64) {
+	e.releaseAll(v, now)
+	wait := e.waitEstimate(i, waiting)
+	v.Report, v.Remaining, v.Reset, v.RetryAfter, v.ReportLimit = &e.cfg.Rules[i], 0, wait, wait, lim.Limit()
+	v.violate(i)
 }
 
 // hold1 counts one more slot held by this worker under hk.
@@ -407,26 +453,9 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 	clear(e.blocked)
 	polls := 0
 	for _, w := range e.waiters {
-		id := w.ID
-		r := &e.cfg.Rules[w.rule]
 		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}
 		if now >= w.Deadline {
-			if w.ID != 0 {
-				e.expire(w, now)
-			}
-			if w.gone {
-				continue
-			}
-			w.gone = true
-			e.Stats.Rules[w.rule].Rejected++
-			v := w.verdict
-			e.refund(w, now)
-			e.releaseAll(&w.verdict, now)
-			wait := e.waitEstimate(w.rule, 0)
-			v.Outcome, v.Delay, v.Slots = Reject, 0, nil
-			v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, wait, wait
-			v.violate(w.rule)
-			out = append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
+			out = e.timeOut(w, now, out)
 			continue
 		}
 		if e.blocked[key] || polls >= MaxPollsPerTick {
@@ -441,61 +470,102 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 			}
 			continue
 		}
-		hk := key
-		op := &e.op
-		*op = concOp{kind: opClaim, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket}
-		h := e.holdings[hk]
-		if h != nil {
-			op.held, op.epoch = h.n, h.epoch
-		}
-		granted := false
-		if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err == nil {
-			if h != nil {
-				h.epoch = op.out.Epoch
-			}
-			granted = op.out.Admitted
-		}
-		if !granted {
+		op := e.claim(w, now)
+		if op == nil {
 			// Later tickets of this queue on this worker wait behind it.
 			e.blocked[key] = true
 			keep = append(keep, w)
 			continue
 		}
-		e.hold1(hk, op.out.Epoch)
-		v := &w.verdict
-		v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r)})
-		e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
-		if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
-			v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(w.rule), op.lim.Limit()
-		}
-		e.Stats.Rules[w.rule].Delayed++
-		e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
-		if v.Delayer == nil {
-			v.Delayer = r // it waited in r's queue
-		}
-		if len(w.rest) > 0 {
-			// More concurrency rules to pass: they may queue again.
-			v.Outcome = Allow
-			if e.acquire(w.ID, v, w.rest, w.charges, now) >= 0 {
-				e.refund(w, now)
-				v.Outcome, v.Delay = Reject, 0
-				out = append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
-				continue
-			}
-			if v.Outcome == Queue {
-				continue // a new Waiter took over
-			}
-		}
-		v.Outcome = Allow
-		if v.Delay > 0 {
-			v.Outcome = Delay
-		}
-		out = append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
+		out = e.resume(w, op, now, out)
 	}
 	clear(e.waiters[len(keep):])
 	e.waiters = keep
 	e.renewDue(now)
 	return out
+}
+
+// timeOut rejects w, whose deadline passed: its ticket and every older one
+// leave the queue, its rate charges are refunded and the slots it took are
+// given back. It appends the rejection to out, unless w was abandoned (its
+// stream is gone: nothing to answer).
+func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
+	id := w.ID
+	if w.ID != 0 {
+		e.expire(w, now)
+	}
+	if w.gone {
+		return out
+	}
+	w.gone = true
+	e.Stats.Rules[w.rule].Rejected++
+	v := w.verdict
+	e.refund(w, now)
+	e.releaseAll(&w.verdict, now)
+	wait := e.waitEstimate(w.rule, 0)
+	v.Outcome, v.Delay, v.Slots = Reject, 0, nil
+	v.Report, v.Remaining, v.Reset, v.RetryAfter = &e.cfg.Rules[w.rule], 0, wait, wait
+	v.violate(w.rule)
+	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
+}
+
+// claim asks for a slot with w's ticket; w's slot renews on the way. It
+// returns e.op with the decision if w was admitted, nil if it still waits
+// (or shared data failed: it tries again on the next tick).
+func (e *Engine) claim(w *Waiter, now int64) *concOp {
+	op := &e.op
+	*op = concOp{kind: opClaim, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket}
+	h := e.holdings[holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}]
+	if h != nil {
+		op.held, op.epoch = h.n, h.epoch
+	}
+	if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err != nil {
+		return nil
+	}
+	if h != nil {
+		h.epoch = op.out.Epoch
+	}
+	if !op.out.Admitted {
+		return nil
+	}
+	return op
+}
+
+// resume goes on with w, admitted by op after its wait: the slot joins w's
+// verdict and the wait is counted, then w passes the concurrency rules it
+// has still to (they may reject it, or queue it again). It appends what
+// happened to out.
+func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []ConcEvent {
+	r := &e.cfg.Rules[w.rule]
+	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}, op.out.Epoch)
+	v := &w.verdict
+	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r)})
+	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
+	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
+		v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(w.rule), op.lim.Limit()
+	}
+	e.Stats.Rules[w.rule].Delayed++
+	e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
+	if v.Delayer == nil {
+		v.Delayer = r // it waited in r's queue
+	}
+	if len(w.rest) > 0 {
+		// More concurrency rules to pass: they may queue again.
+		v.Outcome = Allow
+		if e.acquire(w.ID, v, w.rest, w.charges, now) >= 0 {
+			e.refund(w, now)
+			v.Outcome, v.Delay = Reject, 0
+			return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
+		}
+		if v.Outcome == Queue {
+			return out // a new Waiter took over
+		}
+	}
+	v.Outcome = Allow
+	if v.Delay > 0 {
+		v.Outcome = Delay
+	}
+	return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
 }
 
 // renewDue renews this worker's slots if it has not yet in the epoch of
