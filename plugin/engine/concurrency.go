@@ -111,6 +111,7 @@ type concurrencyRules struct {
 	op       concOp
 	holdings map[holdKey]*holding
 	waiters  []*Waiter
+	requeued []*Waiter // Poll's buffer for the waiters that queue again
 	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
@@ -446,13 +447,19 @@ func (e *Engine) leave(w *Waiter, now int64) bool {
 // blocks the younger ones until the next tick. It appends what happened to
 // requests to out.
 func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
-	keep := e.waiters[:0]
+	// A waiter let in may queue again, for a later rule of its request
+	// (resume): that Waiter is appended to e.waiters, here a buffer of its
+	// own, and joins the ones kept at the end (after them: its ticket is
+	// the newest of its queue).
+	waiters := e.waiters
+	e.waiters = e.requeued[:0]
+	keep := waiters[:0]
 	if e.blocked == nil {
 		e.blocked = map[holdKey]bool{}
 	}
 	clear(e.blocked)
 	polls := 0
-	for _, w := range e.waiters {
+	for _, w := range waiters {
 		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}
 		if now >= w.Deadline {
 			out = e.timeOut(w, now, out)
@@ -479,8 +486,12 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 		}
 		out = e.resume(w, op, now, out)
 	}
-	clear(e.waiters[len(keep):])
-	e.waiters = keep
+	keep = append(keep, e.waiters...)
+	if len(keep) < len(waiters) {
+		clear(waiters[len(keep):])
+	}
+	clear(e.waiters)
+	e.waiters, e.requeued = keep, e.waiters[:0]
 	e.renewDue(now)
 	return out
 }

@@ -312,3 +312,56 @@ func TestConcurrencyReleaseAtResponseEnd(t *testing.T) {
 		t.Errorf("slots_held gauge %d, want 0", g)
 	}
 }
+
+// TestConcurrencyQueuesAgainOnALaterRule: a request that waited for a slot
+// of one concurrency rule and then finds the next rule's slots all held
+// waits again, in that rule's queue: it goes on when a slot of that rule
+// frees (or is answered 429 at max_delay), and holds its first slot in the
+// meantime, released with the request.
+func TestConcurrencyQueuesAgainOnALaterRule(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[
+		{"name":"buy","match":{"path_prefix":"/buy"},"algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"2s"},
+		{"name":"shop","algorithm":"concurrency","limit":1,"key":["method"],"max_delay":"2s"}]}`)
+	first := open(t, vms[0], "/buy", "10.0.0.1:1")
+	second := open(t, vms[0], "/buy", "10.0.0.2:1")
+	if state(first) != wasmhost.StreamUpstream || state(second) != wasmhost.StreamPaused {
+		t.Fatalf("first %v, second %v: want upstream, paused", state(first), state(second))
+	}
+	// The first frees both slots; another request takes the shop's before
+	// the second's turn comes: the second gets buy's slot, then waits for
+	// the shop's.
+	respond(t, first)
+	other := open(t, vms[1], "/home", "10.0.0.3:1")
+	h.AdvanceClock(20 * time.Millisecond)
+	if state(other) != wasmhost.StreamUpstream || state(second) != wasmhost.StreamPaused {
+		t.Fatalf("other %v, second %v: want upstream, paused", state(other), state(second))
+	}
+	if g := h.Metrics().Gauge("sluice.concurrency.waiting"); g != 1 {
+		t.Errorf("waiting gauge %d while the second waits for the shop's slot, want 1", g)
+	}
+	respond(t, other)
+	h.AdvanceClock(20 * time.Millisecond)
+	if state(second) != wasmhost.StreamUpstream {
+		t.Fatalf("second after the shop's slot freed: %v, want upstream", state(second))
+	}
+	respond(t, second)
+	h.AdvanceClock(3 * time.Second)
+	for _, g := range []string{"sluice.concurrency.waiting", "sluice.concurrency.slots_held"} {
+		if v := h.Metrics().Gauge(g); v != 0 {
+			t.Errorf("%s %d after every request ended, want 0", g, v)
+		}
+	}
+	// A waiter that queued again is answered 429 at max_delay if the slot
+	// never frees, and gives back the slot it held meanwhile.
+	hold := open(t, vms[1], "/home", "10.0.0.4:1")
+	late := open(t, vms[0], "/buy", "10.0.0.5:1")
+	h.AdvanceClock(2100 * time.Millisecond)
+	if r := late.Result(); r.Status != 429 {
+		t.Errorf("waiter past max_delay: %v, status %d, want 429", state(late), r.Status)
+	}
+	respond(t, hold)
+	if s := open(t, vms[1], "/buy", "10.0.0.6:1"); state(s) != wasmhost.StreamUpstream {
+		t.Errorf("a buy after the waiter timed out: %v, want upstream (its slot given back)", state(s))
+	}
+}
