@@ -446,43 +446,7 @@ func parseLegacy(h Getter, c *serverClock, in *Info, limit, remaining, reset, us
 // and the draft -07 dictionary form of RateLimit (limit=, remaining=,
 // reset=).
 func parseDraft(h Getter, c *serverClock, in *Info) {
-	var best Item
-	found := false
-	var dict Item // draft -07: Quota, Remaining, Reset from the dictionary
-	dict.Quota, dict.Remaining, dict.Reset = -1, -1, -1
-	for _, v := range h.Values(canonRateLimit) {
-		for pos := 0; pos < len(v); {
-			it, next, ok := nextItem(v, pos)
-			pos = next
-			if !ok {
-				continue
-			}
-			if it.Value >= 0 {
-				switch it.Name {
-				case "limit":
-					dict.Quota = it.Value
-				case "remaining":
-					dict.Remaining = it.Value
-				case "reset":
-					dict.Reset = it.Value
-				}
-				continue
-			}
-			if it.Reset < 0 && it.Window >= 0 {
-				it.Reset = it.Window // RateLimit's w: the pending spelling of t
-			}
-			if it.Remaining < 0 {
-				continue // r (or a) is the one required parameter
-			}
-			if !found || it.Remaining < best.Remaining ||
-				(it.Remaining == best.Remaining && it.Reset > best.Reset) {
-				best, found = it, true
-			}
-		}
-	}
-	if !found && dict.Remaining >= 0 {
-		best, found = dict, true
-	}
+	best, found := draftRateLimit(h)
 	if found {
 		in.Remaining = clampInt(best.Remaining)
 		in.Has |= HasRemaining
@@ -500,27 +464,8 @@ func parseDraft(h Getter, c *serverClock, in *Info) {
 
 	// The policy: the one named by the chosen RateLimit item, or, when no
 	// item was usable, the policy with the lowest rate.
-	var pol Item
-	havePol := false
-	for _, v := range h.Values(canonPolicy) {
-		for pos := 0; pos < len(v); {
-			it, next, ok := nextItem(v, pos)
-			pos = next
-			if !ok || it.Quota < 0 || it.Value >= 0 {
-				continue
-			}
-			if found {
-				if it.Name == best.Name && !havePol {
-					pol, havePol = it, true
-				}
-				continue
-			}
-			if !havePol || slower(it, pol) {
-				pol, havePol = it, true
-			}
-		}
-	}
-	if !havePol {
+	pol, ok := draftPolicy(h, best.Name, found)
+	if !ok {
 		return
 	}
 	in.Limit = clampInt(pol.Quota)
@@ -535,6 +480,87 @@ func parseDraft(h Getter, c *serverClock, in *Info) {
 	if in.Unit == "" {
 		in.Unit = pol.Unit
 	}
+}
+
+// draftRateLimit returns the RateLimit item that Info describes: of the
+// list items that carry r, in every RateLimit field line, the most
+// constrained; when there is none, the draft -07 dictionary members
+// gathered into one Item. found is false when neither gives a remaining.
+func draftRateLimit(h Getter) (best Item, found bool) {
+	var dict Item // draft -07: Quota, Remaining, Reset from the dictionary
+	dict.Quota, dict.Remaining, dict.Reset = -1, -1, -1
+	for _, v := range h.Values(canonRateLimit) {
+		for pos := 0; pos < len(v); {
+			it, next, ok := nextItem(v, pos)
+			pos = next
+			if !ok {
+				continue
+			}
+			if it.Value >= 0 {
+				setDictMember(&dict, it)
+				continue
+			}
+			if it.Reset < 0 && it.Window >= 0 {
+				it.Reset = it.Window // RateLimit's w: the pending spelling of t
+			}
+			if it.Remaining < 0 {
+				continue // r (or a) is the one required parameter
+			}
+			if !found || moreConstrained(it, best) {
+				best, found = it, true
+			}
+		}
+	}
+	if !found && dict.Remaining >= 0 {
+		best, found = dict, true
+	}
+	return best, found
+}
+
+// setDictMember stores the value of a draft -07 dictionary member (limit=,
+// remaining= or reset=) in the Item that gathers them; a later member
+// overrides an earlier one, and other names are ignored.
+func setDictMember(dict *Item, m Item) {
+	switch m.Name {
+	case "limit":
+		dict.Quota = m.Value
+	case "remaining":
+		dict.Remaining = m.Value
+	case "reset":
+		dict.Reset = m.Value
+	}
+}
+
+// moreConstrained reports whether RateLimit item a leaves the client less
+// room than b: fewer requests remaining, or as many but a later reset.
+func moreConstrained(a, b Item) bool {
+	return a.Remaining < b.Remaining || (a.Remaining == b.Remaining && a.Reset > b.Reset)
+}
+
+// draftPolicy returns the RateLimit-Policy item that gives Info its limit
+// and window: when named, the first one called name (the policy of the
+// chosen RateLimit item), else the one with the lowest rate. Items
+// without q, and dictionary members, are not policies.
+func draftPolicy(h Getter, name string, named bool) (pol Item, havePol bool) {
+	for _, v := range h.Values(canonPolicy) {
+		for pos := 0; pos < len(v); {
+			it, next, ok := nextItem(v, pos)
+			pos = next
+			if !ok || it.Quota < 0 || it.Value >= 0 {
+				continue
+			}
+			if named {
+				if it.Name == name && !havePol {
+					pol, havePol = it, true
+				}
+				continue
+			}
+			if !havePol || slower(it, pol) {
+				pol, havePol = it, true
+			}
+		}
+	}
+	return pol, havePol
 }
 
 // slower reports whether policy a admits fewer requests per second than b.
@@ -645,6 +671,24 @@ func (p *parser) skipSP() {
 // member parses a String or Token, an optional "=" bare item (dictionary
 // member), and parameters.
 func (p *parser) member(it *Item) bool {
+	if !p.memberName(it) {
+		return false
+	}
+	for !p.done() && p.s[p.i] == ';' {
+		p.i++
+		p.skipSP()
+		if !p.param(it) {
+			return false
+		}
+	}
+	return true
+}
+
+// memberName parses the bare item that starts a member: a String or Token
+// naming the policy, and after a Token an optional "=" bare item, which
+// makes the member a dictionary member whose value is kept in Value when
+// it is a non-negative Integer.
+func (p *parser) memberName(it *Item) bool {
 	if p.done() {
 		return false
 	}
@@ -670,42 +714,46 @@ func (p *parser) member(it *Item) bool {
 	default:
 		return false
 	}
-	for !p.done() && p.s[p.i] == ';' {
-		p.i++
-		p.skipSP()
-		key, ok := p.key()
-		if !ok {
-			return false
-		}
-		kind, n := kindBool, int64(1)
-		if !p.done() && p.s[p.i] == '=' {
-			p.i++
-			if kind, n, ok = p.bareItem(); !ok {
-				return false
-			}
-		}
-		if key == "qu" && kind == kindString {
-			it.Unit = p.lastStr
-			continue
-		}
-		var dst *int64
-		switch key {
-		case "q":
-			dst = &it.Quota
-		case "w":
-			dst = &it.Window
-		case "r", "a": // a: the pending spelling of r
-			dst = &it.Remaining
-		case "t":
-			dst = &it.Reset
-		default:
-			continue // pk, c and extensions: valid, not needed
-		}
-		if kind != kindInt || n < 0 {
-			return false
-		}
-		*dst = n
+	return true
+}
+
+// param parses one parameter, its key and optional "=" bare item (a key
+// alone is Boolean true), and stores the ones Item carries. A q, w, r, a
+// or t that is not a non-negative Integer makes the whole member malformed;
+// other keys need only be well-formed.
+func (p *parser) param(it *Item) bool {
+	key, ok := p.key()
+	if !ok {
+		return false
 	}
+	kind, n := kindBool, int64(1)
+	if !p.done() && p.s[p.i] == '=' {
+		p.i++
+		if kind, n, ok = p.bareItem(); !ok {
+			return false
+		}
+	}
+	if key == "qu" && kind == kindString {
+		it.Unit = p.lastStr
+		return true
+	}
+	var dst *int64
+	switch key {
+	case "q":
+		dst = &it.Quota
+	case "w":
+		dst = &it.Window
+	case "r", "a": // a: the pending spelling of r
+		dst = &it.Remaining
+	case "t":
+		dst = &it.Reset
+	default:
+		return true // pk, c and extensions: valid, not needed
+	}
+	if kind != kindInt || n < 0 {
+		return false
+	}
+	*dst = n
 	return true
 }
 

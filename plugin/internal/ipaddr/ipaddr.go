@@ -236,18 +236,11 @@ func hexDigit(c byte) (int, bool) {
 // by colons, at most one "::" standing for one or more zero groups, the
 // last 32 bits optionally in dotted decimal, then an optional %zone.
 func parse6(s string) (Addr, bool) {
-	zone := ""
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' {
-			s, zone = s[:i], s[i+1:]
-			if zone == "" {
-				return Addr{}, false
-			}
-			break
-		}
+	s, zone, ok := splitZone(s)
+	if !ok {
+		return Addr{}, false
 	}
 	var ip [16]byte
-	n := 0         // bytes filled
 	ellipsis := -1 // where "::" stands in ip
 	if len(s) >= 2 && s[0] == ':' && s[1] == ':' {
 		ellipsis = 0
@@ -256,34 +249,47 @@ func parse6(s string) (Addr, bool) {
 			return Addr{ip: ip, kind: 6, zone: zone}, true
 		}
 	}
-	for n < 16 {
-		digits, val := 0, 0
-		for digits < len(s) {
-			d, ok := hexDigit(s[digits])
-			if !ok {
-				break
-			}
-			if digits == 4 {
-				return Addr{}, false // more than 4 digits
-			}
-			val = val<<4 | d
-			digits++
+	n, ellipsis, ok := parseGroups(s, &ip, ellipsis)
+	if !ok || !expandEllipsis(&ip, n, ellipsis) {
+		return Addr{}, false
+	}
+	return Addr{ip: ip, kind: 6, zone: zone}, true
+}
+
+// splitZone splits s at its first '%' into the address and the zone (""
+// when s has no '%'); false if the '%' is not followed by a zone.
+func splitZone(s string) (addr, zone string, ok bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' {
+			zone = s[i+1:]
+			return s[:i], zone, zone != ""
 		}
-		if digits == 0 {
-			return Addr{}, false
+	}
+	return s, "", true
+}
+
+// parseGroups parses all of s, what follows any leading "::", as groups
+// separated by colons into ip, the last 32 bits possibly in dotted decimal.
+// It returns how many bytes the groups filled and where "::" stands in ip:
+// ellipsis as passed (0 after a leading "::", else -1), or where s has it.
+// False if s is malformed, has a second "::", or holds more than 16 bytes.
+func parseGroups(s string, ip *[16]byte, ellipsis int) (int, int, bool) {
+	n := 0 // bytes filled
+	for n < 16 {
+		val, digits, ok := hexGroup(s)
+		if !ok {
+			return 0, 0, false
 		}
 		if digits < len(s) && s[digits] == '.' {
 			// The group starts an embedded IPv4 address: the last 32
 			// bits, right after "::" or after six groups.
 			if ellipsis < 0 && n != 12 || n+4 > 16 {
-				return Addr{}, false
+				return 0, 0, false
 			}
 			if !parse4(s, ip[n:n+4]) {
-				return Addr{}, false
+				return 0, 0, false
 			}
-			n += 4
-			s = ""
-			break
+			return n + 4, ellipsis, true
 		}
 		ip[n], ip[n+1] = byte(val>>8), byte(val)
 		n += 2
@@ -292,12 +298,12 @@ func parse6(s string) (Addr, bool) {
 			break
 		}
 		if s[0] != ':' || len(s) == 1 {
-			return Addr{}, false
+			return 0, 0, false
 		}
 		s = s[1:]
 		if s[0] == ':' {
 			if ellipsis >= 0 {
-				return Addr{}, false // a second "::"
+				return 0, 0, false // a second "::"
 			}
 			ellipsis = n
 			s = s[1:]
@@ -306,23 +312,45 @@ func parse6(s string) (Addr, bool) {
 			}
 		}
 	}
-	if s != "" {
-		return Addr{}, false
-	}
-	if n < 16 {
-		if ellipsis < 0 {
-			return Addr{}, false
+	return n, ellipsis, s == ""
+}
+
+// hexGroup parses the hex digits at the start of s as one IPv6 group and
+// returns its value and how many digits it has; false for none or more
+// than four.
+func hexGroup(s string) (val, digits int, ok bool) {
+	for digits < len(s) {
+		d, ok := hexDigit(s[digits])
+		if !ok {
+			break
 		}
-		// Move what followed "::" to the end, zeros in between.
-		tail := n - ellipsis
-		copy(ip[16-tail:], ip[ellipsis:n])
-		for i := ellipsis; i < 16-tail; i++ {
-			ip[i] = 0
+		if digits == 4 {
+			return 0, 0, false // more than 4 digits
 		}
-	} else if ellipsis >= 0 {
-		return Addr{}, false // "::" must stand for at least one group
+		val = val<<4 | d
+		digits++
 	}
-	return Addr{ip: ip, kind: 6, zone: zone}, true
+	return val, digits, digits > 0
+}
+
+// expandEllipsis completes the n bytes that parseGroups filled into a full
+// address: the bytes that followed "::" move to the end of ip, zeros in
+// between. False if the groups do not make 16 bytes: fewer without "::",
+// or all 16 with a "::", which must stand for at least one group.
+func expandEllipsis(ip *[16]byte, n, ellipsis int) bool {
+	if n >= 16 {
+		return ellipsis < 0 // "::" must stand for at least one group
+	}
+	if ellipsis < 0 {
+		return false
+	}
+	// Move what followed "::" to the end, zeros in between.
+	tail := n - ellipsis
+	copy(ip[16-tail:], ip[ellipsis:n])
+	for i := ellipsis; i < 16-tail; i++ {
+		ip[i] = 0
+	}
+	return true
 }
 
 // ParsePrefix parses "address/bits": an address as ParseAddr takes it but
