@@ -258,8 +258,8 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6, 6b, 8 and 9; `make bench-cost` section 7; "+
-		"`go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6, 8 and 9; `make bench-cost` section 7; "+
+		"`go run ./e2e/bench -run charge` section 6b; `go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",
 		m.CPU, m.Cores, m.MemTotal, m.Kernel, m.Go, m.Envoy, m.Commit)
