@@ -163,12 +163,14 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Reject:
 			_ = p.reject(v, now)
 		case engine.Delay:
-			p.tell(v)
 			// A rate rule also delays it: hold it for what is left.
-			if rest := v.Delay - ev.Waited; rest > 0 && p.held.push(h.id, now+int64(rest)) {
-				h.sent = now + int64(rest)
+			if rest := v.Delay - ev.Waited; rest > 0 {
+				if p.hold(h, v, rest, now) {
+					p.tell(v)
+				}
 				continue
 			}
+			p.tell(v)
 			v.Outcome = engine.Allow
 			h.sent = now
 			_ = proxywasm.ResumeHttpRequest()
@@ -300,17 +302,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		}
 		return types.ActionPause
 	case engine.Delay:
-		if !p.held.push(h.id, now+int64(v.Delay)) {
-			// Too many held requests on this worker: reject instead, in
-			// the name of the rule that would have held it.
-			p.engine.Release(v.Slots, now)
-			v.Slots = nil
-			v.Outcome = engine.Reject
-			v.RetryAfter = v.Delay
-			if v.Delayer != nil {
-				v.Report = v.Delayer
-			}
-			_ = p.reject(v, now)
+		if !p.hold(h, v, v.Delay, now) {
 			return types.ActionPause
 		}
 	}
@@ -319,6 +311,26 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionPause
 	}
 	return types.ActionContinue
+}
+
+// hold holds the current stream h (verdict v) for d, when a rate rule
+// delays it. When this worker already holds as many requests as it can, it
+// rejects it instead, in the name of the rule that would have held it, and
+// gives back its slots; hold reports whether h is held.
+func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration, now int64) bool {
+	if p.held.push(h.id, now+int64(d)) {
+		h.sent = now + int64(d)
+		return true
+	}
+	p.engine.Release(v.Slots, now)
+	v.Slots = nil
+	v.Outcome = engine.Reject
+	v.RetryAfter = d
+	if v.Delayer != nil {
+		v.Report = v.Delayer
+	}
+	_ = p.reject(v, now)
+	return false
 }
 
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {

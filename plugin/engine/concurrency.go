@@ -58,7 +58,8 @@ type pendingConc struct {
 type Waiter struct {
 	ID       uint32 // the stream
 	Deadline int64
-	arrived  int64
+	arrived  int64 // in this queue
+	since    int64 // in the first queue of its request (Waited)
 	rule     int
 	fp       uint64
 	overflow bool
@@ -204,8 +205,9 @@ func (e *Engine) queueBound(i int) int64 {
 // acquire takes the concurrency slots of pending for the request being
 // decided (v), in order. It returns the index of the rule that rejected
 // the request (-1 if none), or queues the request (v.Outcome = Queue,
-// with a Waiter registered for id).
-func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges []charge, now int64) int {
+// with a Waiter registered for id). since is when the request first
+// waited in a queue (now, unless it waited for an earlier rule's slot).
+func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges []charge, now, since int64) int {
 	e.renewDue(now)
 	for k, p := range pending {
 		r := &e.cfg.Rules[p.rule]
@@ -232,7 +234,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			e.holdSlot(v, hk, lim, &d, now)
 		case d.Queued:
 			e.overLimit(p.rule, p.fp)
-			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], charges, now)
+			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], charges, now, since)
 			return -1
 		case r.Shadow:
 			e.overLimit(p.rule, p.fp)
@@ -307,10 +309,10 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 // queue of hk's slot: a Waiter registered for id keeps its verdict so far,
 // the concurrency rules it has still to pass (rest) and the rate charges to
 // refund if it is not served, copied since the caller's slices are reused.
-func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest []pendingConc, charges []charge, now int64) {
+func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest []pendingConc, charges []charge, now, since int64) {
 	r := &e.cfg.Rules[hk.rule]
 	w := &Waiter{
-		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: hk.rule, fp: hk.fp,
+		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, since: since, rule: hk.rule, fp: hk.fp,
 		overflow: hk.overflow, ticket: ticket, rest: append([]pendingConc(nil), rest...),
 		charges: append([]charge(nil), charges...), verdict: *v,
 	}
@@ -357,9 +359,8 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 		if h == nil {
 			continue
 		}
-		r := &e.cfg.Rules[s.Rule]
 		op := &e.op
-		*op = concOp{kind: opRelease, lim: &r.Limit, held: 1, epoch: h.epoch}
+		*op = concOp{kind: opRelease, lim: e.slotLimit(s.Rule, s.FP, now), held: 1, epoch: h.epoch}
 		if _, err := e.table.Modify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
@@ -420,7 +421,7 @@ func (e *Engine) Abandon(id uint32, now int64) {
 // refund gives back the rate charges of a waiter that will not be served.
 func (e *Engine) refund(w *Waiter, now int64) {
 	for _, c := range w.charges {
-		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, 1, 0)
+		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
 	w.charges = nil
 }
@@ -516,8 +517,9 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	wait := e.waitEstimate(w.rule, 0)
 	v.Outcome, v.Delay, v.Slots = Reject, 0, nil
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = &e.cfg.Rules[w.rule], 0, wait, wait
+	v.ReportLimit = e.slotLimit(w.rule, w.fp, now).Limit()
 	v.violate(w.rule)
-	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.arrived)})
+	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.since)})
 }
 
 // claim asks for a slot with w's ticket; w's slot renews on the way. It
@@ -563,20 +565,21 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	if len(w.rest) > 0 {
 		// More concurrency rules to pass: they may queue again.
 		v.Outcome = Allow
-		if e.acquire(w.ID, v, w.rest, w.charges, now) >= 0 {
+		if e.acquire(w.ID, v, w.rest, w.charges, now, w.since) >= 0 {
 			e.refund(w, now)
 			v.Outcome, v.Delay = Reject, 0
-			return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
+			return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.since)})
 		}
 		if v.Outcome == Queue {
 			return out // a new Waiter took over
 		}
 	}
+	e.countAdmitted(v, w.charges)
 	v.Outcome = Allow
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
-	return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.arrived)})
+	return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.since)})
 }
 
 // renewDue renews this worker's slots if it has not yet in the epoch of

@@ -298,7 +298,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			id = sr.StreamID()
 		}
 		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.pending, e.charged, now)
+		rejected = e.acquire(id, &v, e.pending, e.charged, now, now)
 		if v.Outcome == Queue {
 			return v
 		}
@@ -444,7 +444,18 @@ func (e *Engine) askGlobal(v Verdict, ri *requestInfo, now int64) Verdict {
 
 // admit counts an admitted (or delayed) request in its rules' stats.
 func (e *Engine) admit(v *Verdict, ri *requestInfo) {
-	for _, c := range e.charged {
+	e.countAdmitted(v, e.charged)
+	if v.Delay > 0 {
+		v.Outcome = Delay
+	}
+	v.Client = ri.client
+}
+
+// countAdmitted counts the request of v, admitted (or delayed by a rate
+// rule: v.Delay) with the charges made, in the stats of its rate rules:
+// at once, or after it waited in a concurrency rule's queue (resume).
+func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
+	for _, c := range charged {
 		if !e.cfg.Rules[c.rule].Shadow {
 			e.Stats.Rules[c.rule].Charged += uint64(c.n)
 			if v.Delay > 0 {
@@ -455,10 +466,6 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 		}
 	}
 	e.countPost(v)
-	if v.Delay > 0 {
-		v.Outcome = Delay
-	}
-	v.Client = ri.client
 }
 
 // refuse makes v the rejection by rule rejected: the charges already made
@@ -485,7 +492,13 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 		if !after || r.Shadow || IsConcurrency(r) {
 			continue
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, 1, 0)
+		// The request's cost at admission (a rule charged after the
+		// response admits while the balance is positive: one unit).
+		n := int64(1)
+		if !r.Cost.AfterResponse() {
+			n = e.requestCost(r, ri)
+		}
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, 0)
 		if err != nil || d.Allowed {
 			continue
 		}

@@ -324,10 +324,16 @@ func (l Limit) Expire(st State, now int64, ticket uint16) State {
 	return EncodeSlots(s)
 }
 
-// Release gives back n slots last registered in epoch heldEpoch.
+// Release gives back n slots last registered in epoch heldEpoch. A
+// release that frees a slot for a queue whose slots were all held starts
+// the queue's Stall afresh: until now its Head could not move (a head that
+// waited through a long hold is not a vanished worker's).
 func (l Limit) Release(st State, now int64, n int64, heldEpoch uint16) State {
 	s := DecodeSlots(st)
 	s.roll(now)
+	if s.Head != s.Tail && s.InFlight() >= l.limit {
+		s.Last = msAt(now)
+	}
 	switch d := s.Epoch - heldEpoch; d {
 	case 0:
 		s.Cur = uint16(max(int64(s.Cur)-n, 0))

@@ -254,3 +254,24 @@ func TestConcurrencyStaleClockIsNotAStall(t *testing.T) {
 		t.Fatal("ticket a not admitted")
 	}
 }
+
+// TestConcurrencyLongHoldIsNotAStall: a ticket that waited longer than
+// Stall because every slot was held is not a vanished worker's: when a
+// slot frees, a newcomer queues behind it.
+func TestConcurrencyLongHoldIsNotAStall(t *testing.T) {
+	l := mustConc(t, 1)
+	now := 40 * sec
+	st, first := l.Acquire(State{}, now, 0, 0, 10)
+	st, w := l.Acquire(st, now, 0, 0, 10)
+	later := now + int64(Stall) + int64(Stall)/2
+	// The holder renews its slot, then gives it back after 1.5 Stall.
+	st, ep := l.Renew(st, later, 1, first.Epoch)
+	st = l.Release(st, later, 1, ep)
+	st, nd := l.Acquire(st, later+int64(time.Millisecond), 0, 0, 10)
+	if nd.Admitted {
+		t.Fatal("a newcomer took the slot ahead of a ticket that waited through a long hold")
+	}
+	if _, d := l.Claim(st, later+2*int64(time.Millisecond), w.Ticket, 0, 0); !d.Admitted {
+		t.Fatalf("the waiting ticket after the release: %+v", d)
+	}
+}
