@@ -177,7 +177,9 @@ const fleetConfig = `{
   "rules": [
     {"name": "global", "scope": "global", "match": {"path_prefix": "/global"}, "limit": 100, "window": "1m", "key": ["header:x-client"]},
     {"name": "local", "algorithm": "fixed_window", "match": {"path_prefix": "/local"}, "limit": 100, "window": "1m", "key": ["header:x-client"]},
-    {"name": "api", "scope": "global", "match": {"path_prefix": "/api"}, "limit": 20, "window": "1m", "key": ["header:x-client"]}
+    {"name": "api", "scope": "global", "match": {"path_prefix": "/api"}, "limit": 20, "window": "1m", "key": ["header:x-client"]},
+    {"name": "queued", "scope": "global", "match": {"path_prefix": "/queued"}, "limit": 30, "window": "1m", "key": ["header:x-client"]},
+    {"name": "queued_slots", "algorithm": "concurrency", "match": {"path_prefix": "/queued"}, "limit": 1, "key": ["path"], "max_delay": "10s"}
   ],
   "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "500ms"},
   "on_error": "allow"
@@ -248,8 +250,25 @@ func fleetLimit(t *testing.T, f *fleet) {
 		}
 	}
 
+	// A global rule with a concurrency queue in front of it: the requests
+	// that wait for a slot are counted by the global rule too.
 	minute := inOneWindow(t, 5*time.Second)
-	admitted, _ := send(t, f, "/local", run+"local", 300, 1)
+	admitted, _ := send(t, f, "/queued", run+"queued", 90, 20)
+	if end := time.Now().Unix() / 60; end != minute {
+		t.Fatalf("queued: the run crossed a minute window")
+	}
+	var delayed uint64
+	pollUntil(func() bool { // the plugin publishes its counters every second
+		delayed = f.sum(t, "wasmcustom.sluice.rule.queued_slots.delayed")
+		return delayed > 0
+	})
+	t.Logf("global 30/1m behind a concurrency queue of 1 slot per Envoy, 20 senders: admitted %d of 90 (%d after waiting for a slot)", admitted, delayed)
+	if admitted < 27 || admitted > 30 || delayed == 0 {
+		t.Errorf("queued: admitted %d, want 27..30 (%d after a wait: want some)", admitted, delayed)
+	}
+
+	minute = inOneWindow(t, 5*time.Second)
+	admitted, _ = send(t, f, "/local", run+"local", 300, 1)
 	if end := time.Now().Unix() / 60; end != minute {
 		t.Fatalf("local: the run crossed a minute window")
 	}

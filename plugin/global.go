@@ -74,13 +74,19 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	case engine.Delay:
-		p.tell(&h.verdict)
-		release := pd.Arrival + int64(v.Delay)
-		if release <= now || !p.held.push(h.id, release) {
-			_ = proxywasm.ResumeHttpRequest()
+		// A rate rule also delays it: hold it for what is left.
+		if release := pd.Arrival + int64(v.Delay); release > now {
+			if p.hold(h, &h.verdict, time.Duration(release-now), now) {
+				p.tell(&h.verdict)
+			}
+			return
 		}
+		p.tell(&h.verdict)
+		h.sent = now
+		_ = proxywasm.ResumeHttpRequest()
 	default:
 		p.tell(&h.verdict)
+		h.sent = now
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
 			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of request %d failed: %v", h.id, err))
 		}

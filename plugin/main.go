@@ -160,6 +160,10 @@ func (p *pluginContext) pollQueues(now int64) {
 		}
 		v := &h.verdict
 		switch v.Outcome {
+		case engine.Call:
+			// Its global rules wait for the rate-limit service (onDecided).
+			h.pending = v.Pending
+			h.pending.Ctx = h
 		case engine.Reject:
 			_ = p.reject(v, now)
 		case engine.Delay:

@@ -59,15 +59,24 @@ type Waiter struct {
 	ID       uint32 // the stream
 	Deadline int64
 	arrived  int64 // in this queue
-	since    int64 // in the first queue of its request (Waited)
 	rule     int
 	fp       uint64
 	overflow bool
 	ticket   uint16
 	gone     bool // abandoned: the ticket must still leave the queue
 	rest     []pendingConc
-	charges  []charge
+	carry    carried
 	verdict  Verdict
+}
+
+// carried is what a request takes through the concurrency queues: the
+// rate charges to refund if it is not served, its global rules (asked once
+// every slot is its) and their keys, and when it first waited.
+type carried struct {
+	charges []charge
+	globals []globalRef
+	keys    []byte
+	since   int64
 }
 
 // ConcEvent is what Poll decided for a waiting request.
@@ -205,9 +214,8 @@ func (e *Engine) queueBound(i int) int64 {
 // acquire takes the concurrency slots of pending for the request being
 // decided (v), in order. It returns the index of the rule that rejected
 // the request (-1 if none), or queues the request (v.Outcome = Queue,
-// with a Waiter registered for id). since is when the request first
-// waited in a queue (now, unless it waited for an earlier rule's slot).
-func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges []charge, now, since int64) int {
+// with a Waiter registered for id, which carries c).
+func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried, now int64) int {
 	e.renewDue(now)
 	for k, p := range pending {
 		r := &e.cfg.Rules[p.rule]
@@ -234,7 +242,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, charges [
 			e.holdSlot(v, hk, lim, &d, now)
 		case d.Queued:
 			e.overLimit(p.rule, p.fp)
-			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], charges, now, since)
+			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], c, now)
 			return -1
 		case r.Shadow:
 			e.overLimit(p.rule, p.fp)
@@ -307,14 +315,15 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 
 // enqueue makes the request being decided (v) wait with ticket in the
 // queue of hk's slot: a Waiter registered for id keeps its verdict so far,
-// the concurrency rules it has still to pass (rest) and the rate charges to
-// refund if it is not served, copied since the caller's slices are reused.
-func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest []pendingConc, charges []charge, now, since int64) {
+// the concurrency rules it has still to pass (rest) and c, copied since the
+// caller's slices are reused.
+func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest []pendingConc, c carried, now int64) {
 	r := &e.cfg.Rules[hk.rule]
 	w := &Waiter{
-		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, since: since, rule: hk.rule, fp: hk.fp,
-		overflow: hk.overflow, ticket: ticket, rest: append([]pendingConc(nil), rest...),
-		charges: append([]charge(nil), charges...), verdict: *v,
+		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: hk.rule, fp: hk.fp,
+		overflow: hk.overflow, ticket: ticket, rest: append([]pendingConc(nil), rest...), verdict: *v,
+		carry: carried{charges: append([]charge(nil), c.charges...), globals: append([]globalRef(nil), c.globals...),
+			keys: append([]byte(nil), c.keys...), since: c.since},
 	}
 	e.waiters = append(e.waiters, w)
 	v.Outcome = Queue
@@ -420,10 +429,10 @@ func (e *Engine) Abandon(id uint32, now int64) {
 
 // refund gives back the rate charges of a waiter that will not be served.
 func (e *Engine) refund(w *Waiter, now int64) {
-	for _, c := range w.charges {
+	for _, c := range w.carry.charges {
 		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
 	}
-	w.charges = nil
+	w.carry.charges = nil
 }
 
 // leave tries to take w's ticket out of its queue; it reports success (w
@@ -519,7 +528,7 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = &e.cfg.Rules[w.rule], 0, wait, wait
 	v.ReportLimit = e.slotLimit(w.rule, w.fp, now).Limit()
 	v.violate(w.rule)
-	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.since)})
+	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.carry.since)})
 }
 
 // claim asks for a slot with w's ticket; w's slot renews on the way. It
@@ -565,21 +574,28 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	if len(w.rest) > 0 {
 		// More concurrency rules to pass: they may queue again.
 		v.Outcome = Allow
-		if e.acquire(w.ID, v, w.rest, w.charges, now, w.since) >= 0 {
+		if e.acquire(w.ID, v, w.rest, w.carry, now) >= 0 {
 			e.refund(w, now)
 			v.Outcome, v.Delay = Reject, 0
-			return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.since)})
+			return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.carry.since)})
 		}
 		if v.Outcome == Queue {
 			return out // a new Waiter took over
 		}
 	}
-	e.countAdmitted(v, w.charges)
+	if len(w.carry.globals) > 0 {
+		// Every slot is its: now the global rules (which count it as the
+		// request leaves for the upstream, or refuse it and give back all
+		// it took).
+		*v = e.askGlobal(*v, w.carry, now, false)
+		return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.carry.since)})
+	}
+	e.countAdmitted(v, w.carry.charges)
 	v.Outcome = Allow
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
-	return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.since)})
+	return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.carry.since)})
 }
 
 // renewDue renews this worker's slots if it has not yet in the epoch of

@@ -298,13 +298,14 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			id = sr.StreamID()
 		}
 		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.pending, e.charged, now, now)
+		rejected = e.acquire(id, &v, e.pending, carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now)
 		if v.Outcome == Queue {
 			return v
 		}
 	}
 	if rejected < 0 && len(e.globals) > 0 {
-		return e.askGlobal(v, &ri, now)
+		v.Client = ri.client
+		return e.askGlobal(v, carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now, true)
 	}
 	if rejected < 0 {
 		e.admit(&v, &ri)
@@ -425,17 +426,21 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 	return false
 }
 
-// askGlobal decides the global rules of a request every local rule
-// admitted: from the leases, or with a call it may wait for (v.Pending).
-func (e *Engine) askGlobal(v Verdict, ri *requestInfo, now int64) Verdict {
-	v.Client = ri.client
+// askGlobal decides the global rules of a request that every local rule
+// (and concurrency slot) admitted, with what it carries (c): from the
+// leases, or with a call it may wait for (v.Pending). inStream says the
+// request's own stream is the current context (Decide), not the tick (a
+// request let in from a concurrency queue).
+func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdict {
 	p := &e.scratch
-	*p = Pending{verdict: v, charged: e.charged, globals: e.globals, keys: e.gkeys, Arrival: now, Deadline: now + int64(e.cfg.Global.Timeout)}
-	e.inDecide = true
+	*p = Pending{verdict: v, charged: c.charges, globals: c.globals, keys: c.keys, Arrival: c.since, Deadline: now + int64(e.cfg.Global.Timeout)}
+	e.inDecide = inStream
 	waiting := e.decideGlobal(p, now)
 	e.inDecide = false
 	v = p.verdict
-	e.charged = p.charged[:0]
+	if inStream {
+		e.charged = p.charged[:0] // the scratch, as it may have grown
+	}
 	if waiting {
 		v.Pending = p.persisted
 	}

@@ -317,3 +317,67 @@ func TestDescriptorKeyUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// streamReq is a fakeRequest of a stream (it can wait in a queue).
+type streamReq struct {
+	*fakeRequest
+	id uint32
+}
+
+func (r streamReq) StreamID() uint32 { return r.id }
+
+// TestGlobalCountsRequestsLetInFromAQueue: a request that waited in a
+// concurrency queue passes the global rules once its slot is free, like
+// one admitted at once: across both paths, the global rule admits at most
+// its limit.
+func TestGlobalCountsRequestsLetInFromAQueue(t *testing.T) {
+	now := t0 + int64(time.Second)
+	e := New(mustConfig(t, `{"rules":[
+		{"name":"g","scope":"global","limit":3,"window":"1m","key":["header:x-client"]},
+		{"name":"slot","algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"10s"}],
+		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7)
+	svc := &fakeService{limit: 3}
+	admitted, rejected := 0, 0
+	var holding []SlotRef
+	count := func(v *Verdict) {
+		switch v.Outcome {
+		case Allow, Delay:
+			admitted++
+			holding = append(holding, v.Slots...)
+		case Reject:
+			rejected++
+		}
+	}
+	e.SetGlobal(svc, func(p *Pending, v *Verdict) { count(v) })
+	e.Now = func() int64 { return now }
+	queued := 0
+	release := func() {
+		// Whatever holds the slot ends: the next in the queue goes on.
+		now += int64(10 * time.Millisecond)
+		e.Release(holding, now)
+		holding = holding[:0]
+		for _, ev := range e.Poll(now, nil) {
+			count(&ev.Verdict)
+		}
+		svc.deliver()
+	}
+	for i := range 4 {
+		// Two requests at once: one takes the slot, the other waits.
+		for k := range 2 {
+			v := e.Decide(streamReq{req("/buy", "POST", "10.0.0.1:1", "x-client", "a"), uint32(2*i + k + 1)}, now)
+			if v.Outcome == Queue {
+				queued++
+			}
+			count(&v)
+		}
+		svc.deliver()
+		release()
+		release()
+	}
+	if queued == 0 {
+		t.Fatal("no request waited in the queue")
+	}
+	if admitted > 3 || admitted+rejected != 8 {
+		t.Errorf("%d admitted, %d rejected of 8 (the global limit is 3, every request decided)", admitted, rejected)
+	}
+}
