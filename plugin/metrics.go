@@ -35,7 +35,7 @@ type metrics struct {
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
-	chargeCalls                                                                                      counter
+	chargeCalls, lostAnswers                                                                         counter
 	circuitOpen                                                                                      gauge
 	open                                                                                             bool
 }
@@ -146,6 +146,7 @@ func newFleetMetrics() *fleetMetrics {
 	f.probes = defineCounter("sluice.global.probes")
 	f.prefetches = defineCounter("sluice.global.prefetches")
 	f.chargeCalls = defineCounter("sluice.global.charge_calls")
+	f.lostAnswers = defineCounter("sluice.global.lost_answers")
 	f.circuitOpen = defineGauge("sluice.global.circuit_open")
 	return f
 }
@@ -231,6 +232,7 @@ func (m *metrics) flushFleet(e *engine.Engine) {
 	addDelta(f.probes, cur.Probes, &last.Probes)
 	addDelta(f.prefetches, cur.Prefetches, &last.Prefetches)
 	addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
+	addDelta(f.lostAnswers, cur.LostAnswers, &last.LostAnswers)
 	// Workers whose circuit is open, process-wide: each adds its change.
 	if open := e.CircuitOpen(); open != f.open {
 		f.open = open

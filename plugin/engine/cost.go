@@ -25,8 +25,9 @@ import (
 // (a deposit: the lease design's bound holds for admissions), and a cost
 // other than one is settled against the lease: a cost of 0 gives the
 // deposit back, a larger one takes the rest from the lease's tokens and
-// what they lack is charged to the rate-limit service (hits_addend) from
-// the worker's tick, in one call per client and rule per tick.
+// what they lack is owed to the rate-limit service (hits_addend): it goes
+// with the worker's next call for the client, or from the worker's tick,
+// in one call per client and rule per tick.
 
 // PostCharge is a rule that admitted a request and charges it once the
 // response arrives.
@@ -34,6 +35,9 @@ type PostCharge struct {
 	rule int
 	fp   uint64
 	desc string // a global rule's descriptor key at the service
+	// win is, for a global rule, the start of the window whose lease gave
+	// the request its deposit (the window the service counted it in).
+	win int64
 }
 
 // postInline post charges are kept in the Verdict itself: a request
@@ -201,13 +205,21 @@ type debt struct {
 // debitGlobal settles a global rule's charge of n units for the request
 // that took one hit of its lease at admission: n = 0 gives that hit back,
 // n > 1 takes n-1 more from the lease and owes the service the rest.
+// The hit goes back only to the lease of the window it was taken from: the
+// service counted it there, and a later window's lease holds only hits
+// counted in that window (giving it there would admit one more than the
+// service counted).
 func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	r := &e.cfg.Rules[c.rule]
-	end := lease.WindowEnd(now, r.Limit.Window())
+	w := r.Limit.Window()
+	end := lease.WindowEnd(now, w)
 	if n == 0 {
+		if lease.WindowStart(now, w) != c.win {
+			return // the deposit's window has ended: it is spent
+		}
 		e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
-				return false // another window: nothing to give back to
+				return false // the lease was lost: nothing to give back to
 			}
 			s.Tokens++
 			return true
@@ -307,20 +319,32 @@ func (e *Engine) sendCharges(now int64) {
 	}
 }
 
-// takeDebt returns, and forgets, what client key owes the service on this
-// worker, for a lease call about to be sent: the call carries it
-// (hits_addend = lease + debt), so that the service counts the debt before
-// it grants more. A debt exists only when this worker's lease ran dry, which
-// is exactly when its next admission calls the service: without this the
-// debt would reach the service only on the next tick, while leases were
-// granted on a count that missed it.
-func (e *Engine) takeDebt(key callKey) uint32 {
+// owed returns what client key owes the service on this worker, for a
+// lease call about to be sent: the call carries it (hits_addend = lease +
+// debt), so that the service counts the debt before it grants more. A debt
+// exists only when this worker's lease ran dry, which is exactly when its
+// next admission calls the service: without this the debt would reach the
+// service only on the next tick, while leases were granted on a count that
+// missed it. The debt is kept until the call is sent (paid), so a call
+// Envoy does not send leaves it for a later call or the tick.
+func (e *Engine) owed(key callKey) uint32 {
 	d := e.debts[key]
 	if d == nil {
 		return 0
 	}
-	delete(e.debts, key)
 	return min(d.hits, 1<<32-1-lease.MaxK)
+}
+
+// paid forgets hits of what client key owes: a sent call carried them.
+func (e *Engine) paid(key callKey, hits uint32) {
+	d := e.debts[key]
+	if d == nil || hits == 0 {
+		return
+	}
+	d.hits -= min(d.hits, hits)
+	if d.hits == 0 {
+		delete(e.debts, key)
+	}
 }
 
 // costSummary describes a rule's cost for the start-up log line.

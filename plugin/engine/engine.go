@@ -112,7 +112,8 @@ type Stats struct {
 	// that failed (the worker learnt on its own copy meanwhile).
 	GaugeErrors uint64
 	// ChargeErrors counts charges after the response that were lost
-	// (shared data failed, or a global rule's charge call failed).
+	// (shared data failed, or a global rule's call carrying a charge
+	// failed).
 	ChargeErrors uint64
 }
 
@@ -122,6 +123,10 @@ type charge struct {
 	rule int
 	fp   uint64
 	n    int64 // units charged (a request_header cost)
+	// win is, for a global rule, the start of the window whose lease gave
+	// the hit: the service counted it in that window, so only that
+	// window's lease may get it back.
+	win int64
 }
 
 // Engine decides requests for one worker. Not safe for concurrent use.
@@ -404,7 +409,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 				v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 			}
 		} else if n > 0 {
-			e.charged = append(e.charged, charge{i, fp, n})
+			e.charged = append(e.charged, charge{rule: i, fp: fp, n: n})
 		}
 		return false
 	}
@@ -415,7 +420,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 		return true
 	}
 	if n > 0 {
-		e.charged = append(e.charged, charge{i, fp, n})
+		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n})
 	}
 	if d.Delay > v.Delay {
 		v.Delay, v.Delayer = d.Delay, r

@@ -43,7 +43,10 @@ import (
 // on_error at once without waiting, and the worker's tick sends probe calls
 // (no request waits for them) after a back-off that doubles from 100ms to
 // 500ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
-// counted by the service before the failure).
+// counted by the service before the failure). Only the service's failures
+// open the circuit: a call whose answer Envoy drops (the stream that sent
+// it ended) leaves its other requests to on_error at the next tick, and a
+// call that waited for a late tick is sent then (Sweep).
 
 // Caller sends one call to the rate-limit service: a gRPC ShouldRateLimit
 // request (framed body) to cluster, answered through done within timeout.
@@ -139,6 +142,7 @@ type GlobalStats struct {
 	ShortCircuited uint64 // requests decided by on_error without a call (circuit open)
 	Probes         uint64 // calls sent by the tick to learn whether a failing service is back
 	Expired        uint64 // waiting requests whose timeout ran out before a hit came
+	LostAnswers    uint64 // waiting requests decided by on_error: their call's answer was lost (its stream ended)
 	Prefetches     uint64 // calls prepared before the lease ran out (counted in Calls once sent)
 	ChargeCalls    uint64 // calls that charged costs after admission (counted in Calls)
 }
@@ -163,8 +167,8 @@ type inflight struct {
 	owner *Pending
 	// deferred: to be sent from the next tick (see sendOrDefer).
 	deferred bool
-	deadline int64
 	desc     string // the client's descriptor key at the service
+	debt     uint32 // hits owed by the client that the sent call carries
 	done     bool
 	sentAt   int64
 	timeout  time.Duration
@@ -315,16 +319,20 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 // says the decision stops here: p waits, or on_error refused it.
 func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.State, now int64) (waiting, done bool) {
 	key := callKey{g.rule, g.fp}
+	// own: the current proxy-wasm context is p's stream (p is deciding, or
+	// the answer being handled is of a call p's stream sent), so a call
+	// sent now is answered to p.
+	own := e.inDecide || (e.ctxOwner != nil && e.ctxOwner == p)
 	if in, ok := e.calls[key]; ok {
 		q := e.persist(p)
 		q.verdict.Outcome = Call
 		in.waiters = append(in.waiters, q)
-		if in.deferred && e.inDecide && in.owner == nil {
-			// A prefetched call the tick has not sent yet: this request
-			// found the lease empty, so send it now from its stream
-			// rather than wait for the tick.
+		if in.deferred && own {
+			// A call the tick has not sent yet (a prefetch): this request
+			// needs it, so send it now from its stream rather than wait
+			// for the tick.
 			in.deferred, in.owner = false, q
-			if e.send(in, now, min(in.deadline, q.Deadline)) != nil {
+			if e.send(in, now, waitDeadline(in.waiters, now)) != nil {
 				in.deferred, in.owner = true, nil // the tick tries again
 			}
 		}
@@ -340,15 +348,14 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 	}
 	k := lease.Size(*st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g)}
-	deciding := e.inDecide
-	if err := e.sendOrDefer(in, now, p.Deadline, deciding); err != nil {
+	if err := e.sendOrDefer(in, now, p.Deadline, own); err != nil {
 		e.circuit.failure(now)
 		return false, e.onError(p, r, g.rule, err)
 	}
 	q := e.persist(p)
 	q.verdict.Outcome = Call
 	in.waiters = []*Pending{q}
-	if deciding {
+	if own {
 		in.owner = q
 	}
 	e.Global.Waited++
@@ -379,9 +386,7 @@ func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
 	if k <= 1 {
 		return
 	}
-	timeout := e.cfg.Global.Timeout
-	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g),
-		deferred: true, deadline: now + int64(timeout), sentAt: now, timeout: timeout}
+	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g), deferred: true}
 	e.calls[key] = in
 	e.Global.Prefetches++
 }
@@ -393,12 +398,13 @@ var errCircuitOpen = errors.New("rate-limit service failing: circuit open, not w
 var ErrTimeout = errors.New("rate-limit service did not answer within global.timeout")
 
 // sendOrDefer sends in now if its answer will be delivered: when the
-// current proxy-wasm context is the request deciding (own), the plugin's
-// root context (e.ctxOwner nil), or a request that waits for this very
-// call. Otherwise (a call started while answering another call, for
-// requests that do not include the answered call's owner) it is sent from
-// the next tick, in the root context; meanwhile it is registered, so that
-// requests of the same client wait for it.
+// current proxy-wasm context is the stream of the request the call is for
+// (own), the plugin's root context (e.ctxOwner nil), or a request that
+// waits for this very call. Otherwise (a call started while answering
+// another call, for requests that do not include the answered call's
+// owner) it is sent from the next tick, in the root context (sendDeferred);
+// meanwhile it is registered, so that requests of the same client wait for
+// it.
 func (e *Engine) sendOrDefer(in *inflight, now, deadline int64, own bool, waiters ...*Pending) error {
 	if own || e.ctxOwner == nil {
 		if !own {
@@ -412,13 +418,26 @@ func (e *Engine) sendOrDefer(in *inflight, now, deadline int64, own bool, waiter
 			return e.send(in, now, deadline)
 		}
 	}
-	if deadline-now < int64(time.Millisecond) {
-		return ErrTimeout
-	}
-	in.deferred, in.deadline = true, deadline
-	in.sentAt, in.timeout = now, time.Duration(deadline-now)
+	in.deferred = true
 	e.calls[in.key] = in
 	return nil
+}
+
+// waitDeadline is the moment by which a call must answer the requests of
+// waiters: the earliest deadline among those not cancelled that is still
+// at least a millisecond away (a request already past its deadline is
+// decided by the tick, and must not cut the others' time short).
+func waitDeadline(waiters []*Pending, now int64) int64 {
+	d := int64(0)
+	for _, p := range waiters {
+		if p.cancelled || p.Deadline-now < int64(time.Millisecond) {
+			continue
+		}
+		if d == 0 || p.Deadline < d {
+			d = p.Deadline
+		}
+	}
+	return d
 }
 
 // send dispatches the call of in, which must answer by deadline.
@@ -435,8 +454,10 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: in.desc}},
 		Limit:   uint32(r.Limit.Limit()),
 		Unit:    unit,
-		Hits:    in.k + e.takeDebt(in.key),
+		Hits:    in.k,
 	}
+	in.debt = e.owed(in.key)
+	req.Hits += in.debt
 	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
@@ -444,17 +465,21 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		e.answer(in, resp, err, false)
 	})
 	if err != nil {
+		// Not sent: the debt stays owed, for a later call or the tick.
+		in.debt = 0
 		e.Global.CallFailures++
 		return err
 	}
+	e.paid(in.key, in.debt)
 	e.calls[in.key] = in
 	return nil
 }
 
-// Sweep fails calls that should have been answered by now. Envoy does not
-// deliver the answer of a call whose initiating stream is gone (the Go SDK
-// drops it), so without a sweep the other requests waiting for that call
-// would wait forever; the plugin calls Sweep from its tick.
+// Sweep is the worker's tick for global rules (the plugin calls it in the
+// root context): it sends probes, charges and deferred calls, decides the
+// requests waiting for a call whose answer Envoy will not deliver (the
+// stream that sent it is gone: the Go SDK drops its answer), and fails
+// calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
 	if e.circuit.probeDue(now) {
@@ -462,17 +487,84 @@ func (e *Engine) Sweep(now int64) {
 	}
 	e.sendCharges(now)
 	for _, in := range e.calls {
-		if in.deferred {
-			in.deferred = false
-			if err := e.send(in, now, in.deadline); err != nil {
-				e.circuit.failure(now)
-				e.answer(in, rls.Response{}, err, true)
-			}
-			continue
-		}
-		if now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond) {
+		switch {
+		case in.deferred:
+			e.sendDeferred(in, now)
+		case in.owner != nil && in.owner.cancelled:
+			e.answerLost(in, now)
+		case now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond):
 			e.answer(in, rls.Response{}, ErrTimeout, true)
 		}
+	}
+}
+
+// sendDeferred sends, from the tick, a call registered to be sent in the
+// root context: a prefetch, or a call for requests whose streams could not
+// receive its answer. A request whose timeout ran out while the call
+// waited for the tick (a late tick) is decided by on_error, counted as
+// expired: no call was made, so it is no failure of the service and the
+// circuit stays as it is. The call answers by the earliest deadline of the
+// requests still waiting; one that nobody waits for any more is a refill
+// of the lease, given global.timeout from now, and dropped while the
+// circuit is open (nothing is prefetched then).
+func (e *Engine) sendDeferred(in *inflight, now int64) {
+	in.deferred = false
+	r := &e.cfg.Rules[in.ref.rule]
+	in.waiters = e.liveWaiters(in.waiters, r, in.ref.rule, now)
+	deadline := waitDeadline(in.waiters, now)
+	if len(in.waiters) == 0 {
+		if e.CircuitOpen() {
+			e.forget(in)
+			return
+		}
+		deadline = now + int64(e.cfg.Global.Timeout)
+	}
+	if err := e.send(in, now, deadline); err != nil {
+		e.forget(in)
+		e.failCall(in, err, now)
+	}
+}
+
+// errAnswerLost: the stream that sent the call ended before its answer.
+var errAnswerLost = errors.New("answer of the rate-limit service lost: the stream that sent the call ended")
+
+// answerLost decides the requests waiting for in, whose answer Envoy will
+// not deliver (the stream that sent it is gone), by on_error at once
+// rather than when the call's time runs out: nothing says the service
+// failed, so the circuit stays closed and the call is not counted as a
+// failure. The hits the service may have counted for it are lost
+// (under-admission).
+func (e *Engine) answerLost(in *inflight, now int64) {
+	e.forget(in)
+	r := &e.cfg.Rules[in.ref.rule]
+	for _, p := range in.waiters {
+		if p.cancelled {
+			continue
+		}
+		e.Global.LostAnswers++
+		e.afterError(p, r, in.ref.rule, errAnswerLost, now)
+	}
+}
+
+// forget removes in from the calls in flight: an answer that still comes
+// is ignored.
+func (e *Engine) forget(in *inflight) {
+	in.done = true
+	if e.calls[in.key] == in {
+		delete(e.calls, in.key)
+	}
+}
+
+// failCall counts a failure of the service (in's call failed or could not
+// be sent) and leaves the decision on in's waiters to on_error.
+func (e *Engine) failCall(in *inflight, err error, now int64) {
+	e.circuit.failure(now)
+	r := &e.cfg.Rules[in.ref.rule]
+	for _, p := range in.waiters {
+		if p.cancelled {
+			continue
+		}
+		e.afterError(p, r, in.ref.rule, err, now)
 	}
 }
 
@@ -523,17 +615,13 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	if e.calls[in.key] == in {
 		delete(e.calls, in.key)
 	}
-	r := &e.cfg.Rules[in.ref.rule]
-	w := r.Limit.Window()
+	w := e.cfg.Rules[in.ref.rule].Limit.Window()
 	if err != nil {
 		e.Global.CallFailures++
-		e.circuit.failure(now)
-		for _, p := range in.waiters {
-			if p.cancelled {
-				continue
-			}
-			e.afterError(p, r, in.ref.rule, err, now)
+		if in.debt > 0 {
+			e.Stats.ChargeErrors++ // the service may not have counted it
 		}
+		e.failCall(in, err, now)
 		return
 	}
 	e.circuit.success()
@@ -627,29 +715,34 @@ func (e *Engine) serveOrder(in *inflight, granted uint32, waiting int) []*Pendin
 	return order
 }
 
-// retry sends one more call for the requests of in still waiting; those
-// whose timeout has run out are decided by on_error.
-func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
-	r := &e.cfg.Rules[in.ref.rule]
+// liveWaiters returns the requests of waiters still waiting for rule r
+// (index i): those whose timeout has run out are decided by on_error
+// (counted as expired), cancelled ones dropped.
+func (e *Engine) liveWaiters(waiters []*Pending, r *config.Rule, i int, now int64) []*Pending {
 	var live []*Pending
-	deadline := int64(0)
 	for _, p := range waiters {
 		if p.cancelled {
 			continue
 		}
 		if p.Deadline-now < int64(time.Millisecond) {
 			e.Global.Expired++
-			e.afterError(p, r, in.ref.rule, ErrTimeout, now)
+			e.afterError(p, r, i, ErrTimeout, now)
 			continue
-		}
-		if deadline == 0 || p.Deadline < deadline {
-			deadline = p.Deadline
 		}
 		live = append(live, p)
 	}
+	return live
+}
+
+// retry sends one more call for the requests of in still waiting; those
+// whose timeout has run out are decided by on_error.
+func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
+	r := &e.cfg.Rules[in.ref.rule]
+	live := e.liveWaiters(waiters, r, in.ref.rule, now)
 	if len(live) == 0 {
 		return
 	}
+	deadline := waitDeadline(live, now)
 	if old, ok := e.calls[in.key]; ok {
 		// Another call for this client started meanwhile: wait for it.
 		old.waiters = append(old.waiters, live...)
@@ -698,11 +791,12 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 		g = p.globals[p.next]
 	}
 	r := &e.cfg.Rules[g.rule]
-	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1)})
+	win := lease.WindowStart(now, r.Limit.Window())
+	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1), win: win})
 	if r.Cost.Set() {
 		// One hit of the lease is taken (the deposit); the rest of the
 		// cost is settled now (request_header) or after the response.
-		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g)}
+		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g), win: win}
 		if r.Cost.AfterResponse() {
 			p.verdict.post.add(pc)
 		} else {
@@ -754,7 +848,10 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 }
 
 // refundGlobal gives back every charge p holds (local rules and global leases)
-// and the concurrency slots it took.
+// and the concurrency slots it took. A global rule's hit goes back only to
+// the lease of the window it was taken from: the service counted it in
+// that window, and a later window's lease holds only hits counted in that
+// window (giving it there would admit one more than the service counted).
 func (e *Engine) refundGlobal(p *Pending, now int64) {
 	if len(p.verdict.Slots) > 0 {
 		e.releaseAll(&p.verdict, now)
@@ -766,10 +863,13 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
 			continue
 		}
-		end := lease.WindowEnd(now, r.Limit.Window())
-		e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
+		w := r.Limit.Window()
+		if lease.WindowStart(now, w) != c.win {
+			continue // the hit's window has ended: it is spent
+		}
+		e.table.Lease(c.fp, c.rule, now, lease.WindowEnd(now, w), func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
-				return false // another window: nothing to give back to
+				return false // the lease was lost: nothing to give back to
 			}
 			s.Tokens += uint32(min(c.n, lease.MaxK))
 			return true
