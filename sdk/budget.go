@@ -1,6 +1,9 @@
 package sdk
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // RetryBudget caps the retries a Transport makes to one host to a share of
 // the requests it sends there, so that an outage does not multiply the
@@ -121,8 +124,13 @@ func (b *retryBudget) refill(now time.Time) {
 		return
 	}
 	// Past max/perSecond seconds the bucket is full whatever el is; the cap
-	// keeps el × perSecond below 2^63 (max ≤ 1e12, perSecond ≤ 1e12).
-	el = min(el, time.Duration(b.max/b.perSecond+1)*time.Second)
+	// keeps el (in µs) × perSecond below 2^63 (max ≤ 1e12, perSecond ≤
+	// 1e12). A cap longer than any Duration is not needed: then perSecond
+	// is at most 1e12 / 9.2e9 s, below 109, and any Duration in µs (below
+	// 9.3e15) times that stays below 2^63.
+	if secs := b.max/b.perSecond + 1; secs < int64(math.MaxInt64/time.Second) {
+		el = min(el, time.Duration(secs)*time.Second)
+	}
 	b.tokens = min(b.max, b.tokens+int64(el)/1000*b.perSecond/1_000_000)
 }
 

@@ -16,7 +16,8 @@
 // requests carrying an Idempotency-Key header, because a retry of a request
 // that had an effect would repeat it. Bodies are replayed through
 // Request.GetBody (which http.NewRequest sets for in-memory bodies); a body
-// that cannot be replayed is sent once.
+// that cannot be replayed is sent once, and a retry whose GetBody fails is
+// given up (GiveUpGetBody), returning the last response.
 //
 // The server's hints are a floor: Retry-After (seconds or any HTTP-date),
 // the IETF draft's RateLimit and RateLimit-Policy fields, X-RateLimit-* and
@@ -35,7 +36,10 @@
 // not start in time. Cancelling the context interrupts any wait. When
 // attempts run out, the last response is returned with a nil error and its
 // body readable, as the RoundTripper contract requires; CheckResponse turns
-// it into a *RateLimitError for callers who want an error.
+// it into a *RateLimitError for callers who want an error. Nor does a slow
+// body hold anything up: the body of a response that a retry replaces is
+// drained in the background during the wait, and a refusal's problem
+// document is waited for at most 100 ms after its headers.
 //
 // # One view of the limit per policy, and per host
 //
@@ -62,7 +66,9 @@
 // holds them all, as before. Answers that name no policy (X-RateLimit-*,
 // Retry-After alone, a 503 with Retry-After) update a view of the whole
 // host, which holds every request to it. What is learned is bounded: 64
-// policies per host, 8192 routes and 1024 hosts per Transport.
+// policies per host, 8192 routes and 1024 hosts per Transport (past that,
+// hosts with nothing to enforce are forgotten first, then the least
+// recently used).
 //
 // # Retry budget
 //

@@ -48,7 +48,8 @@ type RetryEvent struct {
 	Reason  Reason
 	// StatusCode is the last response's status, 0 if none.
 	StatusCode int
-	// Err is the last transport error, if any.
+	// Err is the last transport error, if any; with GiveUpGetBody, the
+	// error GetBody returned.
 	Err error
 	// Limit is what the last response's headers said.
 	Limit RateLimit
@@ -76,6 +77,10 @@ const (
 	GiveUpContextDone = "context done"
 	// GiveUpBudget: the host's retry budget is empty (see RetryBudget).
 	GiveUpBudget = "retry budget exhausted"
+	// GiveUpGetBody: the request's GetBody failed, so the retry announced
+	// before the wait could not be sent; the last response (or error)
+	// stands, and Err is GetBody's error.
+	GiveUpGetBody = "GetBody failed"
 )
 
 func (c *config) observed() bool { return c.hook != nil || c.logger != nil }

@@ -1,6 +1,8 @@
 package sdk
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,9 +12,13 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// maxHosts is how many hosts a Transport remembers before it forgets those
-// with nothing to enforce: their learned limits are cheap to learn again.
-const maxHosts = 1024
+// maxHosts is how many hosts a Transport remembers. A new host that finds
+// the table full cuts it to hostsKept (see hosts.evict), so that the next
+// maxHosts-hostsKept new hosts are added without a look at the others.
+const (
+	maxHosts  = 1024
+	hostsKept = maxHosts * 3 / 4
+)
 
 // maxPolicies is how many named policies a host's view keeps. Past it, the
 // policies with nothing to enforce are forgotten; if none is idle, answers
@@ -21,40 +27,72 @@ const maxHosts = 1024
 // sends.
 const maxPolicies = 64
 
-// hosts is a Transport's table of per-host limit views.
+// hosts is a Transport's table of per-host limit views. Looking a host up
+// takes no lock; adding one (and evicting) takes mu.
 type hosts struct {
 	m   sync.Map // host -> *host
 	n   atomic.Int64
 	ids atomic.Uint64
+	mu  sync.Mutex // held to add hosts and evict them
 }
 
 func (hs *hosts) get(name string, now time.Time, rb *RetryBudget, adaptive bool) *host {
 	name = strings.ToLower(name) // no allocation when already lower-case
 	if h, ok := hs.m.Load(name); ok {
-		return h.(*host)
-	}
-	if hs.n.Load() >= maxHosts {
-		hs.prune(now)
+		h := h.(*host)
+		h.touch(now)
+		return h
 	}
 	h := &host{id: hs.ids.Add(1), adaptive: adaptive}
 	h.all.budget, h.all.crowd, h.all.adaptive = -1, -1, adaptive
 	if rb != nil {
 		h.retries, h.budgeted = newRetryBudget(*rb), true
 	}
-	v, loaded := hs.m.LoadOrStore(name, h)
-	if !loaded {
-		hs.n.Add(1)
+	h.used.Store(now.UnixNano())
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if v, ok := hs.m.Load(name); ok { // added meanwhile
+		return v.(*host)
 	}
-	return v.(*host)
+	if hs.n.Load() >= maxHosts {
+		hs.evict(now)
+	}
+	hs.m.Store(name, h)
+	hs.n.Add(1)
+	return h
 }
 
-func (hs *hosts) prune(now time.Time) {
+// evict cuts the table to hostsKept hosts or fewer: first the hosts with
+// nothing left to enforce (their learned limits are cheap to learn again),
+// then, if that is not enough, the least recently used. A request that
+// holds an evicted host finishes with it; the next one to the host starts
+// afresh. Cutting a quarter of the table at once makes its cost (a pass
+// over the table and a sort) a small constant per host added.
+func (hs *hosts) evict(now time.Time) {
+	type entry struct {
+		name any
+		used int64
+	}
+	busy := make([]entry, 0, hs.n.Load())
 	hs.m.Range(func(k, v any) bool {
-		if v.(*host).idle(now) && hs.m.CompareAndDelete(k, v) {
+		h := v.(*host)
+		if h.idle(now) {
+			hs.m.Delete(k)
 			hs.n.Add(-1)
+		} else {
+			busy = append(busy, entry{k, h.used.Load()})
 		}
 		return true
 	})
+	extra := len(busy) - hostsKept
+	if extra <= 0 {
+		return
+	}
+	slices.SortFunc(busy, func(a, b entry) int { return cmp.Compare(a.used, b.used) })
+	for _, e := range busy[:extra] {
+		hs.m.Delete(e.name)
+		hs.n.Add(-1)
+	}
 }
 
 // host is what a Transport knows about one host: a view of the limit of
@@ -74,9 +112,10 @@ func (hs *hosts) prune(now time.Time) {
 // then policies by id, so that a request may hold several at once; h.mu
 // (the policy table) may be held while locking a view, never the reverse.
 type host struct {
-	id       uint64 // distinguishes routes of different hosts, see routeOf
-	all      view   // id 0
-	adaptive bool   // WithAdaptiveRate: its views learn rates from bare 429s
+	id       uint64       // distinguishes routes of different hosts, see routeOf
+	all      view         // id 0
+	adaptive bool         // WithAdaptiveRate: its views learn rates from bare 429s
+	used     atomic.Int64 // when a request last looked it up (Unix ns), see touch
 
 	// retries is the host's retry budget, guarded by all.mu.
 	retries  retryBudget
@@ -86,6 +125,15 @@ type host struct {
 	policies map[string]*view
 	multi    atomic.Bool          // the host has named two policies or more
 	single   atomic.Pointer[view] // its only policy, while not multi
+}
+
+// touch records that a request looked the host up now, for evict to tell
+// the least recently used hosts. To a second: requests to a busy host do
+// not all write the same word.
+func (h *host) touch(now time.Time) {
+	if t := now.UnixNano(); t-h.used.Load() >= int64(time.Second) {
+		h.used.Store(t)
+	}
 }
 
 // named reports whether the host has ever named a policy.

@@ -15,12 +15,15 @@ const (
 	// DefaultMaxWait is the longest single wait.
 	DefaultMaxWait = 60 * time.Second
 	// DefaultMaxElapsed bounds the time the default backoff keeps retrying
-	// one request, waits included: past it the Transport returns the last
-	// response instead of waiting again.
+	// one request, waits included, whatever mix of throttles and transient
+	// failures it meets: past it the Transport returns the last response
+	// instead of waiting again.
 	DefaultMaxElapsed = 2 * time.Minute
 	// DrainLimit is how much of an intermediate response body (one that a
-	// retry replaces) the Transport reads, so that its connection can be
-	// reused. A longer body costs its connection, never unbounded reading.
+	// retry replaces) the Transport reads, in the background during the
+	// wait, so that its connection can be reused. A longer body, or one
+	// still arriving when the retry has been answered, costs its
+	// connection, never unbounded reading or a later retry.
 	DrainLimit = 64 << 10
 	// DefaultThrottleBase is the first wait of the default backoff after a
 	// throttle the server gave no wait for (a bare 429): a server that
@@ -38,7 +41,7 @@ type Option func(*config)
 type config struct {
 	maxAttempts int
 	maxWait     time.Duration
-	newBackOff  func(throttle bool) backoff.BackOff
+	newBackOffs func() [2]backoff.BackOff // one request's, by retry class, reset; see WithBackOff
 	hook        func(RetryEvent)
 	logger      *slog.Logger
 	clock       Clock
@@ -62,21 +65,26 @@ func newConfig(opts []Option) config {
 		b := DefaultRetryBudget // a caller that changes the variable later changes nothing
 		c.budget = &b
 	}
-	if c.newBackOff == nil {
+	if c.newBackOffs == nil {
 		clk := backoffClock{c.clock}
-		c.newBackOff = func(throttle bool) backoff.BackOff {
-			base := DefaultTransientBase
-			if throttle {
-				base = DefaultThrottleBase
+		c.newBackOffs = func() [2]backoff.BackOff {
+			// Made, and so reset, together: MaxElapsedTime counts from
+			// the same start for both, and bounds the whole sequence.
+			return [2]backoff.BackOff{
+				throttleRetry:  defaultBackOff(DefaultThrottleBase, clk),
+				transientRetry: defaultBackOff(DefaultTransientBase, clk),
 			}
-			return backoff.NewExponentialBackOff(
-				backoff.WithInitialInterval(base),
-				backoff.WithMaxElapsedTime(DefaultMaxElapsed),
-				backoff.WithClockProvider(clk),
-			)
 		}
 	}
 	return c
+}
+
+func defaultBackOff(base time.Duration, clk backoff.Clock) backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(base),
+		backoff.WithMaxElapsedTime(DefaultMaxElapsed),
+		backoff.WithClockProvider(clk),
+	)
 }
 
 // WithMaxAttempts sets the number of attempts per request, the first
@@ -99,7 +107,8 @@ func WithMaxWait(d time.Duration) Option {
 // (transport errors, a 503 or 429 without Retry-After or rate-limit
 // headers). f is called once per request that needs a retry, because a
 // backoff.BackOff keeps per-sequence state and is not safe for concurrent
-// use: f must return a new instance each time. A BackOff that returns
+// use: f must return a new instance each time. That instance serves every
+// retry of the request, whatever its cause. A BackOff that returns
 // backoff.Stop ends the retries, server hint or not, so
 // backoff.WithMaxRetries and MaxElapsedTime bound the whole sequence.
 //
@@ -107,14 +116,21 @@ func WithMaxWait(d time.Duration) Option {
 // most 60 s apart, MaxElapsedTime DefaultMaxElapsed) from one of two bases,
 // as the AWS SDKs do: DefaultThrottleBase (1 s) after a 429 or a 503 with
 // Retry-After, DefaultTransientBase (50 ms) after a transport error or a
-// 503 without. f replaces both; nil restores the default.
+// 503 without. Each class's waits grow from its own base; its
+// MaxElapsedTime counts from the request's first retry for both, so it
+// bounds the whole sequence too. f replaces both; nil restores the
+// default.
 func WithBackOff(f func() backoff.BackOff) Option {
 	return func(c *config) {
 		if f == nil {
-			c.newBackOff = nil
+			c.newBackOffs = nil
 			return
 		}
-		c.newBackOff = func(bool) backoff.BackOff { return f() }
+		c.newBackOffs = func() [2]backoff.BackOff {
+			b := f()
+			b.Reset()
+			return [2]backoff.BackOff{b, b}
+		}
 	}
 }
 

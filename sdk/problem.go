@@ -1,9 +1,9 @@
 package sdk
 
 import (
-	"bytes"
-	"io"
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/sluicehq/sluice/shared/header"
 )
@@ -12,18 +12,31 @@ import (
 // its problem document: the draft's are a few hundred bytes.
 const maxProblem = 16 << 10
 
+// problemWait is how long the Transport waits for a refusal's problem
+// document after its headers. A server sends so short a body with its
+// headers, or right behind them; one that has not arrived by then is
+// stalled (a slow upstream, a proxy streaming an error page), and the
+// refusal is acted on by its headers alone rather than wait for it.
+const problemWait = 100 * time.Millisecond
+
 // readRefusal completes what the headers of a refusal (429 or 503) said
 // with its application/problem+json body (draft-ietf-httpapi-ratelimit-
 // headers): the policies it names as violated (the first becomes
 // in.Policy when the headers named none; the others are returned, for
 // their views to hold the request's route too), and its retry-after member
-// when no Retry-After field came. The body stays whole for the caller:
-// what is read is put back in front of the rest.
-func readRefusal(resp *http.Response, in *header.Info) (also []string) {
-	if !header.IsProblem(resp.Header.Get("Content-Type")) || header.Cached(resp.Header) {
+// when no Retry-After field came. The document is read ahead (see
+// readAhead) and waited for up to problemWait, or until ctx is done. The
+// body stays whole for the caller, whether the document came in time or
+// not: what is read ahead is put back in front of the rest.
+func readRefusal(ctx context.Context, resp *http.Response, in *header.Info) (also []string) {
+	if !header.IsProblem(resp.Header.Get("Content-Type")) || header.Cached(resp.Header) ||
+		resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	b := peekBody(resp, maxProblem)
+	b, ok := readAheadOf(resp, maxProblem, false).await(ctx, problemWait)
+	if !ok {
+		return nil
+	}
 	pr, ok := header.ParseProblem(b)
 	if !ok {
 		return nil
@@ -39,27 +52,6 @@ func readRefusal(resp *http.Response, in *header.Info) (also []string) {
 		in.Policy = pr.ViolatedPolicies[0]
 	}
 	return pr.ViolatedPolicies
-}
-
-// peekBody reads up to n bytes of resp's body and puts them back: the
-// body reads the same bytes, then the rest, and closes the original. A
-// read error is kept for the caller to meet after the bytes read.
-func peekBody(resp *http.Response, n int) []byte {
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return nil
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(n)))
-	var rest io.Reader = resp.Body
-	if err != nil {
-		rest = errReader{err}
-	}
-	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(b), rest), Closer: resp.Body}
-	return b
-}
-
-type peekedBody struct {
-	io.Reader
-	io.Closer
 }
 
 // requestsOnly keeps of in what counts requests: a policy whose quota unit

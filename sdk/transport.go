@@ -1,12 +1,10 @@
 package sdk
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -67,10 +65,16 @@ func NewClient(opts ...Option) *http.Client {
 // unread, as the RoundTripper contract asks: when attempts run out, when
 // the BackOff says Stop, when the server asks for a wait longer than
 // MaxWait, as soon as the next attempt could not start before the
-// context's deadline, and when the host's retry budget cannot pay for a
-// retry the server did not schedule (see RetryBudget). If the last outcome was a transport error, that error
-// is returned instead. Cancelling the context interrupts any wait and
-// returns the context's error.
+// context's deadline, when the host's retry budget cannot pay for a retry
+// the server did not schedule (see RetryBudget), and when GetBody fails to
+// give the retry its body. If the last outcome was a transport error, that
+// error is returned instead. Cancelling the context interrupts any wait
+// and returns the context's error.
+//
+// A slow body holds up neither a retry nor the answer: the body of a
+// response that a retry replaces is drained in the background during the
+// wait, never waited for (see park), and a refusal's problem document is
+// waited for at most problemWait (see readRefusal).
 //
 // Before each attempt, the request waits if a shared view of a limit that
 // governs it (its policy's, or the host's) says no request can succeed yet
@@ -110,13 +114,14 @@ type call struct {
 	replayable bool
 	now        time.Time // time.Now is not free: read once per step
 
-	bos     [2]backoff.BackOff // per retry class, see retryClass
+	bos     [2]backoff.BackOff // by retry class (see retryClass), made together: see config
 	resp    *http.Response     // outcome of the latest attempt
 	err     error
 	info    header.Info // its rate-limit headers
 	g       governing
-	known   bool // the route's policies are known
-	attempt int  // attempts sent so far
+	reason  Reason // why it is retried, if it is
+	known   bool   // the route's policies are known
+	attempt int    // attempts sent so far
 }
 
 func (t *Transport) newCall(req *http.Request) *call {
@@ -211,6 +216,7 @@ func (c *call) interrupted(e error) (*http.Response, error, bool) {
 	if c.attempt == 0 {
 		closeBody(c.req)
 	}
+	discard(c.resp)
 	return nil, e, true
 }
 
@@ -218,21 +224,16 @@ func (c *call) interrupted(e error) (*http.Response, error, bool) {
 // views, and says why it should be retried (0: it should not). stop says
 // the body could not be replayed, and the previous outcome stands.
 func (c *call) send() (reason Reason, stop bool) {
-	t, req := c.t, c.req
-	r := req
-	if c.attempt > 0 && req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-		body, e := req.GetBody()
-		if e != nil {
-			c.h.observe(&t.routes, c.rk, true, &c.g, t.cfg.clock.Now(), 0, header.Info{}, nil) // admitted, never sent
-			return 0, true
-		}
-		r = new(http.Request)
-		*r = *req
-		r.Body = body
+	t := c.t
+	r, ok := c.request()
+	if !ok {
+		return 0, true
 	}
+	prev := c.resp
 	c.attempt++
 	c.resp, c.err = t.base.RoundTrip(r)
 	c.now = t.cfg.clock.Now()
+	discard(prev) // replaced: see park
 
 	status := 0
 	c.info = header.Info{}
@@ -251,12 +252,39 @@ func (c *call) send() (reason Reason, stop bool) {
 		status = c.resp.StatusCode
 		c.info, _ = header.Parse(c.resp.Header, c.now)
 		if reason != 0 {
-			also = readRefusal(c.resp, &c.info)
+			also = readRefusal(c.ctx, c.resp, &c.info)
 		}
 		c.info = requestsOnly(c.info)
 	}
 	c.h.observe(&t.routes, c.rk, c.known, &c.g, c.now, status, c.info, also)
+	c.reason = reason
 	return reason, false
+}
+
+// request returns what the next attempt sends: the caller's request, or
+// for a retry of a request with a body, a copy with the body from GetBody.
+// ok false: GetBody failed, so the retry announced cannot be sent; the
+// hook hears it given up (GiveUpGetBody), and the previous outcome stands.
+func (c *call) request() (r *http.Request, ok bool) {
+	t, req := c.t, c.req
+	if c.attempt == 0 || req.GetBody == nil || req.Body == nil || req.Body == http.NoBody {
+		return req, true
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		c.h.observe(&t.routes, c.rk, true, &c.g, t.cfg.clock.Now(), 0, header.Info{}, nil) // admitted, never sent
+		ev := RetryEvent{Request: req, Attempt: c.attempt, Reason: c.reason, Err: err,
+			Limit: fromInfo(c.info), GiveUp: GiveUpGetBody}
+		if c.resp != nil {
+			ev.StatusCode = c.resp.StatusCode
+		}
+		t.emit(c.ctx, ev)
+		return nil, false
+	}
+	r = new(http.Request)
+	*r = *req
+	r.Body = body
+	return r, true
 }
 
 // plan decides whether the outcome of the last attempt is retried, and
@@ -282,8 +310,7 @@ func (c *call) plan(reason Reason) (ev RetryEvent, stop bool) {
 	class := retryClass(reason, hint)
 	if ev.GiveUp == "" {
 		if c.bos[class] == nil {
-			c.bos[class] = cfg.newBackOff(class == throttleRetry)
-			c.bos[class].Reset()
+			c.bos = cfg.newBackOffs()
 		}
 		ev.Delay = c.bos[class].NextBackOff()
 		switch {
@@ -319,6 +346,7 @@ func (c *call) wait(ev RetryEvent) error {
 		park(c.resp)
 	}
 	if e := t.sleep(c.ctx, ev.Delay); e != nil {
+		discard(c.resp)
 		if t.cfg.observed() {
 			ev.GiveUp, ev.Err = GiveUpContextDone, e
 			t.emit(c.ctx, ev)
@@ -469,33 +497,6 @@ func jitter(hint time.Duration) time.Duration {
 	}
 	return rand.N(j + 1)
 }
-
-// park reads the body of a response that a retry is about to replace, up to
-// DrainLimit, and closes it, so that its connection goes back to the pool
-// during the wait. The response keeps a readable copy of the body, since it
-// is returned if the retry is given up before it is sent. A body longer than
-// DrainLimit keeps its first DrainLimit bytes and then reads as an error.
-func park(resp *http.Response) {
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, DrainLimit+1))
-	resp.Body.Close()
-	switch {
-	case err != nil:
-		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
-	case len(b) > DrainLimit:
-		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b[:DrainLimit]), errReader{errTruncated}))
-	default:
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-	}
-}
-
-var errTruncated = errors.New("sdk: body of a retried response cut at DrainLimit")
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -53,7 +52,7 @@ func TestNewClientAndDefaults(t *testing.T) {
 		t.Errorf("WithMaxAttempts(0) = %d attempts, want 1", got)
 	}
 	// The default backoff is exponential with jitter and a total bound.
-	b, ok := tr.cfg.newBackOff(true).(*backoff.ExponentialBackOff)
+	b, ok := tr.cfg.newBackOffs()[throttleRetry].(*backoff.ExponentialBackOff)
 	if !ok || b.RandomizationFactor == 0 || b.MaxElapsedTime != DefaultMaxElapsed {
 		t.Errorf("default backoff = %#v", b)
 	}
@@ -477,92 +476,101 @@ func TestIdempotency(t *testing.T) {
 		if tc.err != nil {
 			name += "/" + tc.err.Error()
 		}
+		// In a bubble the waits pass in virtual time, which advances only
+		// once every goroutine is blocked: the background drain of each
+		// replaced body ends before the retry, as it does in real time
+		// during a real wait.
 		t.Run(name, func(t *testing.T) {
-			attempts := 0
-			var bodies []*trackedBody
-			base := rtFunc(func(r *http.Request) (*http.Response, error) {
-				attempts++
-				if r.Body != nil {
-					r.Body.Close()
+			synctest.Test(t, func(t *testing.T) {
+				attempts := 0
+				var bodies []*trackedBody
+				base := rtFunc(func(r *http.Request) (*http.Response, error) {
+					attempts++
+					if r.Body != nil {
+						r.Body.Close()
+					}
+					if tc.err != nil {
+						return nil, tc.err
+					}
+					b := &trackedBody{Reader: strings.NewReader("body")}
+					bodies = append(bodies, b)
+					return &http.Response{StatusCode: tc.status, Header: http.Header{}, Body: b, Request: r}, nil
+				})
+				tr := NewTransport(base, WithMaxAttempts(3))
+				req, _ := http.NewRequest(tc.method, "http://api.test/", strings.NewReader("x"))
+				if tc.key != "" {
+					req.Header.Set(tc.key, "k1")
+				}
+				resp, err := tr.RoundTrip(req)
+				if attempts != tc.want {
+					t.Errorf("%d attempts, want %d", attempts, tc.want)
 				}
 				if tc.err != nil {
-					return nil, tc.err
+					if !errors.Is(err, tc.err) && err != tc.err {
+						t.Errorf("err = %v, want the transport error", err)
+					}
+					return
 				}
-				b := &trackedBody{Reader: strings.NewReader("body")}
-				bodies = append(bodies, b)
-				return &http.Response{StatusCode: tc.status, Header: http.Header{}, Body: b, Request: r}, nil
+				if err != nil || resp.StatusCode != tc.status {
+					t.Fatalf("got %v, %v", resp, err)
+				}
+				// Intermediate bodies were drained and closed; the last is untouched.
+				for i, b := range bodies[:len(bodies)-1] {
+					if !b.closed || b.read != 4 {
+						t.Errorf("intermediate body %d: closed=%v read=%d", i, b.closed, b.read)
+					}
+				}
+				if last := bodies[len(bodies)-1]; last.closed || last.read != 0 {
+					t.Errorf("last body touched: closed=%v read=%d", last.closed, last.read)
+				}
 			})
-			tr := NewTransport(base, WithClock(newFakeClock()), WithMaxAttempts(3))
-			req, _ := http.NewRequest(tc.method, "http://api.test/", strings.NewReader("x"))
-			if tc.key != "" {
-				req.Header.Set(tc.key, "k1")
-			}
-			resp, err := tr.RoundTrip(req)
-			if attempts != tc.want {
-				t.Errorf("%d attempts, want %d", attempts, tc.want)
-			}
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) && err != tc.err {
-					t.Errorf("err = %v, want the transport error", err)
-				}
-				return
-			}
-			if err != nil || resp.StatusCode != tc.status {
-				t.Fatalf("got %v, %v", resp, err)
-			}
-			// Intermediate bodies were drained and closed; the last is untouched.
-			for i, b := range bodies[:len(bodies)-1] {
-				if !b.closed || b.read != 4 {
-					t.Errorf("intermediate body %d: closed=%v read=%d", i, b.closed, b.read)
-				}
-			}
-			if last := bodies[len(bodies)-1]; last.closed || last.read != 0 {
-				t.Errorf("last body touched: closed=%v read=%d", last.closed, last.read)
-			}
 		})
 	}
 }
 
 // TestDrainBoundedAndConnectionReuse: an intermediate body is read at most
-// DrainLimit+1 bytes, and a small one is drained so that its connection is
-// reused for the retry.
+// DrainLimit+1 bytes, and a small one is drained during the wait so that
+// its connection is reused for the retry. In a bubble, over an in-memory
+// network: the waits are virtual, and the drains (real work) end before
+// them, as they do in real time.
 func TestDrainBoundedAndConnectionReuse(t *testing.T) {
-	var conns atomic.Int32
-	s := &scripted{steps: repeat(3, reply(429, "Retry-After", "1"))}
-	srv := httptest.NewUnstartedServer(s)
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
+	synctest.Test(t, func(t *testing.T) {
+		var conns atomic.Int32
+		s := &scripted{steps: repeat(3, reply(429, "Retry-After", "1"))}
+		srv, base := servePipe(t, s)
+		dial := base.DialContext
+		base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conns.Add(1)
+			return dial(ctx, network, addr)
 		}
-	}
-	srv.Start()
-	defer srv.Close()
-	c := &http.Client{Transport: NewTransport(srv.Client().Transport, WithClock(newFakeClock()))}
-	resp, err := c.Get(srv.URL)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("got %v, %v", resp, err)
-	}
-	resp.Body.Close()
-	if n := conns.Load(); n != 1 {
-		t.Errorf("%d connections for 4 attempts, want 1 (bodies drained)", n)
-	}
-
-	huge := &trackedBody{Reader: io.LimitReader(zeros{}, 10<<20)}
-	first := true
-	base := rtFunc(func(r *http.Request) (*http.Response, error) {
-		if first {
-			first = false
-			return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"1"}}, Body: huge}, nil
+		c := &http.Client{Transport: NewTransport(base)}
+		resp, err := c.Get(srv.URL)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("got %v, %v", resp, err)
 		}
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+		resp.Body.Close()
+		if n := conns.Load(); n != 1 {
+			t.Errorf("%d connections for 4 attempts, want 1 (bodies drained)", n)
+		}
 	})
-	req, _ := http.NewRequest("GET", "http://api.test/", nil)
-	if _, err := NewTransport(base, WithClock(newFakeClock())).RoundTrip(req); err != nil {
-		t.Fatal(err)
-	}
-	if !huge.closed || huge.read > DrainLimit+1 {
-		t.Errorf("huge body: closed=%v read=%d, want closed after at most %d", huge.closed, huge.read, DrainLimit+1)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		huge := &trackedBody{Reader: io.LimitReader(zeros{}, 10<<20)}
+		first := true
+		base := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if first {
+				first = false
+				return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"1"}}, Body: huge}, nil
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+		})
+		req, _ := http.NewRequest("GET", "http://api.test/", nil)
+		if _, err := NewTransport(base).RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		if !huge.closed || huge.read > DrainLimit+1 {
+			t.Errorf("huge body: closed=%v read=%d, want closed after at most %d", huge.closed, huge.read, DrainLimit+1)
+		}
+	})
 }
 
 type zeros struct{}
