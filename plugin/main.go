@@ -346,6 +346,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		h.sample(nowNanos(), true)
 	}
 	h.settle()
+	// The headers say what holds once the request was let through: a
+	// held or queued request's Reset without the time it waited.
+	h.verdict.Forwarded(h.sent)
 	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])

@@ -309,7 +309,7 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
 	rem := lim.Limit() - d.InFlight
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(hk.rule) > v.Reset) {
-		v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(hk.rule), lim.Limit()
+		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(hk.rule), lim.Limit(), 0
 	}
 }
 
@@ -564,7 +564,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r)})
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
 	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
-		v.Report, v.Remaining, v.Reset, v.ReportLimit = r, rem, e.HoldEstimate(w.rule), op.lim.Limit()
+		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0
 	}
 	e.Stats.Rules[w.rule].Delayed++
 	e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)

@@ -188,7 +188,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			continue
 		}
 		if !r.Shadow && (v.Report == r || v.Report == nil || d.Remaining < v.Remaining) {
-			v.Report, v.Remaining, v.Reset = r, d.Remaining, d.Reset
+			v.Report, v.Remaining, v.Reset, v.measured = r, d.Remaining, d.Reset, now
 		}
 	}
 	v.post = postList{}

@@ -56,6 +56,11 @@ type Verdict struct {
 	Remaining  int64
 	Reset      time.Duration
 	RetryAfter time.Duration
+	// measured is when Reset was measured (ns), for a Report whose quota
+	// comes back with time (a rate rule, local or global); 0 for a
+	// concurrency rule, whose Reset estimates a hold and does not count
+	// down. Forwarded uses it.
+	measured int64
 	// Violated has bit i set for every rule i (config order, at most
 	// config.MaxRules) that refused the request (Outcome Reject): the
 	// one that rejected it and those that would have too. The lowest is
@@ -221,7 +226,7 @@ func Regions(cfg *config.Config) []Region {
 	rs := make([]Region, len(cfg.Rules))
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst())}
+		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay)}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
 			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
@@ -238,16 +243,28 @@ func (e *Engine) Table() *Table { return e.table }
 
 // requestInfo caches what one decision read from the request.
 type requestInfo struct {
-	req      Request
-	path     string
-	method   string
+	req    Request
+	path   string
+	method string
+	// own is the client's address (after X-Forwarded-For), which
+	// exempt_cidrs are matched against; client is own grouped by
+	// ipv6_prefix, the identity rules key on.
+	own      ipaddr.Addr
 	client   ipaddr.Addr
 	haveAddr bool
 }
 
+// clientAddr returns the identity rules key the client by: its address
+// grouped by ipv6_prefix.
 func (ri *requestInfo) clientAddr(cfg *config.Config) ipaddr.Addr {
+	ri.ownAddr(cfg)
+	return ri.client
+}
+
+// ownAddr returns the client's own address, read once per request.
+func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 	if ri.haveAddr {
-		return ri.client
+		return ri.own
 	}
 	ri.haveAddr = true
 	// xff_trusted_hops counts X-Forwarded-For exactly as it reaches the
@@ -257,21 +274,21 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) ipaddr.Addr {
 	// header and so equals its last entry), and skipping an entry it did
 	// not append would hand the key to whatever the client wrote: counting
 	// every entry errs, when misconfigured, towards a proxy's address.
+	a, ok := ipaddr.Addr{}, false
 	if n := cfg.ClientIP.XFFTrustedHops; n > 0 {
-		if xff, ok := ri.req.Header("x-forwarded-for"); ok {
-			if a, ok := XFFFromRight(xff, n); ok {
-				ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
-				return ri.client
-			}
+		if xff, found := ri.req.Header("x-forwarded-for"); found {
+			a, ok = XFFFromRight(xff, n)
 		}
 	}
-	src, srcOK := ParseHostPort(ri.req.SourceAddress())
-	if srcOK {
-		ri.client = GroupAddr(src, cfg.ClientIP.IPv6Prefix)
+	if !ok {
+		a, ok = ParseHostPort(ri.req.SourceAddress())
 	}
 	// An unparsable address leaves the zero Addr: such clients share one
 	// identity rather than escaping the limit.
-	return ri.client
+	if ok {
+		ri.own, ri.client = a, GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+	}
+	return ri.own
 }
 
 // Decide evaluates every rule that matches req at now (nanoseconds).
@@ -283,7 +300,7 @@ func (ri *requestInfo) clientAddr(cfg *config.Config) ipaddr.Addr {
 // rules, then take concurrency slots and ask the global rules (each only
 // for a request every rule before it admitted), then admit or refuse.
 func (e *Engine) Decide(req Request, now int64) Verdict {
-	var v Verdict
+	v := Verdict{measured: now} // the rate rules' numbers are now's
 	ri := e.matchRules(req)
 	if len(e.matched) == 0 {
 		return v
@@ -340,12 +357,15 @@ func (e *Engine) matchRules(req Request) requestInfo {
 	return ri
 }
 
-// exempt reports (and counts) a client in exempt_cidrs.
+// exempt reports (and counts) a client in exempt_cidrs. The client's own
+// address decides, not its ipv6_prefix group: an exempt range narrower
+// than the group exempts only the addresses inside it. A zone (fe80::1%eth0)
+// does not matter: exempt_cidrs have none.
 func (e *Engine) exempt(ri *requestInfo) bool {
 	if len(e.cfg.Exempt) == 0 {
 		return false
 	}
-	a := ri.clientAddr(e.cfg)
+	a := ri.ownAddr(e.cfg).WithZone("")
 	for _, p := range e.cfg.Exempt {
 		if p.Contains(a) {
 			e.Stats.Exempt++
@@ -478,10 +498,27 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 	e.countPost(v)
 }
 
+// Forwarded makes v's numbers those at at (ns), when the request was let
+// through to the upstream (after a hold or a queue wait), for its
+// response's headers: a rate rule's Reset counts down from when it was
+// measured, as the quota comes back with time; Remaining stays what the
+// request left (a held request was held until its reservation came due,
+// so the delaying rule has as much left at release as it had at arrival).
+// A Reset measured later than at (a charge after the response) is kept.
+func (v *Verdict) Forwarded(at int64) {
+	if v.Report == nil || v.measured == 0 || at <= v.measured {
+		return
+	}
+	v.Reset = max(0, v.Reset-time.Duration(at-v.measured))
+	v.measured = at
+}
+
 // refuse makes v the rejection by rule rejected: the charges already made
 // are refunded, and the Retry-After is the longest among the rules not yet
 // evaluated, so that the client's retry is not rejected by the next rule
-// in line.
+// in line. A later rule is asked as it would decide the request, with its
+// max_delay: one that would only hold it did not refuse it, so it is not
+// violated and its hold does not lengthen the Retry-After.
 func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	v.Outcome = Reject
 	v.Delay = 0
@@ -508,7 +545,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 		if !r.Cost.AfterResponse() {
 			n = e.requestCost(r, ri)
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, 0)
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, e.maxDelay(r))
 		if err != nil || d.Allowed {
 			continue
 		}

@@ -427,3 +427,51 @@ func TestMappedExemptRange(t *testing.T) {
 		}
 	}
 }
+
+// Forwarded reports a rate rule's Reset from when the request is let
+// through: a request held 6s, whose quota is fully restored 12s after its
+// arrival, reports 6s. A concurrency rule's Reset estimates a hold and does
+// not count down.
+func TestForwardedCountsDownRateResets(t *testing.T) {
+	e := New(mustConfig(t, `{"rules":[{"name":"pace","limit":10,"window":"1m","burst":1,"max_delay":"1m"}]}`), newMemStore(), 1)
+	e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+	if v.Outcome != Delay || v.Delay != 6*time.Second || v.Reset != 12*time.Second {
+		t.Fatalf("second request: outcome %d delay %v reset %v, want held 6s, reset 12s", v.Outcome, v.Delay, v.Reset)
+	}
+	v.Forwarded(t0 - int64(time.Second)) // before it was measured: kept
+	v.Forwarded(t0 + int64(v.Delay))
+	if v.Reset != 6*time.Second {
+		t.Errorf("forwarded after its 6s hold: reset %v, want 6s", v.Reset)
+	}
+	c := New(mustConfig(t, `{"rules":[{"name":"slots","algorithm":"concurrency","limit":2}]}`), newMemStore(), 1)
+	cv := c.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+	if cv.Report == nil || cv.Outcome != Allow {
+		t.Fatalf("concurrency: outcome %d report %v", cv.Outcome, cv.Report)
+	}
+	reset := cv.Reset
+	cv.Forwarded(t0 + int64(time.Minute))
+	if cv.Reset != reset {
+		t.Errorf("concurrency Reset %v became %v a minute later; an estimate of a hold does not count down", reset, cv.Reset)
+	}
+}
+
+// The exemption is decided on the client's own address (after
+// X-Forwarded-For), the key on its ipv6_prefix group: a /128 exempts one
+// host of a /64, and the rest of the /64 shares one budget.
+func TestExemptByOwnAddressKeyByGroup(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1},
+		"exempt_cidrs":["2001:db8::10/128","fe80::/10"]}`)
+	e := New(cfg, newMemStore(), 1)
+	for _, s := range []string{"2001:db8::10", "[2001:db8::10]:443", "fe80::1%eth0"} {
+		if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s), t0); !v.Exempt {
+			t.Errorf("%q is in an exempt range but was not exempt", s)
+		}
+	}
+	if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "2001:db8::11"), t0); v.Exempt || v.Outcome != Allow {
+		t.Errorf("2001:db8::11: exempt %v, outcome %d; want limited and admitted", v.Exempt, v.Outcome)
+	}
+	if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "2001:db8::12"), t0); v.Outcome != Reject {
+		t.Errorf("2001:db8::12, same /64 as ::11: outcome %d, want rejected (one budget per /64)", v.Outcome)
+	}
+}

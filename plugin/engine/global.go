@@ -813,7 +813,7 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	reset := time.Duration(end - now)
 	v := &p.verdict
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && reset > v.Reset) {
-		v.Report, v.Remaining, v.Reset = r, rem, reset
+		v.Report, v.Remaining, v.Reset, v.measured = r, rem, reset, now
 	}
 }
 

@@ -274,7 +274,7 @@ func TestShareChangeKeepsStates(t *testing.T) {
 		t.Errorf("layout record: prev %d until %d, want a previous layout that ended before %d", rg.prevBuckets, rg.prevUntil, at)
 	}
 	for c := 0; c < clients; c++ {
-		if _, ok, _ := later.previous(rg, fp(c), at); ok {
+		if ok, _ := later.previous(rg, &spot{fp: fp(c), i: -1}, -1, at); ok {
 			t.Fatalf("client %d still looked up in the previous layout after its states recovered", c)
 		}
 	}

@@ -13,10 +13,36 @@ import (
 // shared data (key <prefix>n: current, previous, and until when the
 // previous layout may still hold active states): for the lifetime of a
 // state after a change, a client not found in its bucket is looked for in
-// its bucket of the previous layout, and its state is used where it is.
-// That costs a read only for clients not in their bucket (new ones, and
-// the moved), only during that time, and no memory: the previous layout's
-// keys exist already (shared data has no delete).
+// its bucket of the previous layout. That costs a read only for clients not
+// in their bucket (new ones, and the moved), only during that time, and no
+// memory: the previous layout's keys exist already (shared data has no
+// delete).
+//
+// A state found there moves into the client's current bucket on its first
+// write, so an active client keeps it however long it stays active. The
+// move is two writes on two keys, each a CAS, and loses no update: first
+// the old slot is marked as moving (its fingerprint becomes movedFP(fp)),
+// which freezes it (no writer updates a marked slot in place, and it is not
+// free until its expiry), then the state, with the write's own change, is
+// stored in a free slot of the current bucket under that bucket's CAS,
+// read while the client was not there. Whoever writes the client next,
+// on any worker, finds the new slot first; one that read the current
+// bucket before it existed fails its CAS and reads again. A write that
+// finds a marked slot (a move under way, or one whose second write failed)
+// completes the move from the frozen state. If the current bucket is full,
+// an unmarked state is updated where it is, and a marked one cannot be:
+// the client is then decided on the rule's overflow state, as a client
+// whose bucket is full. A marked slot is left until its expiry, not
+// cleared: a reader that saw the current bucket before the move finds the
+// frozen state there rather than nothing (a fresh budget); until then the
+// census may count the client twice.
+//
+// The workers of the previous configuration keep deciding requests while
+// Envoy drains its connections. Such a worker finds a moved client marked
+// in its own current bucket: it reads the layout record, which names the
+// newer layout, and decides the client where that layout keeps it (elsewhere,
+// forward), completing the move if needed, so both configurations share one
+// state.
 
 // AdoptLayouts records each region's bucket count in shared data at now,
 // learning its previous one when the count changed. Every worker calls it
@@ -56,39 +82,186 @@ func (t *Table) adoptLayout(rg *region, now int64) {
 	}
 }
 
-// previous finds client fp's active state in its bucket of rg's previous
-// layout, while that layout may hold some.
-func (t *Table) previous(rg *region, fp uint64, now int64) (spot, bool, error) {
+// movedFP marks the slot of client fp in its bucket of the previous layout
+// once its state is moving to its current bucket.
+func movedFP(fp uint64) uint64 { return fp ^ 0x9e3779b97f4a7c15 }
+
+// prevSlot is a client's slot in its bucket of the previous layout that
+// its state moves out of (a spot's from): slot i of val, read under cas.
+type prevSlot struct {
+	key    string
+	val    []byte
+	cas    uint32
+	i      int
+	marked bool // already marked as moving
+}
+
+// elsewhere looks for client sp.fp's state outside its current bucket,
+// where a change of layout left it, for sp, the client's spot in that
+// bucket (sp.i its free slot, -1 if none). A slot of the bucket marked as
+// the client's moving out (moved) means its state was moved out: if the
+// layout record names a newer layout (this worker runs the configuration
+// before it, whose connections Envoy drains), the client is decided where
+// that layout keeps it (forward). Otherwise it is looked for in its bucket of the
+// previous layout (previous), and a marked slot with no state found there
+// is the client's (a move that found its destination full, before the
+// layout changed back): it is taken back as it is. It reports whether sp
+// now holds the state; false with sp.i -1 when the client is to be decided
+// on the rule's overflow state.
+func (t *Table) elsewhere(rg *region, sp *spot, now int64) (bool, error) {
+	moved := findMoved(sp.val, sp.fp, now)
+	if moved >= 0 {
+		if ok, newer, err := t.forward(rg, sp, moved, now); err != nil || newer {
+			return ok, err
+		}
+	}
+	dest := sp.i
+	if moved >= 0 {
+		dest = moved // no other slot of the bucket for one client
+	}
+	if ok, err := t.previous(rg, sp, dest, now); err != nil || ok {
+		return ok, err
+	}
+	if moved >= 0 {
+		sp.i = moved
+		putUint64(sp.slot()[0:8], sp.fp)
+		return true, nil
+	}
+	return false, nil
+}
+
+// previous looks for client sp.fp's active state in its bucket of rg's
+// previous layout, while that layout may hold some. Found, sp becomes slot
+// dest of its current bucket (if >= 0) with the state copied in, to move
+// it there on a write (sp.from); with no such slot, the old slot itself,
+// unless it is marked (frozen): then sp.i is -1 (the overflow state). A
+// slot holding the state is preferred to one marked as moving it. It
+// reports whether sp now holds the state.
+func (t *Table) previous(rg *region, sp *spot, dest int, now int64) (bool, error) {
+	fp := sp.fp
 	if rg.prevBuckets == 0 || now >= rg.prevUntil {
-		return spot{}, false, nil
+		return false, nil
 	}
 	b := jumpHash(fp, rg.prevBuckets)
 	if b == jumpHash(fp, rg.buckets) {
-		return spot{}, false, nil
+		return false, nil
 	}
+	key, val, cas, err := t.readOld(rg, b)
+	if err != nil {
+		return false, err
+	}
+	j, marked := findSlotOrMoved(val, fp, now)
+	switch {
+	case j < 0:
+		return false, nil
+	case dest >= 0:
+		sp.i = dest
+		sp.from = prevSlot{key: key, val: val, cas: cas, i: j, marked: marked}
+		copy(sp.slot(), val[j*slotSize:(j+1)*slotSize])
+		putUint64(sp.slot()[0:8], fp)
+	case marked:
+		sp.i = -1
+		return false, nil
+	default:
+		*sp = spot{key: key, val: val, cas: cas, i: j, kind: SlotOwn, fp: fp}
+	}
+	return true, nil
+}
+
+// forward decides client sp.fp, marked as moving out of slot moved of its
+// current bucket (sp), where the newer layout that rg's layout record
+// names, if any (newer), keeps it: its own slot there, else a free one the
+// frozen state moves into on a write, else (full) the overflow state
+// (false, sp.i -1).
+func (t *Table) forward(rg *region, sp *spot, moved int, now int64) (ok, newer bool, err error) {
+	rec, _, found, err := t.store.Get(rg.prefix + "n")
+	if err != nil || !found || len(rec) != 24 {
+		return false, false, err
+	}
+	cur, prev := getUint64(rec[0:8]), getUint64(rec[8:16])
+	if prev != rg.buckets || cur == rg.buckets || cur == 0 {
+		return false, false, nil
+	}
+	b := jumpHash(sp.fp, cur)
+	if b == jumpHash(sp.fp, rg.buckets) {
+		return false, false, nil
+	}
+	key, val, cas, err := t.readOld(rg, b)
+	if err != nil {
+		return false, true, err
+	}
+	fp, from := sp.fp, prevSlot{key: sp.key, val: sp.val, cas: sp.cas, i: moved, marked: true}
+	*sp = spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
+	switch {
+	case sp.i < 0:
+		return false, true, nil
+	case getUint64(val[sp.i*slotSize:]) != fp:
+		sp.from = from
+		copy(sp.slot(), from.val[moved*slotSize:(moved+1)*slotSize])
+		putUint64(sp.slot()[0:8], fp)
+	}
+	return true, true, nil
+}
+
+// readOld reads bucket b of rg in another layout than the current one,
+// into the table's second buffer (t.old, its key in t.oldKey).
+func (t *Table) readOld(rg *region, b uint64) (string, []byte, uint32, error) {
 	t.oldKey = append(t.oldKey[:0], rg.prefix...)
 	t.oldKey = strconv.AppendUint(t.oldKey, b, 10)
 	key := unsafeString(t.oldKey)
 	val, cas, err := t.loadInto(key, BucketSize, &t.old)
-	if err != nil {
-		return spot{}, false, err
-	}
-	for i := 0; i < SlotsPerBucket; i++ {
-		s := val[i*slotSize:]
-		if getUint64(s[0:8]) == fp && int64(getUint64(s[8:16])) > now {
-			return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, true, nil
-		}
-	}
-	return spot{}, false, nil
+	return key, val, cas, err
 }
 
-// stateLife is the longest a state of a rule with this window, limit and
-// burst stays active: a full refill (burst x window / limit) or two
-// windows (a sliding window), whichever is longer; a minute for the rules
-// without a window (concurrency slots live 2 epochs).
-func stateLife(window time.Duration, limit, burst int64) time.Duration {
+// findSlotOrMoved returns client fp's active slot of the bucket val, else
+// its active slot marked as moving out (marked), else -1.
+func findSlotOrMoved(val []byte, fp uint64, now int64) (int, bool) {
+	for j := 0; j < SlotsPerBucket; j++ {
+		if s := val[j*slotSize:]; getUint64(s[0:8]) == fp && int64(getUint64(s[8:16])) > now {
+			return j, false
+		}
+	}
+	j := findMoved(val, fp, now)
+	return j, j >= 0
+}
+
+// findMoved returns client fp's active slot of the bucket val marked as
+// moving out, else -1.
+func findMoved(val []byte, fp uint64, now int64) int {
+	for j := 0; j < SlotsPerBucket; j++ {
+		if s := val[j*slotSize:]; getUint64(s[0:8]) == movedFP(fp) && int64(getUint64(s[8:16])) > now {
+			return j
+		}
+	}
+	return -1
+}
+
+// markMoving marks the old slot of sp's client as moving (movedFP) under
+// the CAS it was read with; retry: it changed meanwhile, read again.
+func (t *Table) markMoving(sp *spot) (retry bool, err error) {
+	f := &sp.from
+	putUint64(f.val[f.i*slotSize:], movedFP(sp.fp))
+	mismatch, err := t.store.Set(f.key, f.val, f.cas)
+	if err != nil {
+		t.Stats.StoreErrors++
+		return false, err
+	}
+	if mismatch {
+		t.Stats.CASRetries++
+		return true, nil
+	}
+	f.marked = true
+	return false, nil
+}
+
+// stateLife is the longest a state of a rule with this window, limit,
+// burst and max_delay stays active after it was written: a full refill
+// (burst x window / limit) or two windows (a sliding window), whichever is
+// longer, plus max_delay (a held request reserves up to that far ahead); a
+// minute for the rules without a window (concurrency slots live 2 epochs).
+func stateLife(window time.Duration, limit, burst int64, maxDelay time.Duration) time.Duration {
 	if window <= 0 || limit <= 0 {
 		return time.Minute
 	}
-	return max(2*window, window/time.Duration(limit)*time.Duration(burst))
+	return max(2*window, window/time.Duration(limit)*time.Duration(burst)) + max(maxDelay, 0)
 }

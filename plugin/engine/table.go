@@ -190,7 +190,10 @@ const (
 )
 
 // spot is where a client's state is: slot i of the value val of key, read
-// under cas; kind says whether it is the rule's overflow state.
+// under cas; kind says whether it is the rule's overflow state. A state
+// found in the previous layout is copied into a free slot of the client's
+// current bucket: from is then the slot it moves out of on a write
+// (layout.go), val nil otherwise.
 type spot struct {
 	key  string
 	val  []byte
@@ -198,6 +201,7 @@ type spot struct {
 	i    int
 	kind int
 	fp   uint64 // the fingerprint the slot is marked with
+	from prevSlot
 }
 
 func (sp *spot) slot() []byte { return sp.val[sp.i*slotSize : (sp.i+1)*slotSize] }
@@ -211,17 +215,18 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	if err != nil {
 		return spot{}, err
 	}
-	i := findSlot(val, fp, now)
-	if i >= 0 && getUint64(val[i*slotSize:]) == fp {
-		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
+	sp := spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
+	if sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp {
+		return sp, nil
 	}
-	// Not in its bucket: still in its bucket of the previous layout? (key
-	// and val stay valid: previous reads into other buffers.)
-	if sp, ok, err := t.previous(rg, fp, now); err != nil || ok {
+	// Not in its bucket: left elsewhere by a change of layout? (key and
+	// val stay valid: the other layout's bucket is read into other
+	// buffers.)
+	if ok, err := t.elsewhere(rg, &sp, now); err != nil || ok {
 		return sp, err
 	}
-	if i >= 0 {
-		return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
+	if sp.i >= 0 {
+		return sp, nil
 	}
 	return t.overflow(rule)
 }
@@ -281,7 +286,7 @@ func (t *Table) Update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 			}
 		}
 		st.Encode(s[16:])
-		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, now+int64(lim.Reset(st, now)))
+		retry, err := t.write(&sp, s, now+int64(lim.Reset(st, now)))
 		if err != nil {
 			return limit.Decision{}, sp.kind, err
 		}
@@ -335,7 +340,7 @@ func (t *Table) Modify(fp uint64, rule int, onlyOverflow bool, now int64, m Modi
 			return sp.kind, nil
 		}
 		next.Encode(s[16:])
-		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
+		retry, err := t.write(&sp, s, expiry)
 		if err != nil {
 			return sp.kind, err
 		}
@@ -408,6 +413,18 @@ func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, u
 		clear(val)
 	}
 	return val, cas, nil
+}
+
+// write stores slot s of sp (storeSlot); a state moving out of the
+// previous layout (sp.from) first marks its old slot as moving, unless it
+// is already (layout.go). retry: read again.
+func (t *Table) write(sp *spot, s []byte, expiry int64) (retry bool, err error) {
+	if sp.from.val != nil && !sp.from.marked {
+		if retry, err := t.markMoving(sp); retry || err != nil {
+			return retry, err
+		}
+	}
+	return t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
 }
 
 // storeSlot marks slot s of value val as fp's until expiry (the caller
@@ -483,7 +500,7 @@ func (t *Table) Lease(fp uint64, rule int, now, expiry int64, fn func(*lease.Sta
 			return st, nil
 		}
 		st.Encode(s[16:])
-		retry, err := t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
+		retry, err := t.write(&sp, s, expiry)
 		if err != nil {
 			return lease.State{}, err
 		}
@@ -508,16 +525,16 @@ func (t *Table) leaseSpot(fp uint64, rule int, now int64) (spot, error) {
 	if err != nil {
 		return spot{}, err
 	}
-	i := findSlot(val, fp, now)
-	if i < 0 || getUint64(val[i*slotSize:]) != fp {
-		if sp, ok, err := t.previous(&t.regions[rule], fp, now); err != nil || ok {
+	sp := spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
+	if sp.i < 0 || getUint64(val[sp.i*slotSize:]) != fp {
+		if ok, err := t.elsewhere(&t.regions[rule], &sp, now); err != nil || ok {
 			return sp, err
 		}
 	}
-	if i < 0 {
+	if sp.i < 0 {
 		return spot{}, ErrFull
 	}
-	return spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: fp}, nil
+	return sp, nil
 }
 
 // OverflowQuiet is how long a rule must go without a decision on its
