@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/wasmhost"
@@ -74,4 +75,21 @@ func send(vm *wasmhost.VM, method, path, client string, headers ...[2]string) *w
 	r.Properties = wasmhost.Properties{"source.address": client}
 	r.Response = &wasmhost.Response{Status: 200, Body: []byte("ok")}
 	return vm.Request(r)
+}
+
+// healthy fails t if a VM trapped, logged a recovered panic, or the host
+// noticed something Envoy would mishandle.
+func healthy(t *testing.T, vms ...*wasmhost.VM) {
+	t.Helper()
+	for _, vm := range vms {
+		if err := vm.Failed(); err != nil {
+			t.Errorf("vm %d failed: %v", vm.ID(), err)
+		}
+		for _, w := range vm.Warnings() {
+			t.Errorf("vm %d host warning: %s", vm.ID(), w)
+		}
+		if strings.Contains(vm.LogText(), "internal error") {
+			t.Errorf("vm %d recovered from a panic:\n%s", vm.ID(), vm.LogText())
+		}
+	}
 }

@@ -14,23 +14,6 @@ import (
 // Throttling (held requests) and the numbers responses report, checked
 // against docs/configuration.md (Throttling, Responses).
 
-// healthy fails t if a VM trapped, logged a recovered panic, or the host
-// noticed something Envoy would mishandle.
-func healthy(t *testing.T, vms ...*wasmhost.VM) {
-	t.Helper()
-	for _, vm := range vms {
-		if err := vm.Failed(); err != nil {
-			t.Errorf("vm %d failed: %v", vm.ID(), err)
-		}
-		for _, w := range vm.Warnings() {
-			t.Errorf("vm %d host warning: %s", vm.ID(), w)
-		}
-		if strings.Contains(vm.LogText(), "internal error") {
-			t.Errorf("vm %d recovered from a panic:\n%s", vm.ID(), vm.LogText())
-		}
-	}
-}
-
 // TestHeldRequestWhoseClientLeaves: "A held request whose client goes
 // away is forgotten" (docs/configuration.md, Throttling): the held gauge
 // returns to 0 and nothing fails. Whether the reservation of the request
