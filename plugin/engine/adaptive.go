@@ -33,7 +33,9 @@ const (
 	// learnerIdle: a worker's copy of a Gauge unused this long is
 	// forgotten (it is read again when needed).
 	learnerIdle = 5 * time.Second
-	// MaxLearners bounds the Gauges one worker keeps a copy of.
+	// MaxLearners bounds the Gauges one worker keeps a copy of, besides
+	// those of keys with a request in flight on it (their latency is
+	// still to come: a copy forgotten then would lose it).
 	MaxLearners = 4096
 	// gaugeSalt makes the ID of a rule's Gauge region out of the rule's.
 	gaugeSalt = 0x6761756765000000
@@ -62,12 +64,15 @@ type learnKey struct {
 
 // learner is this worker's view of one Gauge.
 type learner struct {
-	g       limit.Gauge
-	seen    int64 // when this worker first saw round g.Round
-	batch   limit.Samples
-	synced  int64 // last exchange with shared data
-	used    int64
-	noShare bool // shared data failed: decide on the copy alone
+	g      limit.Gauge
+	seen   int64 // when this worker first saw round g.Round
+	batch  limit.Samples
+	synced int64 // last exchange with shared data
+	used   int64
+	// inFlight counts this worker's requests holding the rule's slot for
+	// this key: their samples are still to come.
+	inFlight int
+	noShare  bool // shared data failed: decide on the copy alone
 }
 
 // gaugeOp is the Modifier of Gauge transitions.
@@ -168,13 +173,40 @@ func gaugeRegions(cfg *config.Config) []int {
 }
 
 // forgetLearners drops the views not used for learnerIdle (all idle ones
-// with nothing to add when force is set, to make room).
+// with nothing to add when force is set, to make room); never one with a
+// request in flight.
 func (e *Engine) forgetLearners(now int64, force bool) {
 	for k, l := range e.learners {
-		if l.batch.N == 0 && (force || now-l.used > int64(learnerIdle)) {
+		if l.batch.N == 0 && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
 			delete(e.learners, k)
 		}
 	}
+}
+
+// learnerHolds counts one more (delta 1) or one fewer (-1) request of this
+// worker holding a slot of rule i for key fp, for an adaptive rule: its
+// view is kept while any does (see MaxLearners).
+func (e *Engine) learnerHolds(i int, fp uint64, delta int) {
+	if !IsAdaptive(&e.cfg.Rules[i]) {
+		return
+	}
+	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
+		l.inFlight = max(l.inFlight+delta, 0)
+	}
+}
+
+// releaseLimit returns the Limit a release of rule i's slot for key fp
+// runs on: slotLimit's, without reading a Gauge this worker has no view
+// of (the rule's upper bound then: a release needs the limit only to tell
+// whether the slots were all held).
+func (e *Engine) releaseLimit(i int, fp uint64) *limit.Limit {
+	r := &e.cfg.Rules[i]
+	l := e.learners[learnKey{rule: i, fp: fp}]
+	if !IsAdaptive(r) || l == nil {
+		return &r.Limit
+	}
+	e.slotLim = r.Limit.At(l.g.Current())
+	return &e.slotLim
 }
 
 // slotLimit returns the Limit the slot transitions of concurrency rule i
@@ -187,19 +219,6 @@ func (e *Engine) slotLimit(i int, fp uint64, now int64) *limit.Limit {
 	}
 	e.slotLim = r.Limit.At(e.learnerFor(i, fp, now).g.Current())
 	return &e.slotLim
-}
-
-// ruleLimit returns the number of requests in flight rule i allows: its
-// limit, or for an adaptive rule the limit it last learnt (any key).
-func (e *Engine) ruleLimit(i int) int64 {
-	r := &e.cfg.Rules[i]
-	if !IsAdaptive(r) {
-		return r.Limit.Limit()
-	}
-	if g := e.lastGauge[i]; g.Limit > 0 {
-		return g.Current()
-	}
-	return r.Limit.Gauge(limit.State{}).Current()
 }
 
 // atLimit reports whether an admission of rule i with inFlight requests in

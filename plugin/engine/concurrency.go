@@ -187,26 +187,28 @@ const MaxPollsPerTick = 256
 func (e *Engine) HoldEstimate(i int) time.Duration { return time.Duration(e.hold[i]) }
 
 // waitEstimate estimates how long a request with waiting tickets ahead of
-// it waits for a slot of rule i: slots free at about limit per hold time.
-func (e *Engine) waitEstimate(i int, waiting int64) time.Duration {
+// it waits for a slot of rule i under lim (the key's limit): slots free at
+// about lim per hold time.
+func (e *Engine) waitEstimate(i int, lim int64, waiting int64) time.Duration {
 	h := e.hold[i]
 	if h <= 0 {
 		return time.Second
 	}
-	return time.Duration((waiting + 1) * h / e.ruleLimit(i))
+	return time.Duration((waiting + 1) * h / max(lim, 1))
 }
 
-// queueBound is how many tickets rule i's queue may hold: MaxQueue, or
-// fewer when the observed hold time says the last could not start within
+// queueBound is how many tickets rule i's queue may hold under lim (the
+// key's limit: an adaptive rule learns one per key): MaxQueue, or fewer
+// when the observed hold time says the last could not start within
 // max_delay.
-func (e *Engine) queueBound(i int) int64 {
+func (e *Engine) queueBound(i int, lim int64) int64 {
 	r := &e.cfg.Rules[i]
 	if r.Shadow || r.MaxDelay <= 0 {
 		return 0
 	}
 	q := int64(limit.MaxQueue)
 	if h := e.hold[i]; h > 0 {
-		q = min(q, int64(r.MaxDelay)*e.ruleLimit(i)/h)
+		q = min(q, int64(r.MaxDelay)*lim/h)
 	}
 	return q
 }
@@ -248,7 +250,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 			e.overLimit(p.rule, p.fp)
 			st.ShadowRejected++
 			if v.Shadow == nil {
-				v.Shadow, v.ShadowRetryAfter = r, e.waitEstimate(p.rule, d.Waiting)
+				v.Shadow, v.ShadowRetryAfter = r, e.waitEstimate(p.rule, lim.Limit(), d.Waiting)
 			}
 		default:
 			e.overLimit(p.rule, p.fp)
@@ -267,7 +269,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 // already keeps MaxWaiters waiting.
 func (e *Engine) acquireOp(p pendingConc, lim *limit.Limit) *concOp {
 	op := &e.op
-	*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule)}
+	*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule, lim.Limit())}
 	if len(e.waiters) >= MaxWaiters {
 		op.queue = 0
 	}
@@ -307,6 +309,7 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 	e.hold1(hk, d.Epoch)
 	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now,
 		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
+	e.learnerHolds(hk.rule, hk.fp, 1)
 	rem := lim.Limit() - d.InFlight
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(hk.rule) > v.Reset) {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(hk.rule), lim.Limit(), 0
@@ -335,7 +338,7 @@ func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest 
 // waiting tickets ahead.
 func (e *Engine) rejectFull(v *Verdict, i int, lim *limit.Limit, waiting int64, now int64) {
 	e.releaseAll(v, now)
-	wait := e.waitEstimate(i, waiting)
+	wait := e.waitEstimate(i, lim.Limit(), waiting)
 	v.Report, v.Remaining, v.Reset, v.RetryAfter, v.ReportLimit = &e.cfg.Rules[i], 0, wait, wait, lim.Limit()
 	v.violate(i)
 }
@@ -369,7 +372,7 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 			continue
 		}
 		op := &e.op
-		*op = concOp{kind: opRelease, lim: e.slotLimit(s.Rule, s.FP, now), held: 1, epoch: h.epoch}
+		*op = concOp{kind: opRelease, lim: e.releaseLimit(s.Rule, s.FP), held: 1, epoch: h.epoch}
 		if _, err := e.table.Modify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
@@ -382,6 +385,7 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 		if h.n--; h.n <= 0 {
 			delete(e.holdings, hk)
 		}
+		e.learnerHolds(s.Rule, s.FP, -1)
 		if d := now - s.Since; d > 0 {
 			if e.hold[s.Rule] == 0 {
 				e.hold[s.Rule] = d
@@ -523,7 +527,7 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	v := w.verdict
 	e.refund(w, now)
 	e.releaseAll(&w.verdict, now)
-	wait := e.waitEstimate(w.rule, 0)
+	wait := e.waitEstimate(w.rule, e.slotLimit(w.rule, w.fp, now).Limit(), 0)
 	v.Outcome, v.Delay, v.Slots = Reject, 0, nil
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = &e.cfg.Rules[w.rule], 0, wait, wait
 	v.ReportLimit = e.slotLimit(w.rule, w.fp, now).Limit()
@@ -562,6 +566,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}, op.out.Epoch)
 	v := &w.verdict
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r)})
+	e.learnerHolds(w.rule, w.fp, 1)
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
 	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0
