@@ -280,6 +280,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	}()
 	p := h.plugin
 	now := nowNanos()
+	p.engine.HoldsFull = p.held.len() >= maxHeld
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict

@@ -35,6 +35,9 @@ type SlotRef struct {
 	// Saturated: an adaptive rule's slot taken at its learnt limit (or
 	// after a wait in its queue): see limit.Gauge.AtLimit.
 	Saturated bool
+	// Waited is how long the request waited in the rule's queue for the
+	// slot (0: taken at once); counted once the request is admitted.
+	Waited time.Duration
 }
 
 type holdKey struct {
@@ -238,9 +241,6 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 		e.lastSlots[p.rule] = slotsSeen{d.InFlight, d.Waiting}
 		switch {
 		case d.Admitted:
-			if !r.Shadow {
-				st.Allowed++
-			}
 			e.holdSlot(v, hk, lim, &d, now)
 		case d.Queued:
 			e.overLimit(p.rule, p.fp)
@@ -311,8 +311,29 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
 	e.learnerHolds(hk.rule, hk.fp, 1)
 	rem := lim.Limit() - d.InFlight
-	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(hk.rule) > v.Reset) {
+	// A shadow rule reports nothing but x-ratelimit-shadow (when it would
+	// refuse): its slots are not the client's limit.
+	if !r.Shadow && (v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(hk.rule) > v.Reset)) {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(hk.rule), lim.Limit(), 0
+	}
+}
+
+// countSlots counts the request of v, admitted, in the stats of the
+// concurrency rules whose slots it holds: allowed (taken at once) or
+// delayed (after a wait in the rule's queue, with its wait). A request
+// that a later rule refuses is counted by that rule only.
+func (e *Engine) countSlots(v *Verdict) {
+	for _, s := range v.Slots {
+		if e.cfg.Rules[s.Rule].Shadow {
+			continue
+		}
+		st := &e.Stats.Rules[s.Rule]
+		if s.Waited > 0 {
+			st.Delayed++
+			st.WaitNS += uint64(s.Waited)
+		} else {
+			st.Allowed++
+		}
 	}
 }
 
@@ -565,14 +586,13 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	r := &e.cfg.Rules[w.rule]
 	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}, op.out.Epoch)
 	v := &w.verdict
-	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r)})
+	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r),
+		Waited: time.Duration(max(now-w.arrived, 1))})
 	e.learnerHolds(w.rule, w.fp, 1)
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
 	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0
 	}
-	e.Stats.Rules[w.rule].Delayed++
-	e.Stats.Rules[w.rule].WaitNS += uint64(now - w.arrived)
 	if v.Delayer == nil {
 		v.Delayer = r // it waited in r's queue
 	}

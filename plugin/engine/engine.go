@@ -148,6 +148,10 @@ type Engine struct {
 	adaptiveRules    // learnt limits (adaptive.go)
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
+	// HoldsFull: the worker holds as many requests as it can (the plugin
+	// sets it before each decision); a rate rule that would hold a
+	// request (max_delay) refuses it instead.
+	HoldsFull bool
 	// RoundEnded, when set, is told each decision of an adaptive rule's
 	// Gauge this worker made: rule i's Gauge went from prev (its last
 	// round's samples, without the batch that ended it) to next.
@@ -482,9 +486,10 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 }
 
 // countAdmitted counts the request of v, admitted (or delayed by a rate
-// rule: v.Delay) with the charges made, in the stats of its rate rules:
-// at once, or after it waited in a concurrency rule's queue (resume).
+// rule: v.Delay) with the charges made, in the stats of its rules: at
+// once, or after it waited in a concurrency rule's queue (resume).
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
+	e.countSlots(v)
 	for _, c := range charged {
 		if !e.cfg.Rules[c.rule].Shadow {
 			e.Stats.Rules[c.rule].Charged += uint64(c.n)
@@ -571,7 +576,7 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 
 // maxDelay is how long rule r may hold a request.
 func (e *Engine) maxDelay(r *config.Rule) time.Duration {
-	if r.Shadow {
+	if r.Shadow || e.HoldsFull {
 		return 0
 	}
 	return r.MaxDelay

@@ -881,6 +881,7 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 // finishAdmit counts p's admission by every rule that charged it.
 func (e *Engine) finishAdmit(p *Pending) {
 	v := &p.verdict
+	e.countSlots(v)
 	v.Outcome = Allow
 	if v.Delay > 0 {
 		v.Outcome = Delay

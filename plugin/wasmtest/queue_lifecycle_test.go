@@ -569,26 +569,30 @@ func TestQueuedThenHeldQueueFull(t *testing.T) {
 	wantState(t, "a", a, wasmhost.StreamUpstream)
 	var fill []*wasmhost.Stream
 	for i := 0; i < 4096; i++ {
-		s := open(t, vms[0], "/fill", "10.0.0.2:1") // held by pace, (i+1)*10ms
+		if i == 4095 {
+			// b queues while the worker can still hold one more.
+			b := open(t, vms[0], "/buy", "10.0.0.2:1") // pace: 40.96s; store: queued
+			wantState(t, "b", b, wasmhost.StreamPaused)
+			fill = append(fill, b)
+		}
+		s := open(t, vms[0], "/fill", "10.0.0.2:1") // held by pace
 		if state(s) != wasmhost.StreamPaused {
 			t.Fatalf("filler %d: %v", i, state(s))
 		}
 		fill = append(fill, s)
 	}
-	b := open(t, vms[0], "/buy", "10.0.0.2:1") // pace: 40.97s; store: queued
-	wantState(t, "b", b, wasmhost.StreamPaused)
+	b := fill[4095]
 	if r := open(t, vms[0], "/fill", "10.0.0.2:1").Result(); r.Status != 429 {
 		t.Fatalf("a request delayed with the held queue full: %d, want 429 (control)", r.Status)
 	}
 	respond(t, a)
 	h.AdvanceClock(5 * time.Millisecond) // the tick: b gets the slot, 40.96s of pace's delay left; no filler due yet
-	if state(b) == wasmhost.StreamUpstream {
-		t.Errorf("b let through 41s before its rate delay is over (held queue full): want it held or answered 429")
+	if r := b.Result(); state(b) == wasmhost.StreamUpstream || r.Status != 429 {
+		t.Errorf("b, given its slot with the held queue full: %v %d, want 429 (not let through 41s before its rate delay is over)", state(b), r.Status)
 	}
 	for _, s := range fill {
 		s.Close()
 	}
-	b.Close()
 	idle(t, h)
 	healthy(t, vms...)
 }
