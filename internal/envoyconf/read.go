@@ -283,6 +283,7 @@ func opaque(v any, path string, f *File) bool {
 	changed := false
 	switch x := v.(type) {
 	case map[string]any:
+		changed = typedStruct(x)
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k)
@@ -330,6 +331,32 @@ func opaque(v any, path string, f *File) bool {
 		}
 	}
 	return changed
+}
+
+// typedStruct rewrites, in place, an xds.type.v3.TypedStruct or
+// udpa.type.v1.TypedStruct ({"@type": ..., "type_url": T, "value": {...}})
+// as the message T it stands for ({"@type": T, ...}), as Envoy reads it, so
+// that the message is checked (and a wasm filter in it found) like any
+// other typed_config.
+func typedStruct(x map[string]any) bool {
+	url, _ := x["@type"].(string)
+	if !strings.HasSuffix(url, "/xds.type.v3.TypedStruct") && !strings.HasSuffix(url, "/udpa.type.v1.TypedStruct") {
+		return false
+	}
+	inner, _ := x["type_url"].(string)
+	if inner == "" {
+		inner, _ = x["typeUrl"].(string)
+	}
+	value, ok := x["value"].(map[string]any)
+	if inner == "" || !ok && x["value"] != nil {
+		return false
+	}
+	clear(x)
+	for k, val := range value {
+		x[k] = val
+	}
+	x["@type"] = inner
+	return true
 }
 
 func has(obj map[string]any, keys ...string) bool {
@@ -473,42 +500,80 @@ func (x *lineIndex) find(path string) int {
 	if path == "" {
 		return line
 	}
-	for _, seg := range strings.Split(path, ".") {
-		m := segRE.FindStringSubmatch(seg)
-		if m == nil {
+	parts := strings.Split(path, ".")
+	for i := 0; i < len(parts); {
+		k := 0
+		if k, line, n = step(n, line, parts[i:]); k == 0 {
 			return 0
 		}
+		i += k
+	}
+	return line
+}
+
+// step follows the first segment of parts from n (at line): a key with
+// its list indexes. The key may itself hold dots (the extension names that
+// key typed_extension_protocol_options): the shortest run of parts that n
+// has as a key is taken. It returns how many parts it took (0 if none),
+// and the line and node it reached.
+func step(n *yamlv3.Node, line int, parts []string) (int, int, *yamlv3.Node) {
+	for k := 1; k <= len(parts); k++ {
+		m := segRE.FindStringSubmatch(strings.Join(parts[:k], "."))
+		if m == nil {
+			continue
+		}
+		at, l := n, line
 		if m[1] != "" {
-			for n.Kind == yamlv3.AliasNode {
-				n = n.Alias
+			key, val := member(n, m[1])
+			if key == nil {
+				continue
 			}
-			if n.Kind != yamlv3.MappingNode {
-				return 0
-			}
-			found := false
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if norm(n.Content[i].Value) == norm(m[1]) {
-					line, n, found = n.Content[i].Line, n.Content[i+1], true
-					break
-				}
-			}
-			if !found {
-				return 0
-			}
+			at, l = val, key.Line
 		}
 		for _, idx := range regexp.MustCompile(`\d+`).FindAllString(m[2], -1) {
 			i, _ := strconv.Atoi(idx)
-			for n.Kind == yamlv3.AliasNode {
-				n = n.Alias
+			for at.Kind == yamlv3.AliasNode {
+				at = at.Alias
 			}
-			if n.Kind != yamlv3.SequenceNode || i >= len(n.Content) {
-				return 0
+			if at.Kind != yamlv3.SequenceNode || i >= len(at.Content) {
+				return 0, 0, nil
 			}
-			n = n.Content[i]
-			line = n.Line
+			at = at.Content[i]
+			l = at.Line
+		}
+		return k, l, at
+	}
+	return 0, 0, nil
+}
+
+// member returns the key and value nodes of name in mapping n (nil if it
+// has none). The members of a TypedStruct's value are looked up in the
+// value, as Read moves them up to the TypedStruct (see typedStruct).
+func member(n *yamlv3.Node, name string) (*yamlv3.Node, *yamlv3.Node) {
+	for n.Kind == yamlv3.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yamlv3.MappingNode {
+		return nil, nil
+	}
+	var value *yamlv3.Node
+	typed := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if norm(k.Value) == norm(name) {
+			return k, n.Content[i+1]
+		}
+		switch norm(k.Value) {
+		case "value":
+			value = n.Content[i+1]
+		case "typeurl":
+			typed = true
 		}
 	}
-	return line
+	if typed && value != nil {
+		return member(value, name)
+	}
+	return nil, nil
 }
 
 func norm(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }

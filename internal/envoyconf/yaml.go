@@ -54,15 +54,21 @@ func jsonValue(n *yamlv3.Node, depth int) (any, error) {
 		out := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			if k.Tag == "!!merge" { // <<: *base
-				base, err := jsonValue(v, depth+1)
-				if err != nil {
-					return nil, err
+			if k.Tag == "!!merge" { // <<: *base, or <<: [*a, *b] (a's members first)
+				bases := []*yamlv3.Node{v}
+				if v.Kind == yamlv3.SequenceNode {
+					bases = v.Content
 				}
-				if m, ok := base.(map[string]any); ok {
-					for bk, bv := range m {
-						if _, set := out[bk]; !set {
-							out[bk] = bv
+				for _, b := range bases {
+					base, err := jsonValue(b, depth+1)
+					if err != nil {
+						return nil, err
+					}
+					if m, ok := base.(map[string]any); ok {
+						for bk, bv := range m {
+							if _, set := out[bk]; !set {
+								out[bk] = bv
+							}
 						}
 					}
 				}

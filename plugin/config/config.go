@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
@@ -233,8 +235,10 @@ func decode(doc []byte) (*jsonlite.Value, error) {
 		// wire encoding. That begins with 0x0a (the tag of its one field)
 		// and a length, which TrimSpace may take for white space (hence
 		// raw), and a length of 91 or 123 reads as '[' or '{': a document
-		// that looks like JSON is read as a Struct only if it has rules.
-		if sv, serr := structToValue(raw); serr == nil && (doc[0] != '{' && doc[0] != '[' || sv.Has("rules")) {
+		// that looks like JSON is read as a Struct only if it has rules or
+		// holds the tag of a field entry's value (0x12), a control byte
+		// that JSON text never holds.
+		if sv, serr := structToValue(raw); serr == nil && (doc[0] != '{' && doc[0] != '[' || sv.Has("rules") || bytes.IndexByte(raw, 0x12) >= 0) {
 			v, err = sv, nil
 		}
 	}
@@ -373,13 +377,13 @@ func parseGlobal(raw *jsonlite.Value) (*Global, error) {
 	if _, err := f.text("cluster", &g.Cluster); err != nil {
 		return nil, err
 	}
-	if g.Cluster == "" || len(g.Cluster) > 200 || strings.TrimSpace(g.Cluster) != g.Cluster {
-		return nil, errf("global.cluster", "%q is not a cluster name (non-empty, at most 200 characters, no surrounding white space)", g.Cluster)
+	if !serviceName(g.Cluster) {
+		return nil, errf("global.cluster", "%q is not a cluster name (non-empty, at most 200 characters, no control characters, no surrounding white space)", g.Cluster)
 	}
 	if ok, err := f.text("domain", &g.Domain); err != nil {
 		return nil, err
-	} else if ok && (g.Domain == "" || len(g.Domain) > 200 || strings.TrimSpace(g.Domain) != g.Domain) {
-		return nil, errf("global.domain", "%q is not a domain (non-empty, at most 200 characters, no surrounding white space)", g.Domain)
+	} else if ok && !serviceName(g.Domain) {
+		return nil, errf("global.domain", "%q is not a domain (non-empty, at most 200 characters, no control characters, no surrounding white space)", g.Domain)
 	}
 	if raw := m.Get("timeout"); raw != nil {
 		if g.Timeout, err = duration("global.timeout", raw); err != nil {
@@ -390,6 +394,15 @@ func parseGlobal(raw *jsonlite.Value) (*Global, error) {
 		}
 	}
 	return g, nil
+}
+
+// serviceName reports whether s can be global.cluster or global.domain:
+// 1 to 200 characters (as schema.json's maxLength counts them), none of
+// them a control character (no Envoy cluster name or rate-limit domain
+// has one), and no white space at either end.
+func serviceName(s string) bool {
+	n := utf8.RuneCountInString(s)
+	return n > 0 && n <= 200 && strings.TrimSpace(s) == s && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 func parseClientIP(raw *jsonlite.Value, ci *ClientIP) error {
@@ -845,6 +858,9 @@ func object(field string, raw *jsonlite.Value, err error) (*jsonlite.Value, erro
 	if se, ok := err.(*jsonlite.SyntaxError); ok {
 		return nil, errf(field, "%s is not valid JSON: %s (at byte %d)", what, se.Msg, se.Offset)
 	}
+	if err != nil { // cut short, or more after the value
+		return nil, errf(field, "%s is not valid JSON: %v", what, err)
+	}
 	return nil, errf(field, "%s must be a JSON object", what)
 }
 
@@ -925,7 +941,9 @@ func boolean(raw *jsonlite.Value, dst *bool) error {
 }
 
 // integer accepts JSON numbers that are whole (Envoy's Struct form turns
-// every number into a double, so 10.0 is 10).
+// every number into a double, so 10.0 is 10, and 4.29e2 is 429). Whether a
+// number is whole is judged on its literal, as JSON Schema's "integer"
+// does: 1.00000000000000001 is not, though it rounds to the float64 1.
 func integer(field string, raw *jsonlite.Value) (int64, error) {
 	if raw.Kind == jsonlite.String {
 		return 0, errf(field, "must be a number, not a string")
@@ -938,10 +956,28 @@ func integer(field string, raw *jsonlite.Value) (int64, error) {
 		return i, nil
 	}
 	f, err := strconv.ParseFloat(n, 64)
-	if err != nil || f != float64(int64(f)) || f > 1<<53 || f < -(1<<53) {
+	if err != nil || !wholeLiteral(n) || f != float64(int64(f)) || f > 1<<53 || f < -(1<<53) {
 		return 0, errf(field, "%s is not a whole number", n)
 	}
 	return int64(f), nil
+}
+
+// wholeLiteral reports whether the JSON number literal n (-?int(.frac)?
+// (e[+-]?exp)?) is a whole number: its digits d, without trailing zeros,
+// times 10^k with k >= 0 (or zero).
+func wholeLiteral(n string) bool {
+	mant, exp := n, 0
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		e, err := strconv.Atoi(n[i+1:])
+		if err != nil {
+			return false
+		}
+		mant, exp = n[:i], e
+	}
+	whole, frac, _ := strings.Cut(strings.TrimPrefix(mant, "-"), ".")
+	digits := strings.TrimRight(whole+frac, "0")
+	zeros := len(whole) + len(frac) - len(digits)
+	return strings.Trim(digits, "0") == "" || exp-len(frac)+zeros >= 0
 }
 
 // duration accepts a Go duration string ("1m", "250ms"). A bare number is
