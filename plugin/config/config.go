@@ -767,13 +767,16 @@ func validHeaderName(s string) bool {
 // max_keys takes that many states, the others share what is left equally
 // (rounded down). Every rule keeps its states apart from the others' (a
 // flood of new keys on one rule fills only its own share), so every share
-// must hold at least one bucket and the rule's overflow state (MinMaxKeys),
-// and the shares never add up to more than max_keys.
+// must hold at least one bucket and the rule's overflow state (MinMaxKeys;
+// twice that for adaptive_concurrency, whose keys keep two states, slots
+// and the learnt Gauge, in two regions), and the shares never add up to
+// more than max_keys.
 func shareTable(c *Config) error {
-	left, rest := c.MaxKeys, 0
+	left, rest, restMin := c.MaxKeys, 0, 0
 	for i := range c.Rules {
-		if c.Rules[i].MaxKeys == 0 {
+		if r := &c.Rules[i]; r.MaxKeys == 0 {
 			rest++
+			restMin = max(restMin, minShare(r))
 		}
 	}
 	for i := range c.Rules {
@@ -781,13 +784,17 @@ func shareTable(c *Config) error {
 		if r.MaxKeys == 0 {
 			continue
 		}
-		if r.MaxKeys > left-rest*MinMaxKeys {
-			return errf(sprintf.Sprintf("rules[%d].max_keys", i), "%d does not fit: max_keys %d leaves %d states for this rule after the rules before it took theirs and each rule without max_keys keeps %d", r.MaxKeys, c.MaxKeys, left-rest*MinMaxKeys, MinMaxKeys)
+		field := sprintf.Sprintf("rules[%d].max_keys", i)
+		if r.MaxKeys < minShare(r) {
+			return errf(field, "%d is too small for adaptive_concurrency: each key keeps two states (its slots and its learnt limit), each region at least %d; use %d or more", r.MaxKeys, MinMaxKeys, minShare(r))
+		}
+		if r.MaxKeys > left-rest*restMin {
+			return errf(field, "%d does not fit: max_keys %d leaves %d states for this rule after the rules before it took theirs and each rule without max_keys keeps %d", r.MaxKeys, c.MaxKeys, left-rest*restMin, restMin)
 		}
 		left -= r.MaxKeys
 	}
-	if rest > 0 && left/rest < MinMaxKeys {
-		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), MinMaxKeys, c.MaxKeys-left+rest*MinMaxKeys)
+	if rest > 0 && left/rest < restMin {
+		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state; twice that for adaptive_concurrency); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), restMin, c.MaxKeys-left+rest*restMin)
 	}
 	for i := range c.Rules {
 		r := &c.Rules[i]
@@ -797,6 +804,15 @@ func shareTable(c *Config) error {
 		}
 	}
 	return nil
+}
+
+// minShare is the fewest states rule r's share may hold: MinMaxKeys per
+// region of the state table it keeps.
+func minShare(r *Rule) int {
+	if r.Limit.Algorithm() == limit.AdaptiveConcurrency {
+		return 2 * MinMaxKeys
+	}
+	return MinMaxKeys
 }
 
 // ruleID hashes everything that changes how a rule counts. The name is

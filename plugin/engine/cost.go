@@ -251,13 +251,13 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 		e.debts = map[callKey]*debt{}
 	}
 	d := e.debts[key]
-	if d == nil && len(e.debts) >= maxDebts {
+	if d == nil && e.debtsFull(c.rule) {
 		e.Stats.ChargeErrors++
 		return
 	}
 	if d == nil {
 		d = &debt{ref: *c}
-		e.debts[key] = d
+		e.addDebt(key, d)
 	}
 	d.hits = uint32(min(uint64(d.hits)+uint64(owed), 1<<32-1))
 }
@@ -271,7 +271,36 @@ const debtTimeout = time.Second
 
 // maxDebts bounds the clients whose charges wait on one worker (while the
 // service does not answer); beyond it a charge is dropped and counted.
+// Each global rule with a cost has its equal part of it: a flood of
+// clients on one rule never drops another rule's charges.
 const maxDebts = 4096
+
+// debtsFull reports whether global rule i has its part of maxDebts.
+func (e *Engine) debtsFull(i int) bool {
+	if e.debtsOf == nil {
+		n := 0
+		for j := range e.cfg.Rules {
+			if r := &e.cfg.Rules[j]; r.Global && r.Cost.Set() {
+				n++
+			}
+		}
+		e.debtsOf, e.debtCap = make([]int, len(e.cfg.Rules)), maxDebts/max(n, 1)
+	}
+	return e.debtsOf[i] >= e.debtCap || len(e.debts) >= maxDebts
+}
+
+// addDebt and dropDebt keep the debts and their count per rule.
+func (e *Engine) addDebt(key callKey, d *debt) {
+	e.debts[key] = d
+	e.debtsOf[key.rule]++
+}
+
+func (e *Engine) dropDebt(key callKey) {
+	if _, ok := e.debts[key]; ok {
+		delete(e.debts, key)
+		e.debtsOf[key.rule]--
+	}
+}
 
 // sendCharges sends what each client owes the service, one call per client
 // and rule (from the tick, in the root context: no request waits for it).
@@ -282,7 +311,7 @@ func (e *Engine) sendCharges(now int64) {
 		return
 	}
 	for key, d := range e.debts {
-		delete(e.debts, key)
+		e.dropDebt(key)
 		r := &e.cfg.Rules[d.ref.rule]
 		unit, _ := rls.UnitOf(r.Limit.Window())
 		req := rls.Request{
@@ -343,7 +372,7 @@ func (e *Engine) paid(key callKey, hits uint32) {
 	}
 	d.hits -= min(d.hits, hits)
 	if d.hits == 0 {
-		delete(e.debts, key)
+		e.dropDebt(key)
 	}
 }
 

@@ -99,6 +99,10 @@ type globalRules struct {
 	// debts are global rules' charges after the response that wait for
 	// the tick (cost.go).
 	debts map[callKey]*debt
+	// debtsOf counts the debts per rule, each at most debtCap (see
+	// maxDebts).
+	debtsOf []int
+	debtCap int
 }
 
 // persist returns a Pending that outlives the current decision: the
