@@ -489,7 +489,23 @@ func (v *view) tokenEvery() time.Duration {
 	if v.limit <= 0 || v.window <= 0 || v.maxSeen <= 0 || v.maxSeen >= v.limit {
 		return 0
 	}
-	return max(v.window/time.Duration(v.limit), time.Millisecond)
+	return max(v.window/time.Duration(v.perWindow()), time.Millisecond)
+}
+
+// perWindow is how many requests the server admits per v.window: the
+// announced Limit, unless the window is only learnt from resets (legacy
+// headers name none) and the capacity seen is under half the Limit. A
+// reset is then the time a spent burst takes to refill (a token bucket of
+// 600 a minute with a burst of 20 says 2 s), and Limit per that time would
+// be many times the server's rate; the capacity per that time is its rate,
+// at worst a little under it (resets are whole seconds, rounded up). With a
+// burst of at least half the Limit, rounding would cost more than that
+// error, and the Limit stands.
+func (v *view) perWindow() int {
+	if c := v.capacity(); !v.explicit && c > 0 && 2*c < v.limit {
+		return c
+	}
+	return v.limit
 }
 
 // refillLocked adds to the budget the requests a token bucket has earned
@@ -697,7 +713,7 @@ func (v *view) tune(now time.Time) {
 	var every rate.Limit
 	burst := 0
 	if c := v.capacity(); v.throttled && v.limit > 0 && v.window > 0 && c > 0 {
-		every, burst = rate.Limit(float64(v.limit)/v.window.Seconds()), max(c-2, 1)
+		every, burst = rate.Limit(float64(v.perWindow())/v.window.Seconds()), max(c-2, 1)
 	}
 	learned := v.adapt != nil && v.adapt.enabled
 	if learned {
