@@ -173,7 +173,9 @@ type Decision struct {
 	// forwarded (throttling, leaky bucket). Zero for immediate admission.
 	Delay time.Duration
 	// RetryAfter is, for a rejection, how long until the same request would
-	// be admitted (without delay). Zero when Allowed.
+	// be admitted: for a token bucket, without a hold; for a fixed window
+	// and a leaky bucket with maxDelay, held within maxDelay. Zero when
+	// Allowed.
 	RetryAfter time.Duration
 	// Remaining is how many more requests would be admitted at once after
 	// this decision.
