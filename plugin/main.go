@@ -30,12 +30,41 @@ func init() {
 type vmContext struct{ types.DefaultVMContext }
 
 func (*vmContext) NewPluginContext(contextID uint32) types.PluginContext {
-	return &pluginContext{}
+	p := &pluginContext{id: contextID}
+	plugins[contextID] = p
+	return p
+}
+
+// plugins are this VM's plugin contexts by context ID: the module's own
+// end-of-context export (streamend_wasip1.go) retires them.
+var plugins = map[uint32]*pluginContext{}
+
+// OnPluginDone retires p (see retire) where the SDK's proxy_on_done runs
+// (a plain `go build`; `make build` ends contexts in sluiceOnStreamEnd).
+func (p *pluginContext) OnPluginDone() bool {
+	p.retire()
+	return true
+}
+
+// retire publishes p's last counters and takes its share out of the
+// process-wide gauges, once, when its context ends.
+func (p *pluginContext) retire() {
+	if p.retired {
+		return
+	}
+	p.retired = true
+	delete(plugins, p.id)
+	if p.metrics != nil && p.engine != nil {
+		p.metrics.flush(p.engine, p.held.len())
+		p.metrics.retire()
+	}
 }
 
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
+	id        uint32 // the plugin context's ID
+	retired   bool   // its context ended (retire)
 	engine    *engine.Engine
 	headers   engine.HeaderSet
 	held      heldQueue

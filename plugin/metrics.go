@@ -158,6 +158,22 @@ func addDelta(c counter, now uint64, last *uint64) {
 	}
 }
 
+// retire takes this worker's share out of the process-wide gauges (slots
+// held, waiting, held requests, open circuits) when its plugin context
+// ends (a configuration update drains it): each worker adds its changes
+// to them, and a worker that ends without this would leave its last count
+// there for good. The caller flushes first.
+func (m *metrics) retire() {
+	m.global.slots.Add(-m.slotsLast)
+	m.global.waiting.Add(-m.waitLast)
+	m.global.held.Add(-m.heldLast)
+	m.slotsLast, m.waitLast, m.heldLast = 0, 0, 0
+	if f := m.fleet; f != nil && f.open {
+		f.circuitOpen.Add(-1)
+		f.open = false
+	}
+}
+
 func (m *metrics) flush(e *engine.Engine, held int) {
 	for i := range m.rules {
 		m.flushRule(e, i)
@@ -251,7 +267,10 @@ func (m *metrics) flushSlots(e *engine.Engine, i int) {
 	if rm.inFlight == 0 {
 		return
 	}
-	n, q := e.LastSlots(i)
+	// Read from shared data now, not as this worker last saw them: the
+	// gauges are process-wide, and an idle worker would otherwise put back
+	// the figures of the burst it last saw after every release elsewhere.
+	n, q := e.LastSlots(i, e.Now())
 	setGauge(rm.inFlight, n)
 	setGauge(rm.queued, q)
 	if rm.limit != 0 {

@@ -299,12 +299,29 @@ func (e *Engine) Learn(now int64) {
 func (e *Engine) LearntGauge(i int) limit.Gauge { return e.lastGauge[i] }
 
 // LastSlots returns the requests in flight and queued of concurrency rule
-// i as this worker last saw them (its last admission or release; any key).
-func (e *Engine) LastSlots(i int) (inFlight, queued int64) {
-	return e.lastSlots[i].inFlight, e.lastSlots[i].queued
+// i for the key of this worker's last admission or release of the rule, as
+// shared data holds them at now (every worker then shows the same figures
+// for a rule with one key; what it saw then if shared data fails).
+func (e *Engine) LastSlots(i int, now int64) (inFlight, queued int64) {
+	ls := e.lastSlots[i]
+	if !ls.known {
+		return 0, 0
+	}
+	op := &e.op
+	*op = concOp{kind: opView, lim: e.releaseLimit(i, ls.fp)}
+	if _, err := e.table.Modify(ls.fp, i, ls.overflow, now, op); err != nil {
+		return ls.inFlight, ls.queued
+	}
+	return op.observed.InFlight(), op.observed.Queued()
 }
 
-type slotsSeen struct{ inFlight, queued int64 }
+// slotsSeen is a rule's slots as this worker's last admission or release
+// left them, and the key's slot (fp, overflow).
+type slotsSeen struct {
+	inFlight, queued int64
+	fp               uint64
+	overflow, known  bool
+}
 
 // AnyAdaptive reports whether one of slots belongs to an adaptive rule.
 func (e *Engine) AnyAdaptive(slots []SlotRef) bool {

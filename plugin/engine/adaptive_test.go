@@ -115,12 +115,12 @@ func TestInFlightGaugeFollowsReleases(t *testing.T) {
 		}
 		held = append(held, v.Slots)
 	}
-	if n, _ := e.LastSlots(0); n != 3 {
+	if n, _ := e.LastSlots(0, t0); n != 3 {
 		t.Fatalf("in flight after 3 admissions: %d", n)
 	}
 	for i, s := range held {
 		e.Release(s, t0+int64(time.Millisecond))
-		if n, _ := e.LastSlots(0); n != int64(2-i) {
+		if n, _ := e.LastSlots(0, t0+int64(time.Millisecond)); n != int64(2-i) {
 			t.Fatalf("in flight after %d releases: %d, want %d", i+1, n, 2-i)
 		}
 	}

@@ -238,7 +238,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 			h.epoch = d.Epoch // renewed on the way
 		}
 		st := &e.Stats.Rules[p.rule]
-		e.lastSlots[p.rule] = slotsSeen{d.InFlight, d.Waiting}
+		e.lastSlots[p.rule] = slotsSeen{d.InFlight, d.Waiting, p.fp, op.overflow, true}
 		switch {
 		case d.Admitted:
 			e.holdSlot(v, hk, lim, &d, now)
@@ -401,7 +401,7 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 		} else {
 			// The gauges show the slots as this worker last changed them:
 			// a release too, or an idle rule would show its last burst.
-			e.lastSlots[s.Rule] = slotsSeen{op.observed.InFlight(), op.observed.Queued()}
+			e.lastSlots[s.Rule] = slotsSeen{op.observed.InFlight(), op.observed.Queued(), s.FP, s.Overflow, true}
 		}
 		if h.n--; h.n <= 0 {
 			delete(e.holdings, hk)
@@ -589,7 +589,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r),
 		Waited: time.Duration(max(now-w.arrived, 1))})
 	e.learnerHolds(w.rule, w.fp, 1)
-	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting}
+	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting, w.fp, w.overflow, true}
 	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0
 	}
