@@ -95,16 +95,17 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 // varies by 7%, and now and then one reads a clear rise from noise alone:
 // from cold, the rule still keeps the upstream busy with a short queue
 // (the learnt limit neither ratchets down on such rounds nor holds a
-// queue). The bound, 60% of the capacity, is under what the rule does
-// (75-97% in 10 runs; the noise moves it) and over what a limit that
-// ratchets down does (42-45%).
+// queue). The bound, 55% of the capacity, is under what the rule does
+// (62-98% in over 20 runs: after a backoff it may hold a limit of 10-14 for
+// several seconds before it probes) and over what a limit that ratchets
+// down does (42-45%).
 func TestAdaptiveNoisyUpstream(t *testing.T) {
 	up := startSlotServer(t, 16, 50*time.Millisecond)
 	up.SetSpread(25 * time.Millisecond)
 	e := startSluice(t, 2, adaptiveConfig, func(o *envoytest.Options) { o.Upstream = up.addr })
 	x, q := up.load(t, "cold, 16 x 25-75 ms", "/buy", 128, 12*time.Second, 5*time.Second, e)
-	if x < 0.6*320 || q > 8 {
-		t.Errorf("%.0f/s of 320, upstream queue p90 %d (want >= 60%% and <= 8)", x, q)
+	if x < 0.55*320 || q > 8 {
+		t.Errorf("%.0f/s of 320, upstream queue p90 %d (want >= 55%% and <= 8)", x, q)
 	}
 }
 
