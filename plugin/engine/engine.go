@@ -488,16 +488,22 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // countAdmitted counts the request of v, admitted (or delayed by a rate
 // rule: v.Delay) with the charges made, in the stats of its rules: at
 // once, or after it waited in a concurrency rule's queue (resume).
+// A rule charged after the response (a global rule's deposit is in
+// charged) counts what it charges when it settles.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 	e.countSlots(v)
 	for _, c := range charged {
-		if !e.cfg.Rules[c.rule].Shadow {
+		r := &e.cfg.Rules[c.rule]
+		if r.Shadow {
+			continue
+		}
+		if !r.Cost.AfterResponse() {
 			e.Stats.Rules[c.rule].Charged += uint64(c.n)
-			if v.Delay > 0 {
-				e.Stats.Rules[c.rule].Delayed++
-			} else {
-				e.Stats.Rules[c.rule].Allowed++
-			}
+		}
+		if v.Delay > 0 {
+			e.Stats.Rules[c.rule].Delayed++
+		} else {
+			e.Stats.Rules[c.rule].Allowed++
 		}
 	}
 	e.countPost(v)

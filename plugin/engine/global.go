@@ -885,24 +885,9 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 // finishAdmit counts p's admission by every rule that charged it.
 func (e *Engine) finishAdmit(p *Pending) {
 	v := &p.verdict
-	e.countSlots(v)
 	v.Outcome = Allow
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
-	e.countPost(v)
-	for _, c := range p.charged {
-		r := &e.cfg.Rules[c.rule]
-		if r.Shadow {
-			continue
-		}
-		if !r.Cost.AfterResponse() {
-			e.Stats.Rules[c.rule].Charged += uint64(c.n)
-		}
-		if v.Delay > 0 {
-			e.Stats.Rules[c.rule].Delayed++
-		} else {
-			e.Stats.Rules[c.rule].Allowed++
-		}
-	}
+	e.countAdmitted(v, p.charged)
 }

@@ -57,18 +57,7 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 	h := newHost(t)
 	vms := workers(t, h, 2, `{"rules":[{"name":"store","algorithm":"adaptive_concurrency","key":["path"],"max_delay":"5s"}]}`)
 	up := &slotUpstream{slots: 6, service: 20 * time.Millisecond, serving: map[*wasmhost.Stream]time.Duration{}}
-	props := wasmhost.Properties{"source.address": "10.0.0.1:1", "response.code_details": "via_upstream"}
-	start := func(i int) *wasmhost.Stream {
-		s, err := vms[i%2].NewStream(props)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := wasmhost.HTTPRequest("POST", "shop.example", "/buy")
-		if _, err := s.SendRequestHeaders(r.Headers, true); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	start := func(i int) *wasmhost.Stream { return buyStream(t, vms[i%2], "10.0.0.1:1") }
 	clients := make([]*wasmhost.Stream, 24)
 	forwarded := map[*wasmhost.Stream]bool{}
 	for i := range clients {

@@ -245,17 +245,7 @@ func TestReconfigHeldRequests(t *testing.T) {
 func reconfigLearn(t *testing.T, h *wasmhost.Host, vms []*wasmhost.VM) int {
 	t.Helper()
 	up := &slotUpstream{slots: 6, service: 20 * time.Millisecond, serving: map[*wasmhost.Stream]time.Duration{}}
-	start := func(i int) *wasmhost.Stream {
-		s, err := vms[i%len(vms)].NewStream(wasmhost.Properties{"source.address": "10.0.0.1:1", "response.code_details": "via_upstream"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := wasmhost.HTTPRequest("POST", "shop.example", "/buy")
-		if _, err := s.SendRequestHeaders(r.Headers, true); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	start := func(i int) *wasmhost.Stream { return buyStream(t, vms[i%len(vms)], "10.0.0.1:1") }
 	clients := make([]*wasmhost.Stream, 24)
 	forwarded := map[*wasmhost.Stream]bool{}
 	for i := range clients {
