@@ -38,14 +38,16 @@ func (q *heldQueue) push(id uint32, release int64) bool {
 	return true
 }
 
-// remove forgets a request whose stream went away.
-func (q *heldQueue) remove(id uint32) {
+// remove forgets a request whose stream went away; it reports whether the
+// request was still held (not yet released).
+func (q *heldQueue) remove(id uint32) bool {
 	for i, it := range q.items {
 		if it.id == id {
 			q.items = append(q.items[:i], q.items[i+1:]...)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // release calls resume, in order, for every request due at now.

@@ -357,6 +357,7 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 		return true
 	}
 	p.engine.Release(v.Slots, now)
+	p.engine.Unhold(v, now)
 	v.Slots = nil
 	v.Outcome = engine.Reject
 	v.RetryAfter = d
@@ -449,7 +450,10 @@ func (h *httpContext) OnHttpStreamDone() {
 	p := h.plugin
 	switch h.verdict.Outcome {
 	case engine.Delay:
-		p.held.remove(h.id)
+		if p.held.remove(h.id) {
+			// Left before its release: its reservation is given back.
+			p.engine.Unhold(&h.verdict, nowNanos())
+		}
 	case engine.Queue:
 		delete(p.waiting, h.id)
 		p.engine.Abandon(h.id, nowNanos())

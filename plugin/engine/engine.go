@@ -91,6 +91,9 @@ type Verdict struct {
 	// post are the rules that charge the request once the upstream's
 	// response arrives (cost.go: Settle).
 	post postList
+	// held are the charges of a request held by a rate rule (Outcome
+	// Delay), given back if it leaves before its release (Unhold).
+	held []charge
 }
 
 // RuleStats counts the decisions of one rule.
@@ -492,6 +495,9 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // charged) counts what it charges when it settles.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 	e.countSlots(v)
+	if v.Delay > 0 {
+		v.held = append(v.held[:0:0], charged...)
+	}
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
 		if r.Shadow {
@@ -507,6 +513,22 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 		}
 	}
 	e.countPost(v)
+}
+
+// Unhold gives back what a request held by a rate rule (v, Outcome Delay)
+// was charged, when it will not be forwarded: its client left before its
+// release, or the worker could not hold it. A held request's charge is a
+// reservation of the quota at its release time; one nobody will use is
+// given back, as a concurrency queue's waiter's charges are when it
+// leaves (Abandon), so that the client's next request is not held behind
+// it. Its stats stay: the request was delayed. Unhold is a no-op for any
+// other verdict, and the second time.
+func (e *Engine) Unhold(v *Verdict, now int64) {
+	if v.Outcome != Delay {
+		return
+	}
+	e.refundCharges(v.held, now)
+	v.held = nil
 }
 
 // Forwarded makes v's numbers those at at (ns), when the request was let

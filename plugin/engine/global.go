@@ -861,7 +861,16 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 		e.releaseAll(&p.verdict, now)
 	}
 	p.verdict.post = postList{} // a refused request is never charged
-	for _, c := range p.charged {
+	e.refundCharges(p.charged, now)
+	p.charged = p.charged[:0]
+}
+
+// refundCharges gives back charges made for a request that will not be
+// served: a local rule's to its state, a global rule's hit to the lease of
+// the window it was taken from, if that window has not ended (see
+// refundGlobal).
+func (e *Engine) refundCharges(charged []charge, now int64) {
+	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
 			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
@@ -879,7 +888,6 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 			return true
 		})
 	}
-	p.charged = p.charged[:0]
 }
 
 // finishAdmit counts p's admission by every rule that charged it.

@@ -609,22 +609,28 @@ func TestChargeRequestHeaderThrottled(t *testing.T) {
 	if d, n := filterState(t, res); d != "delayed" || n != "exp" {
 		t.Errorf("filter state %q %q", d, n)
 	}
-	// Third: would need 2s minus the 10ms elapsed: within max_delay? 1.99s: held.
-	r = chargeCall(t, vm, "/e", hs, wasmhost.Response{}, nil)
-	if !r.Paused {
-		t.Errorf("third: %d, want held", r.Status)
-	} else {
-		r.Stream.Close()
+	// Third: due 0.99s from now, held; fourth: 1.99s, held too.
+	var held []*wasmhost.Result
+	for _, name := range []string{"third", "fourth"} {
+		r = chargeCall(t, vm, "/e", hs, wasmhost.Response{}, nil)
+		if !r.Paused {
+			t.Fatalf("%s: %d, want held", name, r.Status)
+		}
+		held = append(held, r)
 	}
-	// Fourth: 1.99s, held too (the third's reservation stays: its client
-	// left while held).
-	r = chargeCall(t, vm, "/e", hs, wasmhost.Response{}, nil)
-	if !r.Paused {
-		t.Fatalf("fourth: %d, want held", r.Status)
-	}
-	r.Stream.Close()
 	// Fifth: 2.99s > max_delay: rejected; Retry-After is the wait until it
 	// would pass without a hold (as throttle_test.go has it): 3.
 	r = chargeCall(t, vm, "/e", hs, wasmhost.Response{}, nil)
 	checkRefusal(t, r, "3", "exp")
+	// The held requests' clients leave: their reservations are given
+	// back, and the next request is held 0.99s again, not rejected.
+	for _, r := range held {
+		r.Stream.Close()
+	}
+	if r = chargeCall(t, vm, "/e", hs, wasmhost.Response{}, nil); !r.Paused {
+		t.Fatalf("after the held requests left: %d, want held", r.Status)
+	}
+	if at := releaseTimes(t, h, []*wasmhost.Result{r}, 2*time.Second)[0]; at == 0 || at > 1*time.Second {
+		t.Errorf("after the held requests left, the next was released after %v, want 0.99s", at)
+	}
 }
