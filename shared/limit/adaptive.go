@@ -296,6 +296,8 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.measured(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
 		g = g.slowStartRise(mean, mild, clamp)
+	case g.SlowStart && !rise && g.N >= MinRound/2 && float64(mean) > float64(g.Base)*(1+Tolerance/2):
+		g = g.slowStartEdge(mean, clamp)
 	case g.holding():
 		g = g.held(mean, rise, mild, clamp)
 	case rise && mild && !g.Warned:
@@ -344,6 +346,24 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 		// knee by as much.
 		g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4)))
 	}
+	return g
+}
+
+// slowStartEdge decides a slow-start round of MinRound/2 samples or more
+// whose mean is over Base by half the tolerance, not the whole: no rise,
+// but the round is large enough for that to mean something (a round of 8
+// latencies that vary by a factor of two is within 7%). Growing by half
+// from a limit already a little over the knee would queue half the limit
+// at the upstream (from 27 to 40 on 20 workers: a queue of 20 and more,
+// in front of whatever else the upstream serves), and the round's first
+// answers understate the queue the last growth built. So it holds the
+// limit and decides on the next round; a second such round in a row is a
+// small queue, and backs off from it.
+func (g Gauge) slowStartEdge(mean time.Duration, clamp func(float64) float64) Gauge {
+	if g.Warned {
+		return g.backoff(mean, clamp)
+	}
+	g.Warned = true
 	return g
 }
 

@@ -594,3 +594,32 @@ func TestAdaptiveKeepsQueueOutOfBase(t *testing.T) {
 		t.Fatalf("probe from 4 over a round of %d samples: %+v, want limit 5", MinRound, g)
 	}
 }
+
+// In slow start, a round of 8 samples or more over Base by more than half
+// the tolerance (but not the whole) holds the limit instead of growing it
+// by half, and a second one backs off: slow start's growth from a limit a
+// little over the knee would queue half the limit at the upstream. A
+// smaller round, or one closer to Base, grows as before.
+func TestAdaptiveSlowStartHoldsOnASmallRise(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	now := int64(time.Hour)
+	base := 100 * time.Millisecond
+	g := Gauge{Limit: 27, Base: base, Round: 3, SlowStart: true}
+	st, g := roundOf(lim, EncodeGauge(g), &now, 13, 107*time.Millisecond)
+	if g.Limit != 27 || !g.SlowStart || !g.Warned || g.Base != base {
+		t.Fatalf("slow-start round of 13 at 1.07x Base: %+v, want limit 27 held, Base kept, warned", g)
+	}
+	want := 27 / 1.07 * Backoff
+	if _, g = roundOf(lim, st, &now, 13, 107*time.Millisecond); math.Abs(g.Limit-want) > 0.07 || !g.Measure || g.SlowStart {
+		t.Fatalf("second such round: %+v, want a backoff to %.2f, measuring", g, want)
+	}
+	for _, c := range []struct {
+		n    int64
+		mean time.Duration
+	}{{7, 107 * time.Millisecond}, {13, 104 * time.Millisecond}} {
+		g = Gauge{Limit: 12, Base: base, Round: 3, SlowStart: true}
+		if _, g = roundOf(lim, EncodeGauge(g), &now, c.n, c.mean); g.Limit != 18 {
+			t.Errorf("slow-start round of %d at %v on a Base of %v: %+v, want growth to 18", c.n, c.mean, base, g)
+		}
+	}
+}
