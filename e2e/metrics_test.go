@@ -23,8 +23,9 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	one := func(int) string { return "203.0.113.5" }
-	// checkout: 3 allowed, 7 rejected; the shadow rule would have rejected 2
-	// of the 3 admitted (it is charged only when the request is admitted).
+	// checkout: 3 allowed, 7 rejected; of the 3 admitted, the shadow rule
+	// would have admitted 1 and rejected 2 (it is charged only when the
+	// request is admitted).
 	envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/checkout", Requests: 10, Concurrency: 1, XForwardedFor: one})
 	// login: 4 at once: 2 allowed at once, 2 delayed (100ms, 200ms).
 	envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/login", Requests: 4, Concurrency: 4, XForwardedFor: one})
@@ -35,6 +36,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		"wasmcustom.sluice.rule.checkout.allowed":      3,
 		"wasmcustom.sluice.rule.checkout.rejected":     7,
 		"wasmcustom.sluice.rule.trial.shadow_rejected": 2,
+		"wasmcustom.sluice.rule.trial.allowed":         1,
 		"wasmcustom.sluice.rule.login.allowed":         2,
 		"wasmcustom.sluice.rule.login.delayed":         2,
 		"wasmcustom.sluice.rule.login.rejected":        0,

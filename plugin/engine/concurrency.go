@@ -320,15 +320,13 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 
 // countSlots counts the request of v, admitted, in the stats of the
 // concurrency rules whose slots it holds: allowed (taken at once) or
-// delayed (after a wait in the rule's queue, with its wait). A request
-// that a later rule refuses is counted by that rule only.
+// delayed (after a wait in the rule's queue, with its wait); a shadow
+// rule, allowed when it had a slot for it. A request that a later rule
+// refuses is counted by that rule only.
 func (e *Engine) countSlots(v *Verdict) {
 	for _, s := range v.Slots {
-		if e.cfg.Rules[s.Rule].Shadow {
-			continue
-		}
 		st := &e.Stats.Rules[s.Rule]
-		if s.Waited > 0 {
+		if s.Waited > 0 { // never for a shadow rule: it does not queue
 			st.Delayed++
 			st.WaitNS += uint64(s.Waited)
 		} else {

@@ -139,10 +139,10 @@ func (e *Engine) admitPost(v *Verdict, i int, fp uint64, now int64) (limit.Decis
 func (e *Engine) countPost(v *Verdict) {
 	for i := 0; i < v.post.n; i++ {
 		c := v.post.at(i)
-		if e.cfg.Rules[c.rule].Shadow || e.cfg.Rules[c.rule].Global {
+		if e.cfg.Rules[c.rule].Global {
 			continue // counted with the charged rules
 		}
-		if v.Delay > 0 {
+		if v.Delay > 0 && !e.cfg.Rules[c.rule].Shadow {
 			e.Stats.Rules[c.rule].Delayed++
 		} else {
 			e.Stats.Rules[c.rule].Allowed++

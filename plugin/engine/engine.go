@@ -492,7 +492,9 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // rule: v.Delay) with the charges made, in the stats of its rules: at
 // once, or after it waited in a concurrency rule's queue (resume).
 // A rule charged after the response (a global rule's deposit is in
-// charged) counts what it charges when it settles.
+// charged) counts what it charges when it settles. A shadow rule counts
+// the requests it would have admitted as allowed (it never holds one), so
+// that its shadow_rejected has something to be compared with.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 	e.countSlots(v)
 	if v.Delay > 0 {
@@ -500,13 +502,10 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 	}
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
-		if r.Shadow {
-			continue
-		}
 		if !r.Cost.AfterResponse() {
 			e.Stats.Rules[c.rule].Charged += uint64(c.n)
 		}
-		if v.Delay > 0 {
+		if v.Delay > 0 && !r.Shadow {
 			e.Stats.Rules[c.rule].Delayed++
 		} else {
 			e.Stats.Rules[c.rule].Allowed++

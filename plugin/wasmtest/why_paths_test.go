@@ -317,8 +317,11 @@ func TestWhyShadowEachPath(t *testing.T) {
 		wantWhy(t, "shadow+held", held.Stream, "delayed", "pace")
 		h.AdvanceClock(150 * time.Millisecond)
 		held.Stream.Finish()
+		// The shadow rule counts what it would have admitted too (the
+		// first request), so that its refusals have a base to compare with.
 		wantCounters(t, h, map[string]uint64{"sluice.rule.watch.shadow_rejected": 5, "sluice.rule.hard.rejected": 1,
-			"sluice.rule.pace.delayed": 1, "sluice.rule.watch.rejected": 0, "sluice.rule.watch.delayed": 0})
+			"sluice.rule.pace.delayed": 1, "sluice.rule.watch.rejected": 0, "sluice.rule.watch.delayed": 0,
+			"sluice.rule.watch.allowed": 1})
 		healthy(t, vm)
 	})
 	t.Run("concurrency", func(t *testing.T) {
@@ -333,7 +336,8 @@ func TestWhyShadowEachPath(t *testing.T) {
 			t.Errorf("shadow conc: no x-ratelimit-shadow: %v", rb.Headers)
 		}
 		t.Logf("shadow concurrency responses: a %v / b %v", respond(t, a).Headers, rb.Headers)
-		wantCounters(t, h, map[string]uint64{"sluice.rule.trial.shadow_rejected": 1, "sluice.rule.trial.rejected": 0})
+		wantCounters(t, h, map[string]uint64{"sluice.rule.trial.shadow_rejected": 1, "sluice.rule.trial.rejected": 0,
+			"sluice.rule.trial.allowed": 1})
 		healthy(t, vm)
 	})
 }
