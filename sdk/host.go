@@ -44,7 +44,7 @@ func (hs *hosts) get(name string, now time.Time, rb *RetryBudget, adaptive bool)
 		return h
 	}
 	h := &host{id: hs.ids.Add(1), adaptive: adaptive}
-	h.all.budget, h.all.crowd, h.all.adaptive = -1, -1, adaptive
+	h.all.budget, h.all.crowd, h.all.stray, h.all.adaptive = -1, -1, -1, adaptive
 	if rb != nil {
 		h.retries, h.budgeted = newRetryBudget(*rb), true
 	}
@@ -161,7 +161,7 @@ func (h *host) policy(name string, now time.Time) *view {
 			return nil
 		}
 	}
-	v := &view{name: strings.Clone(name), id: viewIDs.Add(1), host: h.id, budget: -1, crowd: -1, adaptive: h.adaptive}
+	v := &view{name: strings.Clone(name), id: viewIDs.Add(1), host: h.id, budget: -1, crowd: -1, stray: -1, adaptive: h.adaptive}
 	h.policies[v.name] = v
 	switch {
 	case h.multi.Load():
@@ -239,8 +239,12 @@ type view struct {
 	inflight  int           // admitted and not answered yet
 	crowd     int           // lowest Remaining since inflight was last 0; -1: none
 	crowdEnd  time.Time     // the latest reset among those answers
+	stray     int           // lowest Remaining since an answer the view did not hold; -1: none (see remainingLocked)
+	strayEnd  time.Time     // the latest reset among those answers
 	adaptive  bool          // WithAdaptiveRate
 	adapt     *adaptiveRate // the rate learned from bare 429s; nil until an answer
+	wake      chan struct{} // closed when a hold ends early (see wakeLocked); nil: nobody held
+	wakeBy    time.Time     // when the last request held on wake would wake anyway
 }
 
 // ticket identifies an admitted request to observe.
@@ -334,11 +338,12 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 
 // acquire admits one request now into every view of g (wait == 0), which
 // the caller must then report to observe, or says how long to wait before
-// asking again (the longest any view asks), which view asks it, and
-// whether that view's limit refills continuously (a token bucket, see
-// tokenEvery). first says whether this is the request's first attempt,
-// which earns the host's retry budget its share.
-func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Duration, holder *view, refills bool) {
+// asking again (the longest any view asks), which view asks it, whether
+// that view's limit refills continuously (a token bucket, see tokenEvery),
+// and a channel closed if an answer ends the hold early (see wakeLocked).
+// first says whether this is the request's first attempt, which earns the
+// host's retry budget its share.
+func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Duration, holder *view, refills bool, woken <-chan struct{}) {
 	vs := g.vs[:g.n]
 	for _, v := range vs {
 		v.mu.Lock()
@@ -350,6 +355,7 @@ func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Durat
 	}
 	if holder != nil {
 		refills = holder.tokenEvery() > 0
+		woken = holder.holdLocked(now.Add(wait))
 	}
 	if wait <= 0 {
 		for i, v := range vs {
@@ -362,7 +368,38 @@ func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Durat
 	for _, v := range vs {
 		v.mu.Unlock()
 	}
-	return wait, holder, refills
+	return wait, holder, refills, woken
+}
+
+// holdLocked registers a request held by the view until until, and returns
+// the channel that wakeLocked closes if an answer lets it go sooner. v.mu
+// must be held.
+func (v *view) holdLocked(until time.Time) <-chan struct{} {
+	if v.wake == nil {
+		v.wake = make(chan struct{})
+	}
+	if until.After(v.wakeBy) {
+		v.wakeBy = until
+	}
+	return v.wake
+}
+
+// wakeLocked wakes the requests the view holds if, after an answer, the
+// view would let a request go before the latest of them wakes: the answer
+// has restored budget the holds did not count on. The crowd of a fixed
+// window's first requests is the case: its answers, arriving out of order,
+// first leave no budget (each counts the whole crowd as still ahead of it)
+// until the lowest Remaining among them restores what the server has left,
+// and a held request that slept on until the reset would leave that unused.
+// v.mu must be held.
+func (v *view) wakeLocked(now time.Time) {
+	if v.wake == nil {
+		return
+	}
+	if w := v.waitLocked(now); now.Add(w).Before(v.wakeBy) {
+		close(v.wake)
+		v.wake, v.wakeBy = nil, time.Time{}
+	}
 }
 
 // withdraw spends one retry from the host's budget, if it has one; it
@@ -572,6 +609,7 @@ func (v *view) capacity() int {
 func (v *view) observe(t ticket, now time.Time, status int, in header.Info, others int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer v.wakeLocked(now) // before the unlock
 	if t.held {
 		v.inflight--
 	}
@@ -579,7 +617,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		v.learnLocked(now, t.queued, status, in)
 	}
 	if in.Has == 0 {
-		v.settleLocked(now, others)
+		v.settleLocked(now, others, t.held)
 		return
 	}
 	rejected := status == 429 || status == 503
@@ -587,7 +625,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 	if in.Has&header.HasRemaining != 0 {
 		v.remainingLocked(t, now, in, rejected, others)
 	}
-	v.settleLocked(now, others)
+	v.settleLocked(now, others, t.held)
 	if in.Exhausted() || status == 429 {
 		v.throttled = true
 	}
@@ -653,6 +691,20 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 			v.crowdEnd = reset
 		}
 	}
+	// The answers the view did not hold make up a crowd of their own, with
+	// every answer that comes after them: it is settled only when nothing
+	// at all is in flight to the host (see settleLocked), so that no answer
+	// can arrive after it. Without it, a policy's first crowd (sent before
+	// the route was known to be the policy's) leaves only the budget its
+	// answers lowered, to 0 when the lowest Remaining came first.
+	if !t.held || v.stray >= 0 {
+		if v.stray < 0 || in.Remaining < v.stray {
+			v.stray = in.Remaining
+		}
+		if reset.After(v.strayEnd) {
+			v.strayEnd = reset
+		}
+	}
 }
 
 // blockLocked obeys the wait a rejection (429 or 503) asks for, if any: no
@@ -677,11 +729,22 @@ func (v *view) blockLocked(now time.Time, status int, in header.Info) {
 }
 
 // settleLocked makes the lowest Remaining of a crowd the budget once the
-// whole crowd has answered (see observe). v.mu must be held.
-func (v *view) settleLocked(now time.Time, others int) {
-	if v.inflight == 0 && others == 0 && v.crowd >= 0 {
+// whole crowd has answered (see observe), and that of the answers the view
+// did not hold (see remainingLocked) once an answer it did not hold finds
+// nothing else in flight to the host (held says whether the view held the
+// request answered; others counts the host's requests in flight when it
+// did not). v.mu must be held.
+func (v *view) settleLocked(now time.Time, others int, held bool) {
+	if v.inflight != 0 || others != 0 {
+		return
+	}
+	if v.crowd >= 0 {
 		v.budget, v.budgetAt, v.resetAt = v.crowd, now, v.crowdEnd
 		v.crowd, v.crowdEnd = -1, time.Time{}
+	}
+	if !held && v.stray >= 0 {
+		v.budget, v.budgetAt, v.resetAt = v.stray, now, v.strayEnd
+		v.stray, v.strayEnd = -1, time.Time{}
 	}
 }
 

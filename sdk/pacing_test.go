@@ -366,3 +366,25 @@ func TestPacingHostIsolation(t *testing.T) {
 		})
 	}
 }
+
+// TestPacingFirstWindow: 64 callers start together against a fixed window
+// of 100 per 10 s. The first crowd's answers come back out of order, so the
+// budget first falls to 0 (every answer counts the whole crowd as still
+// ahead of it) and is restored, once the crowd has answered, to the lowest
+// Remaining among them: the callers held meanwhile must be woken then, not
+// at the reset, and every window is used in full, never more.
+func TestPacingFirstWindow(t *testing.T) {
+	for _, st := range []style{sluiceStyle, legacyStyle, draftStyle} {
+		t.Run(st.String(), func(t *testing.T) {
+			r := paceOne(t, 64, 40*time.Second, st, func(time.Time) algorithm {
+				return &fixedWindow{limit: 100, window: 10 * time.Second}
+			})
+			for w := time.Duration(0); w < 40*time.Second; w += 10 * time.Second {
+				if n := r.okPerSec(w, w+10*time.Second) * 10; n < 100 {
+					t.Errorf("window [%v,%v): %.0f admitted, want the 100 the server allows", w, w+10*time.Second, n)
+				}
+			}
+			paceCheck(t, "fixed100/10s/n64/"+st.String(), r, 10, 0, 40*time.Second, 0.05)
+		})
+	}
+}

@@ -162,7 +162,7 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 			}
 			continue
 		}
-		wait, holder, refills := c.h.acquire(&c.g, c.now, c.attempt == 0)
+		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0)
 		if wait <= 0 {
 			for i := range c.g.n {
 				c.g.tk[i].queued = queued
@@ -184,7 +184,7 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 			return c.giveUpHold(ev, why)
 		}
 		t.emit(c.ctx, ev)
-		if e := t.sleep(c.ctx, wait); e != nil {
+		if e := t.sleepWake(c.ctx, wait, woken); e != nil {
 			return c.interrupted(e)
 		}
 		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
@@ -474,6 +474,12 @@ func (t *Transport) emit(ctx context.Context, ev RetryEvent) {
 
 // sleep waits for d on the Transport's clock, or until ctx is done.
 func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
+	return t.sleepWake(ctx, d, nil)
+}
+
+// sleepWake waits for d on the Transport's clock, until wake is closed (a
+// hold that ended early; nil: never), or until ctx is done.
+func (t *Transport) sleepWake(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -481,6 +487,8 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
 	defer tm.Stop()
 	select {
 	case <-tm.C():
+		return nil
+	case <-wake:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
