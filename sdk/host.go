@@ -3,6 +3,7 @@ package sdk
 import (
 	"cmp"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,6 +242,8 @@ type view struct {
 	crowdEnd  time.Time     // the latest reset among those answers
 	stray     int           // lowest Remaining since an answer the view did not hold; -1: none (see remainingLocked)
 	strayEnd  time.Time     // the latest reset among those answers
+	spent     []time.Time   // when the latest admitted answers came, oldest first from spentAt (see slideLocked)
+	spentAt   int           // the oldest entry of spent, once it is full
 	adaptive  bool          // WithAdaptiveRate
 	adapt     *adaptiveRate // the rate learned from bare 429s; nil until an answer
 	wake      chan struct{} // closed when a hold ends early (see wakeLocked); nil: nobody held
@@ -509,6 +512,15 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 					return next.Sub(now)
 				}
 			}
+			if free, at, ok := v.slideLocked(now); ok {
+				if free > 0 {
+					v.budget = free
+					return 0
+				}
+				if at.Before(v.resetAt) {
+					return at.Sub(now)
+				}
+			}
 			return v.resetAt.Sub(now)
 		}
 		v.budget = -1 // exhausted, with no known reset: nothing to wait for
@@ -566,6 +578,72 @@ func (v *view) refillLocked(now time.Time) {
 	v.budgetAt = v.budgetAt.Add(n * per)
 }
 
+// maxSpent is the largest quota whose requests a view remembers one by one
+// (see slideLocked): larger quotas wait for their reset.
+const maxSpent = 256
+
+// spendLocked remembers, for slideLocked, when a request the view held and
+// the server did not refuse, answered now with in, stops counting against
+// the quota: at the reset its answer announced (the quota, this request
+// and every one answered before it included, is fully restored then), or
+// a window after the answer when it announced none (a status 0: the
+// answer named another policy, or never came). The times are kept in
+// order: an earlier one past a later announcement is that announcement.
+// v.mu must be held.
+func (v *view) spendLocked(now time.Time, in header.Info) {
+	c := v.capacity()
+	if c <= 0 || c > maxSpent || v.window <= 0 {
+		v.spent, v.spentAt = v.spent[:0], 0 // nothing to remember them by
+		return
+	}
+	at := now.Add(v.window)
+	if in.Has&header.HasReset != 0 {
+		at = now.Add(in.Reset)
+	}
+	if len(v.spent) < maxSpent {
+		v.spent = append(v.spent, at)
+	} else {
+		v.spent[v.spentAt] = at
+		v.spentAt = (v.spentAt + 1) % maxSpent
+	}
+	for k := 2; k <= len(v.spent) && v.recentLocked(k).After(at); k++ {
+		v.spent[(v.spentAt+len(v.spent)-k)%len(v.spent)] = at
+	}
+}
+
+// recentLocked is when the k-th latest request spendLocked remembers stops
+// counting (k >= 1, at most len(v.spent)). v.mu must be held.
+func (v *view) recentLocked(k int) time.Time {
+	n := len(v.spent)
+	return v.spent[(v.spentAt+n-k)%n]
+}
+
+// slideLocked says when a spent quota (budget 0 before its reset) admits
+// requests again, counting the client's own requests, while they are all
+// the server counts: the capacity latest the view remembers (see
+// spendLocked) all still counted when the answer that left the budget at
+// 0 came. Each stops counting at the reset announced with it, whatever the
+// server's algorithm: a sliding log gives each request back then, a fixed
+// window's requests all go at its reset. So free requests are admitted
+// now, or the next one is at; ok false: the reset decides. Waiting for
+// the latest reset instead, one caller against a sliding log of 50 per
+// 5 s sent its 50 in the first second and then waited 5 s: 8 a second of
+// 10. Requests in flight count as spent. v.mu must be held.
+func (v *view) slideLocked(now time.Time) (free int, at time.Time, ok bool) {
+	c := v.capacity()
+	if c <= 0 || c > len(v.spent) || v.tokenEvery() > 0 || !v.recentLocked(c).After(v.budgetAt) {
+		return 0, time.Time{}, false
+	}
+	used := v.inflight + sort.Search(c, func(i int) bool { return !v.recentLocked(i + 1).After(now) })
+	if used < c {
+		return c - used, now, true
+	}
+	if k := c - v.inflight; k >= 1 {
+		return 0, v.recentLocked(k), true
+	}
+	return 0, time.Time{}, false
+}
+
 // admitLocked admits one request that waitLocked let go. v.mu must be held.
 func (v *view) admitLocked(now time.Time) (t ticket) {
 	if v.budget > 0 {
@@ -616,12 +694,15 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 	if v.adaptive && status != 0 {
 		v.learnLocked(now, t.queued, status, in)
 	}
+	rejected := status == 429 || status == 503
+	v.shapeLocked(in)
+	if t.held && !rejected {
+		v.spendLocked(now, in)
+	}
 	if in.Has == 0 {
 		v.settleLocked(now, others, t.held)
 		return
 	}
-	rejected := status == 429 || status == 503
-	v.shapeLocked(in)
 	if in.Has&header.HasRemaining != 0 {
 		v.remainingLocked(t, now, in, rejected, others)
 	}
