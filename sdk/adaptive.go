@@ -57,14 +57,15 @@ type adaptiveRate struct {
 const adaptiveBucket = 500 * time.Millisecond
 
 // observe records one answer at now to a request sent at sent; throttled
-// says whether it was a throttle (a 429 that carried no hint). It reports
-// whether the rate to pace to changed, and the rate (0 when not pacing).
+// says whether it was a throttle (a 429 that carried no hint), inflight how
+// many other requests are still unanswered. It reports whether the rate to
+// pace to changed, and the rate (0 when not pacing).
 //
 // One congestion event cuts the rate once, as in TCP: the throttles of
 // requests sent before the last cut were sent at the rate already cut, and
 // a crowd of them (every request in flight when the host started
 // refusing) would otherwise cut it to the floor.
-func (a *adaptiveRate) observe(now, sent time.Time, throttled bool) (changed bool, rate float64) {
+func (a *adaptiveRate) observe(now, sent time.Time, throttled bool, inflight int) (changed bool, rate float64) {
 	a.measure(now)
 	before, was := a.rate, a.enabled
 	switch {
@@ -73,8 +74,11 @@ func (a *adaptiveRate) observe(now, sent time.Time, throttled bool) (changed boo
 	case throttled:
 		r := a.measured
 		if r == 0 {
-			// No half-second has passed yet: what was sent so far.
-			r = float64(a.count) / adaptiveBucket.Seconds()
+			// No half-second has passed yet: what was sent so far, the
+			// answers and the requests still in flight. (The answers
+			// alone say 2/s when a crowd of 64 sent at once has its
+			// first answer a throttle.)
+			r = float64(a.count+inflight) / adaptiveBucket.Seconds()
 		}
 		if a.enabled {
 			r = min(r, a.rate)

@@ -105,7 +105,7 @@ func TestAdaptiveRateBare429(t *testing.T) {
 }
 
 // TestAdaptiveRateCurve: the learner's arithmetic, time passed in. Sending
-// 20/s, a throttle cuts the rate to 0.7 x 20; throttles of requests queued
+// 20/s, a throttle cuts the rate to 0.7 x 20; throttles of requests sent
 // before the cut do not cut again; the rate is back at 20 after K seconds
 // and grows past it, never beyond twice the measured send rate; a minute
 // without a throttle ends the pacing.
@@ -115,7 +115,7 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	now := t0
 	step := 50 * time.Millisecond // 20 answers a second
 	for range 40 {
-		if ch, _ := a.observe(now, now, false); ch {
+		if ch, _ := a.observe(now, now, false, 0); ch {
 			t.Fatal("pacing before any throttle")
 		}
 		now = now.Add(step)
@@ -123,13 +123,13 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	if math.Abs(a.measured-20) > 0.5 {
 		t.Fatalf("measured %.2f/s, want 20", a.measured)
 	}
-	ch, r := a.observe(now, now, true)
+	ch, r := a.observe(now, now, true, 0)
 	if !ch || math.Abs(r-14) > 0.5 || math.Abs(a.lastMax-20) > 0.5 {
 		t.Fatalf("after a throttle: changed %v, rate %.2f, lastMax %.2f; want 14 and 20", ch, r, a.lastMax)
 	}
 	cut := now
-	if ch, r2 := a.observe(now.Add(time.Millisecond), cut.Add(-time.Millisecond), true); ch || r2 != r {
-		t.Errorf("a throttle queued before the cut changed the rate to %.2f", r2)
+	if ch, r2 := a.observe(now.Add(time.Millisecond), cut.Add(-time.Millisecond), true, 0); ch || r2 != r {
+		t.Errorf("a throttle sent before the cut changed the rate to %.2f", r2)
 	}
 	k := math.Cbrt(20 * (1 - AdaptiveBeta) / AdaptiveScale)
 	if math.Abs(a.k-k) > 0.05 {
@@ -138,26 +138,26 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	// Successes at the paced rate: the curve climbs back to lastMax at K.
 	var at time.Duration
 	for at = 0; at < time.Duration(k*float64(time.Second)); at += 70 * time.Millisecond {
-		a.observe(cut.Add(at), cut.Add(at), false)
+		a.observe(cut.Add(at), cut.Add(at), false, 0)
 	}
 	if math.Abs(a.rate-20) > 1 {
 		t.Errorf("rate %.2f at K, want about 20", a.rate)
 	}
 	// Far past K the cubic term is large: capped at twice the send rate.
 	for ; at < 10*time.Second; at += 50 * time.Millisecond {
-		a.observe(cut.Add(at), cut.Add(at), false)
+		a.observe(cut.Add(at), cut.Add(at), false, 0)
 	}
 	if cubic := AdaptiveScale*math.Pow(at.Seconds()-k, 3) + 20; a.rate >= cubic || a.rate > 2*a.measured+0.01 {
 		t.Errorf("rate %.2f, want at most twice the measured %.2f (cubic %.1f)", a.rate, a.measured, cubic)
 	}
-	if ch, r := a.observe(cut.Add(AdaptiveForget), cut.Add(AdaptiveForget), false); !ch || r != 0 || a.enabled {
+	if ch, r := a.observe(cut.Add(AdaptiveForget), cut.Add(AdaptiveForget), false, 0); !ch || r != 0 || a.enabled {
 		t.Errorf("a minute without a throttle: changed %v, rate %.2f; want pacing off", ch, r)
 	}
 	// The floor: a host that throttles everything still gets probes.
 	var b adaptiveRate
 	for i := range 30 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		b.observe(at, at, true)
+		b.observe(at, at, true, 0)
 	}
 	if !b.enabled || b.rate != AdaptiveMinRate {
 		t.Errorf("every answer throttled: rate %.2f, want the floor %.2f", b.rate, AdaptiveMinRate)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/shared/header"
-	"golang.org/x/time/rate"
 )
 
 // maxHosts is how many hosts a Transport remembers. A new host that finds
@@ -233,7 +232,7 @@ type view struct {
 	window    time.Duration // the policy's window, or the longest reset seen
 	explicit  bool          // window came from the policy's w parameter
 	throttled bool          // the host has limited this client: pace
-	pacer     *rate.Limiter // nil until throttled with a known rate
+	pacer     *pacer        // nil until throttled with a known rate
 	pacing    atomic.Bool   // pacer != nil, read without the lock
 	seq       uint64        // requests admitted so far
 	lastSend  time.Time     // when the latest of them was admitted
@@ -261,10 +260,11 @@ type ticket struct {
 	// the latest was sent at least orderGap before: the server then saw the
 	// earlier ones first, so Remaining in this one's answer counts them.
 	ordered bool
-	// queued is when the request started waiting for its turn (see
-	// call.hold): a throttle of a request queued before the adaptive
-	// rate's last cut belongs to the congestion event already cut for.
-	queued time.Time
+	// sent is when the request was admitted: a throttle of a request sent
+	// before the adaptive rate's last cut belongs to the congestion event
+	// already cut for. (The turns of requests still waiting then are
+	// re-timed at the cut rate, see pacer.)
+	sent time.Time
 }
 
 // orderGap is how far apart two requests must be sent for the server to be
@@ -272,27 +272,65 @@ type ticket struct {
 // together (a crowd released at once) race each other to the server.
 const orderGap = 10 * time.Millisecond
 
+// paceTurn is a request's turn at one view's pacer.
+type paceTurn struct {
+	d       time.Duration   // until it is due
+	tk      *turn           // nil: due at once
+	learned bool            // the rate is learned from bare 429s (see Transport.pace)
+	moved   <-chan struct{} // closed if the turn comes sooner
+}
+
 // pace reserves the request's turn at the host's announced rate and says
 // how long to wait for it. reserved is false when there is no pacing to do
 // (not throttled, rate unknown, or the request must wait for the reset
 // anyway, after which it is paced).
-func (v *view) pace(now time.Time) (d time.Duration, r *rate.Reservation, learned, reserved bool) {
+func (v *view) pace(now time.Time) (pt paceTurn, reserved bool) {
 	if !v.pacing.Load() {
-		return 0, nil, false, false // most views never pace: no lock
+		return pt, false // most views never pace: no lock
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.pacer == nil || now.Before(v.blocked) {
-		return 0, nil, false, false
+		return pt, false
 	}
 	if v.refillLocked(now); v.budget == 0 && now.Before(v.resetAt) {
-		return 0, nil, false, false
+		return pt, false
 	}
-	r = v.pacer.ReserveN(now, 1)
-	if !r.OK() {
-		return 0, nil, false, false
+	pt.tk, pt.d = v.pacer.reserve(now)
+	pt.learned = v.adapt != nil && v.adapt.enabled
+	if pt.d > 0 {
+		pt.moved = v.pacer.changed()
 	}
-	return r.DelayFrom(now), r, v.adapt != nil && v.adapt.enabled, true
+	return pt, true
+}
+
+// turnDelay says how long until tk, a turn pace handed out, is due now:
+// its time follows the rate (see pacer). A turn of a pacer the view has
+// dropped is due at once.
+func (v *view) turnDelay(tk *turn, now time.Time) (pt paceTurn) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.pacer == nil {
+		return pt
+	}
+	pt.tk, pt.d = tk, v.pacer.delay(tk, now)
+	pt.learned = v.adapt != nil && v.adapt.enabled
+	if pt.d > 0 {
+		pt.moved = v.pacer.changed()
+	}
+	return pt
+}
+
+// cancelTurn gives back tk, a turn pace handed out.
+func (v *view) cancelTurn(tk *turn, now time.Time) {
+	if tk == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.pacer != nil {
+		v.pacer.cancel(tk, now)
+	}
 }
 
 // viewIDs numbers policy views across every host and Transport, so that
@@ -652,7 +690,7 @@ func (v *view) admitLocked(now time.Time) (t ticket) {
 	t.held = true
 	t.ordered = v.inflight == 0 || now.Sub(v.lastSend) >= orderGap
 	v.seq++
-	t.seq, t.queued = v.seq, now
+	t.seq, t.sent = v.seq, now
 	v.lastSend = now
 	v.inflight++
 	return t
@@ -692,7 +730,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 		v.inflight--
 	}
 	if v.adaptive && status != 0 {
-		v.learnLocked(now, t.queued, status, in)
+		v.learnLocked(now, t.sent, status, in)
 	}
 	rejected := status == 429 || status == 503
 	v.shapeLocked(in)
@@ -839,7 +877,7 @@ func (v *view) learnLocked(now, sent time.Time, status int, in header.Info) {
 	if sent.IsZero() {
 		sent = now // an answer the view did not hold: taken as sent now
 	}
-	if changed, _ := v.adapt.observe(now, sent, status == 429 && in.Wait() <= 0); changed {
+	if changed, _ := v.adapt.observe(now, sent, status == 429 && in.Wait() <= 0, v.inflight); changed {
 		v.tune(now)
 	}
 }
@@ -854,14 +892,14 @@ func (v *view) learnLocked(now, sent time.Time, status int, in header.Info) {
 // unknown (the AWS SDKs allow a second's worth, which right after a cut
 // meets the bucket the host has just said is empty). The lower rate wins.
 func (v *view) tune(now time.Time) {
-	var every rate.Limit
+	var every float64 // requests per second
 	burst := 0
 	if c := v.capacity(); v.throttled && v.limit > 0 && v.window > 0 && c > 0 {
-		every, burst = rate.Limit(float64(v.perWindow())/v.window.Seconds()), max(c-2, 1)
+		every, burst = float64(v.perWindow())/v.window.Seconds(), max(c-2, 1)
 	}
 	learned := v.adapt != nil && v.adapt.enabled
 	if learned {
-		if r := rate.Limit(v.adapt.rate); every == 0 || r < every {
+		if r := v.adapt.rate; every == 0 || r < every {
 			every = r
 		}
 		if b := max(int(v.adapt.rate/10), 1); burst == 0 || b < burst {
@@ -870,25 +908,19 @@ func (v *view) tune(now time.Time) {
 	}
 	if every == 0 {
 		if v.pacer != nil {
-			v.pacer = nil // the learned rate is forgotten, and nothing was announced
+			v.pacer.wake() // its turns are due at once (see turnDelay)
+			v.pacer = nil  // the learned rate is forgotten, and nothing was announced
 			v.pacing.Store(false)
 		}
 		return
 	}
+	gap := time.Duration(float64(time.Second) / every)
 	if v.pacer == nil {
-		v.pacer = rate.NewLimiter(every, burst)
-		if learned {
-			v.pacer.ReserveN(now, burst)
-		}
+		v.pacer = newPacer(now, gap, burst, learned)
 		v.pacing.Store(true)
 		return
 	}
-	if v.pacer.Limit() != every {
-		v.pacer.SetLimitAt(now, every)
-	}
-	if v.pacer.Burst() != burst {
-		v.pacer.SetBurstAt(now, burst)
-	}
+	v.pacer.set(now, gap, burst)
 }
 
 // idle reports whether the view has nothing left to enforce.

@@ -273,10 +273,7 @@ func TestPacingTwoRoutes(t *testing.T) {
 // should settle near its rate, few refusals, then follow a raise.
 func TestPacingAdaptive(t *testing.T) {
 	for _, rt := range []int{10, 50} {
-		// Several callers lose a request now and then (all four attempts
-		// refused: 1 run in 10 with 8 callers), which a test cannot hold
-		// the SDK to yet; one caller does not.
-		for _, n := range []int{1} {
+		for _, n := range []int{1, 8, 64} {
 			name := fmt.Sprintf("rate%d/n%d", rt, n)
 			t.Run(name, func(t *testing.T) {
 				r := paceOne(t, n, 90*time.Second, bareStyle, func(start time.Time) algorithm {
@@ -427,5 +424,30 @@ func TestPacingSharedQuota(t *testing.T) {
 				paceCheck(t, name, r, 10, 10*time.Second, time.Minute, 0.05)
 			})
 		}
+	}
+}
+
+// TestPacingAdaptiveCrowd: 8 and 64 callers against a token bucket of
+// 10/s that answers bare 429s (no hint at all). WithAdaptiveRate learns
+// the rate: no request is lost, the host's 10/s is used (at least 90% of
+// it from 10 s on) and few attempts are refused. The first wave (every
+// caller at once, before any answer) is refused but for the bucket's 10.
+func TestPacingAdaptiveCrowd(t *testing.T) {
+	for _, n := range []int{8, 64} {
+		name := fmt.Sprintf("bare10/s/n%d", n)
+		t.Run(name, func(t *testing.T) {
+			r := paceOne(t, n, time.Minute, bareStyle, func(time.Time) algorithm {
+				return &tokenBucket{limit: 10, window: time.Second, burst: 10}
+			}, WithAdaptiveRate())
+			series := ""
+			for s := time.Duration(0); s < time.Minute; s += 5 * time.Second {
+				series += fmt.Sprintf(" [%v: %.1f ok/s %d no]", s, r.okPerSec(s, s+5*time.Second), r.refusedIn(s, s+5*time.Second))
+			}
+			t.Log(series)
+			paceCheck(t, name, r, 10, 10*time.Second, time.Minute, 0.10)
+			if ok := r.okPerSec(2*time.Second, 10*time.Second); ok < 0.7*10 {
+				t.Errorf("%s: %.2f ok/s in [2s,10s), want at least 7", name, ok)
+			}
+		})
 	}
 }

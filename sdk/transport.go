@@ -12,7 +12,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/sluicehq/sluice/shared/header"
-	"golang.org/x/time/rate"
 )
 
 // Transport is an http.RoundTripper that retries what a rate-limited or
@@ -143,30 +142,27 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 	// the last one may have taught the route its policy.
 	c.known = c.h.govern(&t.routes, c.rk, &c.g)
 	var paced turns // the views whose pace this attempt has reserved
-	queued := c.now
-	if c.attempt > 0 {
-		queued = t.cfg.clock.Now()
-	}
 	for fresh := c.attempt == 0; ; fresh = false {
 		if !fresh { // after any wait, and before a retry
 			c.now = t.cfg.clock.Now()
 		}
-		if d, v, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now); ok {
-			ev := c.holdEvent(d, v)
+		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now); ok {
+			ev := c.holdEvent(pt.d, v)
 			if strict {
-				return c.giveUpHold(ev, t.tooLong(c.ctx, c.now, d))
+				paced.giveBack(c.now)
+				return c.giveUpHold(ev, t.tooLong(c.ctx, c.now, pt.d))
 			}
-			t.emit(c.ctx, ev)
-			if e := t.sleep(c.ctx, d); e != nil {
+			if !again { // a turn re-timed is the same wait
+				t.emit(c.ctx, ev)
+			}
+			if e := t.sleepWake(c.ctx, pt.d, pt.moved); e != nil {
+				paced.giveBack(t.cfg.clock.Now())
 				return c.interrupted(e)
 			}
 			continue
 		}
 		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0)
 		if wait <= 0 {
-			for i := range c.g.n {
-				c.g.tk[i].queued = queued
-			}
 			return nil, nil, false
 		}
 		if refills {
@@ -181,10 +177,12 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 		}
 		ev := c.holdEvent(wait, holder)
 		if why := t.tooLong(c.ctx, c.now, wait); why != "" {
+			paced.giveBack(c.now)
 			return c.giveUpHold(ev, why)
 		}
 		t.emit(c.ctx, ev)
 		if e := t.sleepWake(c.ctx, wait, woken); e != nil {
+			paced.giveBack(t.cfg.clock.Now())
 			return c.interrupted(e)
 		}
 		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
@@ -376,60 +374,74 @@ func retryClass(r Reason, hint time.Duration) int {
 
 // pace reserves the attempt's turn at the rate of each view of g that
 // paces (see view), in order, and returns the first wait to make, with the
-// view that asks for it. paced marks the views already reserved for this
-// attempt. Pacing at an announced rate is advice: a wait that would exceed
-// MaxWait or pass the deadline is cancelled and skipped, never a reason to
-// fail. Pacing at a rate learned from bare 429s (WithAdaptiveRate) is not:
-// the host has shown it refuses requests sent faster, so such a wait is
-// returned with strict set, for the caller to give up.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time) (d time.Duration, v *view, strict, ok bool) {
-next:
+// view that asks for it; again says the turn was reserved before (its
+// time has moved, or its holder was woken to look). paced holds the turns
+// the attempt has reserved. Pacing at an announced rate is advice: a wait
+// that would exceed MaxWait or pass the deadline is given back and
+// skipped, never a reason to fail. Pacing at a rate learned from bare
+// 429s (WithAdaptiveRate) is not: the host has shown it refuses requests
+// sent faster, so such a wait is returned with strict set, for the caller
+// to give up.
+func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time) (pt paceTurn, v *view, again, strict, ok bool) {
 	for _, v := range g.vs[:g.n] {
-		free := -1
-		for j, p := range paced.vs {
-			if p == v {
-				continue next
+		i := paced.find(v)
+		if again = i >= 0; again {
+			pt = v.turnDelay(paced.ts[i], now)
+		} else {
+			var reserved bool
+			if pt, reserved = v.pace(now); !reserved {
+				continue
 			}
-			if p == nil && free < 0 {
-				free = j
-			}
+			i = paced.add(v, pt.tk)
 		}
-		d, res, learned, ok := v.pace(now)
-		if !ok {
+		if pt.d <= 0 {
 			continue
 		}
-		if t.tooLong(ctx, now, d) != "" {
-			res.CancelAt(now)
-			if learned {
-				return d, v, true, true
+		if t.tooLong(ctx, now, pt.d) != "" {
+			v.cancelTurn(pt.tk, now)
+			paced.vs[i], paced.ts[i] = nil, nil
+			if pt.learned {
+				return pt, v, again, true, true
 			}
 			continue
 		}
-		if free >= 0 {
-			paced.vs[free], paced.rs[free] = v, res
-		}
-		if d <= 0 {
-			continue
-		}
-		return d, v, false, true
+		return pt, v, again, false, true
 	}
-	return 0, nil, false, false
+	return paceTurn{}, nil, false, false, false
 }
 
-// turns are the pacing turns one attempt has reserved, one per view.
+// turns are the pacing turns one attempt has reserved, one per view (a
+// nil turn: due when reserved).
 type turns struct {
 	vs [maxViews]*view
-	rs [maxViews]*rate.Reservation
+	ts [maxViews]*turn
+}
+
+// find returns the index of v's turn, or -1.
+func (p *turns) find(v *view) int {
+	for i, u := range p.vs {
+		if u == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// add records v's turn tk and returns its index.
+func (p *turns) add(v *view, tk *turn) int {
+	i := p.find(nil) // there is room: one turn per view of a request
+	p.vs[i], p.ts[i] = v, tk
+	return i
 }
 
 // giveBack cancels the reserved turns (those not yet due go back to their
 // pacer) and forgets them, so that the attempt reserves new ones.
 func (p *turns) giveBack(now time.Time) {
-	for i, r := range p.rs {
-		if r != nil {
-			r.CancelAt(now)
+	for i, v := range p.vs {
+		if v != nil {
+			v.cancelTurn(p.ts[i], now)
 		}
-		p.vs[i], p.rs[i] = nil, nil
+		p.vs[i], p.ts[i] = nil, nil
 	}
 }
 

@@ -1,0 +1,158 @@
+package sdk
+
+import "time"
+
+// pacer spaces requests at a rate with a burst, as a token bucket does
+// (GCRA), and hands out turns that keep their place in line rather than
+// their time: when the rate changes, or a turn ahead is given back, the
+// turns not yet due are re-timed. A reservation of golang.org/x/time/rate
+// keeps the time it was given, so that after a cut a crowd waiting on
+// turns taken at the old rate still went out at it (and was refused), and
+// after a raise it still waited on the slow turns. It is a pure algorithm:
+// time is passed in, the caller locks (the view's mutex).
+type pacer struct {
+	every time.Duration // between two turns: 1 / rate
+	burst int
+	tat   time.Time // when the turn after every turn handed out would be due, burst aside
+	line  []*turn   // the turns not yet due when last looked at, in order
+	// moved is closed when turns in line come sooner than their holders
+	// were told; nil: nobody waits on it. A later turn needs no wake-up:
+	// its holder finds the new time when it wakes (see view.turnDelay).
+	moved chan struct{}
+	told  time.Duration // the slowest every a holder waiting on moved was told
+}
+
+// turn is a place in a pacer's line.
+type turn struct{ p *pacer }
+
+// pacerRaise is how much faster than the turns' holders were told the
+// pacer must become before they are woken to take the sooner times: the
+// rate a learner follows (see adaptiveRate) creeps up at every answer.
+const pacerRaise = 0.9
+
+// newPacer returns a pacer of one turn per every, with a burst, full or
+// (empty) with no turn in hand.
+func newPacer(now time.Time, every time.Duration, burst int, empty bool) *pacer {
+	p := &pacer{every: max(every, 1), burst: max(burst, 1), tat: now}
+	if empty {
+		p.tat = now.Add(time.Duration(p.burst) * p.every)
+	}
+	return p
+}
+
+func (p *pacer) tau() time.Duration { return time.Duration(p.burst-1) * p.every }
+
+// dueAt is when p.line[i] is due: the turns in line follow each other by
+// every, the last one a burst's tolerance before tat.
+func (p *pacer) dueAt(i int) time.Time {
+	return p.tat.Add(-p.tau() - time.Duration(len(p.line)-i)*p.every)
+}
+
+// trim forgets the turns that are due.
+func (p *pacer) trim(now time.Time) {
+	k := 0
+	for k < len(p.line) && !p.dueAt(k).After(now) {
+		k++
+	}
+	if k > 0 {
+		n := copy(p.line, p.line[k:])
+		clear(p.line[n:])
+		p.line = p.line[:n]
+	}
+}
+
+// reserve hands out the next turn and says how long until it is due; nil
+// when it is due now.
+func (p *pacer) reserve(now time.Time) (*turn, time.Duration) {
+	p.trim(now)
+	due := p.tat.Add(-p.tau())
+	if due.Before(now) {
+		due = now
+	}
+	if p.tat.Before(due) {
+		p.tat = due
+	}
+	p.tat = p.tat.Add(p.every)
+	if !due.After(now) {
+		return nil, 0
+	}
+	t := &turn{p: p}
+	p.line = append(p.line, t)
+	return t, due.Sub(now)
+}
+
+// delay says how long until t is due.
+func (p *pacer) delay(t *turn, now time.Time) time.Duration {
+	if i := p.index(t); i >= 0 {
+		return max(p.dueAt(i).Sub(now), 0)
+	}
+	return 0
+}
+
+func (p *pacer) index(t *turn) int {
+	if t == nil || t.p != p {
+		return -1
+	}
+	for i, u := range p.line {
+		if u == t {
+			return i
+		}
+	}
+	return -1
+}
+
+// cancel gives t back, if it is not due yet: the turns behind it move up
+// one place, and their holders are woken to take it.
+func (p *pacer) cancel(t *turn, now time.Time) {
+	p.trim(now)
+	i := p.index(t)
+	if i < 0 {
+		return
+	}
+	copy(p.line[i:], p.line[i+1:])
+	p.line[len(p.line)-1] = nil
+	p.line = p.line[:len(p.line)-1]
+	p.tat = p.tat.Add(-p.every)
+	if i < len(p.line) {
+		p.wake()
+	}
+}
+
+// set changes the rate and the burst. The turns in hand are kept (a full
+// bucket stays full, up to the new burst; an empty one empty), and the
+// turns in line are re-timed at the new rate, in their order.
+func (p *pacer) set(now time.Time, every time.Duration, burst int) {
+	every, burst = max(every, 1), max(burst, 1)
+	if every == p.every && burst == p.burst {
+		return
+	}
+	p.trim(now)
+	n := time.Duration(len(p.line))
+	// The turns in hand, those in line aside (the first is not due yet,
+	// so less than one).
+	tokens := float64(p.burst) - float64(p.tat.Add(-n*p.every).Sub(now))/float64(p.every)
+	tokens = min(tokens, float64(p.burst), float64(burst))
+	p.every, p.burst = every, burst
+	p.tat = now.Add(time.Duration((float64(burst)-tokens)*float64(every)) + n*every)
+	if p.moved != nil && float64(every) < pacerRaise*float64(p.told) {
+		p.wake()
+	}
+}
+
+// changed returns the channel closed when the turns in line come sooner
+// than the holder that asks for it is told now.
+func (p *pacer) changed() <-chan struct{} {
+	if p.moved == nil {
+		p.moved, p.told = make(chan struct{}), p.every
+	}
+	p.told = max(p.told, p.every)
+	return p.moved
+}
+
+// wake tells the holders of turns in line to look at their times again.
+func (p *pacer) wake() {
+	if p.moved != nil {
+		close(p.moved)
+		p.moved = nil
+	}
+}

@@ -1,0 +1,71 @@
+package sdk
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPacerRetimes: the turns not yet due follow the rate. Five turns
+// taken at 10/s (empty bucket) are due every 100 ms; cut to 2/s they are
+// due every 500 ms, in the same order, and a holder is not woken for it
+// (it finds the later time when it wakes); raised to 20/s they are due
+// every 50 ms, and the holders are woken. A turn given back moves the ones
+// behind it up one place.
+func TestPacerRetimes(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	p := newPacer(t0, 100*time.Millisecond, 1, true)
+	var ts []*turn
+	for i := range 5 {
+		tk, d := p.reserve(t0)
+		if want := time.Duration(i+1) * 100 * time.Millisecond; tk == nil || d != want {
+			t.Fatalf("turn %d: %v, want %v", i, d, want)
+		}
+		ts = append(ts, tk)
+	}
+	moved := p.changed()
+	due := func(want ...time.Duration) {
+		t.Helper()
+		for i, tk := range ts {
+			if d := p.delay(tk, t0); d != want[i] {
+				t.Errorf("turn %d due in %v, want %v", i, d, want[i])
+			}
+		}
+	}
+	p.set(t0, 500*time.Millisecond, 1)
+	due(500*time.Millisecond, time.Second, 1500*time.Millisecond, 2*time.Second, 2500*time.Millisecond)
+	select {
+	case <-moved:
+		t.Error("a cut woke the holders")
+	default:
+	}
+	p.set(t0, 50*time.Millisecond, 1)
+	due(50*time.Millisecond, 100*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond, 250*time.Millisecond)
+	select {
+	case <-moved:
+	default:
+		t.Error("a raise did not wake the holders")
+	}
+	p.cancel(ts[1], t0)
+	ts = append(ts[:1], ts[2:]...)
+	due(50*time.Millisecond, 100*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond)
+	// Time passes: the turns due are forgotten, the others keep their times.
+	at := t0.Add(120 * time.Millisecond)
+	if d := p.delay(ts[2], at); d != 30*time.Millisecond {
+		t.Errorf("third turn due in %v at +120ms, want 30ms", d)
+	}
+	if d := p.delay(ts[0], at); d != 0 {
+		t.Errorf("a turn past due: %v", d)
+	}
+	// A full bucket stays full up to the new burst, an idle pacer admits
+	// its burst at once.
+	q := newPacer(t0, 100*time.Millisecond, 5, false)
+	q.set(t0, 200*time.Millisecond, 3)
+	for i := range 3 {
+		if tk, d := q.reserve(t0); tk != nil || d != 0 {
+			t.Errorf("burst turn %d: wait %v", i, d)
+		}
+	}
+	if _, d := q.reserve(t0); d != 200*time.Millisecond {
+		t.Errorf("past the burst: %v, want 200ms", d)
+	}
+}
