@@ -107,7 +107,7 @@ func TestAdaptiveRateBare429(t *testing.T) {
 // TestAdaptiveRateCurve: the learner's arithmetic, time passed in. Sending
 // 20/s, a throttle cuts the rate to 0.7 x 20; throttles of requests sent
 // before the cut do not cut again; the rate is back at 20 after K seconds
-// and grows past it, never beyond twice the measured send rate; a minute
+// and grows past it, never beyond twice the measured rate; a minute
 // without a throttle ends the pacing.
 func TestAdaptiveRateCurve(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
@@ -143,7 +143,7 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	if math.Abs(a.rate-20) > 1 {
 		t.Errorf("rate %.2f at K, want about 20", a.rate)
 	}
-	// Far past K the cubic term is large: capped at twice the send rate.
+	// Far past K the cubic term is large: capped at twice the measured rate.
 	for ; at < 10*time.Second; at += 50 * time.Millisecond {
 		a.observe(cut.Add(at), cut.Add(at), false, 0)
 	}

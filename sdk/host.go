@@ -281,10 +281,11 @@ type paceTurn struct {
 }
 
 // pace reserves the request's turn at the host's announced rate and says
-// how long to wait for it. reserved is false when there is no pacing to do
-// (not throttled, rate unknown, or the request must wait for the reset
-// anyway, after which it is paced).
-func (v *view) pace(now time.Time) (pt paceTurn, reserved bool) {
+// how long to wait for it; a retry's turn is the first in line (see
+// Transport.pace). reserved is false when there is no pacing to do (not
+// throttled, rate unknown, or the request must wait for the reset anyway,
+// after which it is paced).
+func (v *view) pace(now time.Time, retry bool) (pt paceTurn, reserved bool) {
 	if !v.pacing.Load() {
 		return pt, false // most views never pace: no lock
 	}
@@ -296,7 +297,7 @@ func (v *view) pace(now time.Time) (pt paceTurn, reserved bool) {
 	if v.refillLocked(now); v.budget == 0 && now.Before(v.resetAt) {
 		return pt, false
 	}
-	pt.tk, pt.d = v.pacer.reserve(now)
+	pt.tk, pt.d = v.pacer.reserve(now, retry)
 	pt.learned = v.adapt != nil && v.adapt.enabled
 	if pt.d > 0 {
 		pt.moved = v.pacer.changed()

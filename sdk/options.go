@@ -182,7 +182,7 @@ func WithRetryBudget(b *RetryBudget) Option {
 // The learner is the AWS SDKs' adaptive retry mode: a client token bucket
 // whose rate follows CUBIC (RFC 9438) on throttles, with AdaptiveBeta 0.7
 // (the rate kept after a throttle), AdaptiveScale 0.4 (how fast it grows
-// back), a send rate measured in half-second buckets and smoothed by
+// back), an admitted rate measured in half-second buckets and smoothed by
 // AdaptiveSmooth, and a floor of AdaptiveMinRate; see adaptiveRate for the
 // curve. Without it, a hintless 429 is retried after a backoff and the
 // request rate is whatever the callers push.

@@ -62,9 +62,19 @@ func (p *pacer) trim(now time.Time) {
 }
 
 // reserve hands out the next turn and says how long until it is due; nil
-// when it is due now.
-func (p *pacer) reserve(now time.Time) (*turn, time.Duration) {
+// when it is due now. With first, the turn is the first in line (the turns
+// in line move back one place).
+func (p *pacer) reserve(now time.Time, first bool) (*turn, time.Duration) {
 	p.trim(now)
+	if first && len(p.line) > 0 {
+		due := p.dueAt(0)
+		t := &turn{p: p}
+		p.line = append(p.line, nil)
+		copy(p.line[1:], p.line)
+		p.line[0] = t
+		p.tat = p.tat.Add(p.every)
+		return t, due.Sub(now)
+	}
 	due := p.tat.Add(-p.tau())
 	if due.Before(now) {
 		due = now

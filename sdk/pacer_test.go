@@ -10,13 +10,13 @@ import (
 // due every 500 ms, in the same order, and a holder is not woken for it
 // (it finds the later time when it wakes); raised to 20/s they are due
 // every 50 ms, and the holders are woken. A turn given back moves the ones
-// behind it up one place.
+// behind it up one place; a retry's turn goes first in line.
 func TestPacerRetimes(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	p := newPacer(t0, 100*time.Millisecond, 1, true)
 	var ts []*turn
 	for i := range 5 {
-		tk, d := p.reserve(t0)
+		tk, d := p.reserve(t0, false)
 		if want := time.Duration(i+1) * 100 * time.Millisecond; tk == nil || d != want {
 			t.Fatalf("turn %d: %v, want %v", i, d, want)
 		}
@@ -48,6 +48,11 @@ func TestPacerRetimes(t *testing.T) {
 	p.cancel(ts[1], t0)
 	ts = append(ts[:1], ts[2:]...)
 	due(50*time.Millisecond, 100*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond)
+	if tk, d := p.reserve(t0, true); d != 50*time.Millisecond || p.delay(ts[0], t0) != 100*time.Millisecond {
+		t.Errorf("a retry's turn in %v (first %v), want first in line", d, p.delay(ts[0], t0))
+	} else {
+		ts = append([]*turn{tk}, ts...)
+	}
 	// Time passes: the turns due are forgotten, the others keep their times.
 	at := t0.Add(120 * time.Millisecond)
 	if d := p.delay(ts[2], at); d != 30*time.Millisecond {
@@ -61,11 +66,11 @@ func TestPacerRetimes(t *testing.T) {
 	q := newPacer(t0, 100*time.Millisecond, 5, false)
 	q.set(t0, 200*time.Millisecond, 3)
 	for i := range 3 {
-		if tk, d := q.reserve(t0); tk != nil || d != 0 {
+		if tk, d := q.reserve(t0, false); tk != nil || d != 0 {
 			t.Errorf("burst turn %d: wait %v", i, d)
 		}
 	}
-	if _, d := q.reserve(t0); d != 200*time.Millisecond {
+	if _, d := q.reserve(t0, false); d != 200*time.Millisecond {
 		t.Errorf("past the burst: %v, want 200ms", d)
 	}
 }

@@ -146,7 +146,7 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 		if !fresh { // after any wait, and before a retry
 			c.now = t.cfg.clock.Now()
 		}
-		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now); ok {
+		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now, c.attempt > 0); ok {
 			ev := c.holdEvent(pt.d, v)
 			if strict {
 				paced.giveBack(c.now)
@@ -382,14 +382,20 @@ func retryClass(r Reason, hint time.Duration) int {
 // 429s (WithAdaptiveRate) is not: the host has shown it refuses requests
 // sent faster, so such a wait is returned with strict set, for the caller
 // to give up.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time) (pt paceTurn, v *view, again, strict, ok bool) {
+//
+// A retry takes the first turn in line: it has waited its backoff, after
+// a refusal that cut a learned rate. Sent soon after the cut, the host's
+// bucket refilling, it is admitted; queued behind the callers' first
+// attempts (seconds, with dozens of callers), it meets the next probe
+// past the rate, and a request refused at every attempt is lost.
+func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time, retry bool) (pt paceTurn, v *view, again, strict, ok bool) {
 	for _, v := range g.vs[:g.n] {
 		i := paced.find(v)
 		if again = i >= 0; again {
 			pt = v.turnDelay(paced.ts[i], now)
 		} else {
 			var reserved bool
-			if pt, reserved = v.pace(now); !reserved {
+			if pt, reserved = v.pace(now, retry); !reserved {
 				continue
 			}
 			i = paced.add(v, pt.tk)
