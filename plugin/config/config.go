@@ -699,6 +699,10 @@ func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
 		if !strings.HasPrefix(*f.dst, "/") {
 			return errf(field+"."+f.name, "%q must start with /", *f.dst)
 		}
+		// Requests are matched by their clean path (CleanPath): a path
+		// written otherwise ("/%7Euser", "/a//b") is cleaned the same way.
+		var buf []byte
+		*f.dst = CleanPath(&buf, *f.dst)
 	}
 	if m.PathPrefix != "" && m.PathExact != "" {
 		return errf(field+".path_exact", "use either path_prefix or path_exact, not both")

@@ -139,10 +139,11 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg   *config.Config
-	table *Table
-	seed  uint64
-	Stats Stats
+	cfg     *config.Config
+	pathBuf []byte // config.CleanPath's scratch
+	table   *Table
+	seed    uint64
+	Stats   Stats
 	// Each kind of rule keeps its own working state; the methods that use
 	// it live in the kind's file.
 	localRules       // the request's rules and what they charged (engine.go)
@@ -350,7 +351,10 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 func (e *Engine) matchRules(req Request) requestInfo {
 	ri := requestInfo{req: req}
 	if e.needPath {
-		ri.path, _ = req.Header(":path")
+		// Rules match and key on the clean path, whatever the connection
+		// manager's normalize_path and merge_slashes (config.CleanPath).
+		raw, _ := req.Header(":path")
+		ri.path = config.CleanPath(&e.pathBuf, raw)
 	}
 	if e.needMethod {
 		ri.method, _ = req.Header(":method")

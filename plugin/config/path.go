@@ -1,0 +1,101 @@
+package config
+
+import "strings"
+
+// CleanPath returns the path part of a request's :path (without the query)
+// in the form rules match and key on, whatever the HTTP connection
+// manager's path settings: percent-encoded unreserved characters decoded
+// and the remaining escapes' hex digits upper-cased (RFC 3986 6.2.2.1-2),
+// dot segments removed (RFC 3986 5.2.4, 6.2.2.3) and runs of slashes merged
+// into one. Envoy forwards the path as received unless normalize_path and
+// merge_slashes are set (neither is by default), and upstreams commonly
+// decode and clean it: without this, "/%63heckout", "/./checkout",
+// "/x/../checkout" or "//checkout" reach the upstream's /checkout while
+// escaping a rule for /checkout (and each is a fresh budget for a rule
+// keyed by path). A path that is already clean (the common case) is
+// returned as is, without allocating; otherwise it is cleaned in *buf (a
+// scratch buffer, reused) and returned as a new string.
+func CleanPath(buf *[]byte, path string) string {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if path == "" || path[0] != '/' ||
+		(strings.IndexByte(path, '%') < 0 && !strings.Contains(path, "//") && !strings.Contains(path, "/.")) {
+		return path
+	}
+	// Percent-encoding first (so that "%2e" is a dot segment), into b.
+	b := (*buf)[:0]
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if c == '%' && i+2 < len(path) && isHex(path[i+1]) && isHex(path[i+2]) {
+			d := unhex(path[i+1])<<4 | unhex(path[i+2])
+			if isUnreserved(d) {
+				b = append(b, d)
+			} else {
+				b = append(b, '%', upper(path[i+1]), upper(path[i+2]))
+			}
+			i += 2
+			continue
+		}
+		b = append(b, c)
+	}
+	// Then the segments, in place: out never passes in (every segment is
+	// copied to where it is, or further left).
+	out := 1 // b[0] == '/'
+	for in := 1; in <= len(b); {
+		end := in
+		for end < len(b) && b[end] != '/' {
+			end++
+		}
+		seg := b[in:end]
+		last := end >= len(b)
+		switch {
+		case len(seg) == 0:
+			// An empty segment: a merged slash (or the end).
+		case len(seg) == 1 && seg[0] == '.':
+		case len(seg) == 2 && seg[0] == '.' && seg[1] == '.':
+			// Remove the previous segment: out is just after its slash.
+			if out > 1 {
+				out-- // its slash
+				for out > 1 && b[out-1] != '/' {
+					out--
+				}
+			}
+		default:
+			out += copy(b[out:], seg)
+			if !last {
+				b[out] = '/'
+				out++
+			}
+		}
+		in = end + 1
+	}
+	*buf = b
+	return string(b[:out])
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+func upper(c byte) byte {
+	if 'a' <= c && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
+func isUnreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~'
+}
