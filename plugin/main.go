@@ -161,6 +161,10 @@ func (p *pluginContext) OnTick() {
 		p.metrics.flushOverflow(p.engine.Table())
 		p.logOverflow(now)
 		p.countStates(now)
+		// Another configuration of this vm_id live beside this one (a
+		// second listener, a drained predecessor) keeps sharing its
+		// rules' states (engine.Table.RenewLayouts).
+		p.engine.Table().RenewLayouts(now)
 	}
 }
 

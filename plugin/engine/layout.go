@@ -82,6 +82,56 @@ func (t *Table) adoptLayout(rg *region, now int64) {
 	}
 }
 
+// RenewLayouts keeps two layouts of a region that are live at once
+// reading each other, for as long as both are: Envoy runs two
+// configurations of one vm_id side by side while it drains the connections
+// of a replaced one, and for good when two listeners (or filter chains, or
+// per-route configurations) carry configurations that differ but share
+// rules (a rule's share of max_keys depends on the other rules, so the same
+// rule has another bucket count in each). Without this, the newer layout
+// read the previous one only for a state's life after it was adopted:
+// after that a client that came in through the other configuration (a new
+// client there, or one whose state had expired) had a state in each
+// layout, and twice the budget. Every worker calls it about once a second:
+// a worker whose layout is the record's previous one (it is still alive)
+// pushes the record's "until" to a state's life ahead; a worker whose
+// layout is the current one re-reads until when the previous is read. When
+// the previous layout's last worker is gone, its states are read for one
+// more life, as after any change.
+func (t *Table) RenewLayouts(now int64) {
+	for r := range t.regions {
+		rg := &t.regions[r]
+		key := rg.prefix + "n"
+		val, cas, found, err := t.store.Get(key)
+		if err != nil || !found || len(val) != 24 {
+			continue
+		}
+		cur, prev, until := getUint64(val[0:8]), getUint64(val[8:16]), int64(getUint64(val[16:24]))
+		rg.newer = 0
+		switch {
+		case cur == rg.buckets:
+			rg.prevBuckets, rg.prevUntil = prev, until
+		case prev == rg.buckets:
+			// Clients this table does not hold are decided in the newer
+			// layout; pulling states out of it into this one (the
+			// previous layout as this table adopted it) would only move
+			// them back and forth.
+			rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
+			if until-now >= int64(rg.life)*3/4 {
+				continue
+			}
+			// Renewed when a quarter of the life has passed: a write a
+			// few times per life, not every second for long lives. A
+			// CAS mismatch (another worker renewed, or a new layout was
+			// adopted) is left to the next call.
+			var b [24]byte
+			copy(b[:], val)
+			putUint64(b[16:24], uint64(now+int64(rg.life)))
+			_, _ = t.store.Set(key, b[:], cas)
+		}
+	}
+}
+
 // movedFP marks the slot of client fp in its bucket of the previous layout
 // once its state is moving to its current bucket.
 func movedFP(fp uint64) uint64 { return fp ^ 0x9e3779b97f4a7c15 }
@@ -127,7 +177,41 @@ func (t *Table) elsewhere(rg *region, sp *spot, now int64) (bool, error) {
 		putUint64(sp.slot()[0:8], sp.fp)
 		return true, nil
 	}
+	if rg.newer != 0 {
+		return t.newer(rg, sp, now)
+	}
 	return false, nil
+}
+
+// twoLayouts reports whether a client of rg may have its state in another
+// layout than this table's: the previous one is still read, or this
+// table's layout is the previous of a live newer one. A client's own slot
+// that expired is then not the end of the search: the client may have been
+// active through the other configuration meanwhile.
+func (rg *region) twoLayouts(now int64) bool {
+	return rg.newer != 0 || (rg.prevBuckets != 0 && now < rg.prevUntil)
+}
+
+// newer decides client sp.fp, which this table (of the previous layout,
+// live beside a newer one: rg.newer) does not hold, where the newer layout
+// keeps it: its slot there, active or not, else a free one, so that both
+// configurations decide it on one state. With no room there it reports
+// false and the client is decided here, as before.
+func (t *Table) newer(rg *region, sp *spot, now int64) (bool, error) {
+	b := jumpHash(sp.fp, rg.newer)
+	if b == jumpHash(sp.fp, rg.buckets) {
+		return false, nil
+	}
+	key, val, cas, err := t.readOld(rg, b)
+	if err != nil {
+		return false, err
+	}
+	i := findSlot(val, sp.fp, now)
+	if i < 0 {
+		return false, nil
+	}
+	*sp = spot{key: key, val: val, cas: cas, i: i, kind: SlotOwn, fp: sp.fp}
+	return true, nil
 }
 
 // previous looks for client sp.fp's active state in its bucket of rg's

@@ -241,3 +241,86 @@ func TestPreviousLayoutWorkersFollowMovedStates(t *testing.T) {
 		}
 	}
 }
+
+// Two configurations live at once (two listeners of one vm_id whose
+// configurations differ, so rule a has 2 buckets in one and 4 in the
+// other), each worker renewing the layouts once a second: a client that
+// first comes long after both started (when the previous layout would no
+// longer be read) and alternates between them has one budget, 5, not 5 in
+// each.
+func TestTwoLiveLayoutsShareOneBudget(t *testing.T) {
+	store := newMemStore()
+	old, cur := layoutTables(t, store, nil, 0)
+	end := cur.regions[0].prevUntil
+	at := t0 + int64(time.Second)
+	for ; at < end+int64(time.Hour); at += int64(time.Second) {
+		old.RenewLayouts(at)
+		cur.RenewLayouts(at)
+	}
+	n := 0
+	for _, fp := range movingClients(3) {
+		n = 0
+		for i := 0; i < 6; i++ {
+			n += charges(t, old, fp, at, 1) + charges(t, cur, fp, at, 1)
+		}
+		if n != 5 {
+			t.Errorf("client %x, %v after the second layout: %d admitted through both, want 5", fp, time.Duration(at-end), n)
+		}
+	}
+	// The older configuration goes away: its states are read for one more
+	// life, then no longer.
+	last := at
+	for ; at < last+int64(3*time.Hour); at += int64(time.Minute) {
+		cur.RenewLayouts(at)
+	}
+	if rg := cur.regions[0]; rg.prevUntil > last+int64(rg.life)+int64(time.Second) {
+		t.Errorf("previous layout read until %v after its last worker, want at most a life (%v)", time.Duration(rg.prevUntil-last), rg.life)
+	}
+}
+
+// The same with several workers of each configuration, adopted in every
+// order (the record's current layout is the last adopted that differs
+// from it), and clients that come back after their states expired through
+// any pair of workers: one budget every time.
+func TestTwoLiveLayoutsAnyAdoptionOrder(t *testing.T) {
+	beside, alone := mustConfig(t, layoutBeside), mustConfig(t, layoutAlone)
+	for _, order := range []string{"ab", "aab", "aba", "abab", "abba", "baab", "abaabb"} {
+		store := newMemStore()
+		var as, bs []*Table
+		for i, c := range order {
+			at := t0 + int64(i)*int64(time.Millisecond)
+			if c == 'a' {
+				tb := NewTable(store, Regions(beside))
+				tb.AdoptLayouts(at)
+				as = append(as, tb)
+			} else {
+				tb := NewTable(store, Regions(alone))
+				tb.AdoptLayouts(at)
+				bs = append(bs, tb)
+			}
+		}
+		at := t0 + int64(time.Second)
+		for ; at < t0+int64(3*time.Hour); at += int64(time.Second) {
+			for _, tb := range append(append([]*Table{}, as...), bs...) {
+				tb.RenewLayouts(at)
+			}
+		}
+		for ai := range as {
+			for bi := range bs {
+				for _, fp := range movingClients(3) {
+					n := 0
+					for i := 0; i < 6; i++ {
+						n += charges(t, as[ai], fp, at, 1) + charges(t, bs[bi], fp, at, 1)
+					}
+					if n != 5 {
+						t.Errorf("adopted in order %s, workers a%d and b%d, client %x: %d admitted, want 5", order, ai, bi, fp, n)
+					}
+				}
+				at += int64(3 * time.Hour)
+				for _, tb := range append(append([]*Table{}, as...), bs...) {
+					tb.RenewLayouts(at)
+				}
+			}
+		}
+	}
+}

@@ -88,6 +88,12 @@ type region struct {
 	// changed, until prevUntil (0: none); see layout.go.
 	prevBuckets uint64
 	prevUntil   int64
+	// newer is the bucket count of the layout recorded as current when
+	// this table's is the previous one and still live (another
+	// configuration of the same vm_id beside this one), 0 otherwise;
+	// refreshed by RenewLayouts. Clients this table does not hold are
+	// decided there (layout.go).
+	newer uint64
 }
 
 // Table is the bounded client-state table of one worker. It is not safe for
@@ -216,7 +222,7 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 		return spot{}, err
 	}
 	sp := spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
-	if sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp {
+	if sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp && (active(val, sp.i, now) || !rg.twoLayouts(now)) {
 		return sp, nil
 	}
 	// Not in its bucket: left elsewhere by a change of layout? (key and
@@ -356,6 +362,12 @@ func (t *Table) Modify(fp uint64, rule int, onlyOverflow bool, now int64, m Modi
 
 // findSlot returns fp's own slot of the bucket val, else its first free
 // slot, else -1.
+// active reports whether slot i of bucket val holds a state that has not
+// expired at now.
+func active(val []byte, i int, now int64) bool {
+	return int64(getUint64(val[i*slotSize+8:])) > now
+}
+
 func findSlot(val []byte, fp uint64, now int64) int {
 	free := -1
 	for i := 0; i < SlotsPerBucket; i++ {
@@ -526,8 +538,9 @@ func (t *Table) leaseSpot(fp uint64, rule int, now int64) (spot, error) {
 		return spot{}, err
 	}
 	sp := spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
-	if sp.i < 0 || getUint64(val[sp.i*slotSize:]) != fp {
-		if ok, err := t.elsewhere(&t.regions[rule], &sp, now); err != nil || ok {
+	rg := &t.regions[rule]
+	if sp.i < 0 || getUint64(val[sp.i*slotSize:]) != fp || (!active(val, sp.i, now) && rg.twoLayouts(now)) {
+		if ok, err := t.elsewhere(rg, &sp, now); err != nil || ok {
 			return sp, err
 		}
 	}
