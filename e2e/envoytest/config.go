@@ -22,6 +22,10 @@ const DefaultCluster = "upstream"
 // ListenerName is the name of the HTTP listener the harness renders.
 const ListenerName = "sluice_listener"
 
+// SecondListenerName is the name of the listener Options.SecondListenerPort
+// adds.
+const SecondListenerName = "sluice_listener_2"
+
 // Options describe one Envoy instance. The zero value is usable: Envoy with no
 // HTTP filter in front of a fresh Upstream, one route named "default" for "/".
 type Options struct {
@@ -113,6 +117,17 @@ type Options struct {
 	// (Envoy.AccessLogPath says where).
 	AccessLogPath string
 
+	// WebSocket adds upgrade_configs [{upgrade_type: websocket}] to the
+	// HTTP connection manager.
+	WebSocket bool
+	// SecondListenerPort, if > 0, adds a second listener (SecondListenerName)
+	// on that port with the same connection manager and filters (so the
+	// same plugin and vm_id), as a second entry point into one Envoy.
+	SecondListenerPort int
+	// SecondListenerConfig, if set, is the plugin configuration of the
+	// second listener (same module and vm_id, another configuration).
+	SecondListenerConfig string
+
 	// ExtraArgs are appended to Envoy's command line.
 	ExtraArgs []string
 	// LogOutput, if set, also receives Envoy's stdout and stderr.
@@ -126,6 +141,22 @@ type Route struct {
 	Prefix string // path prefix; "" means "/"
 	// Cluster is the target cluster; "" means DefaultCluster.
 	Cluster string
+	// DirectResponse, if set (a status), makes the route answer itself
+	// (direct_response, Envoy's own reply from the router) with DirectBody
+	// instead of forwarding to Cluster.
+	DirectResponse int
+	DirectBody     string
+	// NoWasm disables the wasm filter on this route
+	// (typed_per_filter_config with envoy.config.route.v3.FilterConfig
+	// disabled: true).
+	NoWasm bool
+	// RetryOn, if set, is the route's retry_policy.retry_on (e.g. "5xx"),
+	// with NumRetries retries (0: Envoy's default, 1).
+	RetryOn    string
+	NumRetries int
+	// InternalRedirect makes Envoy follow the upstream's 302 itself
+	// (internal_redirect_policy with its defaults).
+	InternalRedirect bool
 }
 
 // Wasm configures the envoy.filters.http.wasm filter.
@@ -383,6 +414,9 @@ filter_chains:
     typed_config:
       "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
       stat_prefix: ingress_http
+{{- if .O.WebSocket}}
+      upgrade_configs: [{upgrade_type: websocket}]
+{{- end}}
 {{- if .O.AccessLogFormat}}
       access_log:
       - name: envoy.access_loggers.file
@@ -408,9 +442,31 @@ filter_chains:
 {{- range .O.Routes}}
           - name: {{q .Name}}
             match: {prefix: {{q .Prefix}}}
+{{- if .NoWasm}}
+            typed_per_filter_config:
+              envoy.filters.http.wasm:
+                "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+                disabled: true
+{{- end}}
+{{- if .DirectResponse}}
+            direct_response:
+              status: {{.DirectResponse}}
+              body: {inline_string: {{q .DirectBody}}}
+{{- else}}
             route:
               cluster: {{q .Cluster}}
-{{- if $.O.GlobalRateLimit}}
+{{- if .RetryOn}}
+              retry_policy:
+                retry_on: {{q .RetryOn}}
+{{- if .NumRetries}}
+                num_retries: {{.NumRetries}}
+{{- end}}
+{{- end}}
+{{- if .InternalRedirect}}
+              internal_redirect_policy: {}
+{{- end}}
+{{- end}}
+{{- if and $.O.GlobalRateLimit (not .DirectResponse)}}
               rate_limits:
 {{- if $.O.GlobalRateLimit.Header}}
               - actions: [{request_headers: {header_name: {{q $.O.GlobalRateLimit.Header}}, descriptor_key: {{q $.O.GlobalRateLimit.Header}}}}]
@@ -518,6 +574,9 @@ static_resources:
 {{- if not .LDSPath}}
   listeners:
   - {{.ListenerYAML}}
+{{- if .Listener2YAML}}
+  - {{.Listener2YAML}}
+{{- end}}
 {{- end}}
   clusters:
 {{- range .Clusters}}
@@ -624,6 +683,7 @@ func renderBootstrap(o Options, upstream string, port int, ldsPath string) (stri
 		Clusters      []clusterData
 		LDSPath       string
 		ListenerYAML  string
+		Listener2YAML string
 		ExtraClusters string
 	}{Clusters: cl, LDSPath: ldsPath}
 	if x := strings.TrimSpace(o.ExtraClustersYAML); x != "" {
@@ -639,6 +699,19 @@ func renderBootstrap(o Options, upstream string, port int, ldsPath string) (stri
 	if ldsPath == "" {
 		if data.ListenerYAML, err = renderListener(o, port, "    "); err != nil {
 			return "", err
+		}
+		if o.SecondListenerPort > 0 {
+			o2 := o
+			if o.SecondListenerConfig != "" && o.Wasm != nil {
+				w := *o.Wasm
+				w.Config = o.SecondListenerConfig
+				o2.Wasm = &w
+			}
+			var b strings.Builder
+			if err := listenerTmpl.Execute(&b, renderData{O: o2, Port: o.SecondListenerPort, ListenerNm: SecondListenerName}); err != nil {
+				return "", err
+			}
+			data.Listener2YAML = indent(b.String(), "    ")
 		}
 	}
 	var b strings.Builder
