@@ -34,6 +34,7 @@ const setupsConfig = `{
     {"name": "ws", "match": {"path_prefix": "/ws"}, "key": ["path"], "algorithm": "concurrency", "limit": 1},
     {"name": "head", "match": {"path_prefix": "/head"}, "limit": 1, "window": "1h"},
     {"name": "upload", "match": {"path_prefix": "/upload"}, "limit": 1, "window": "1h"},
+    {"name": "held", "match": {"path_prefix": "/held"}, "limit": 1, "window": "1s", "max_delay": "5s"},
     {"name": "shared", "match": {"path_prefix": "/shared"}, "key": ["path"], "limit": 3, "window": "1s"},
     {"name": "redir", "match": {"path_prefix": "/redir"}, "algorithm": "concurrency", "limit": 1},
     {"name": "spell", "match": {"path_prefix": "/spell"}, "key": ["path"], "limit": 2, "window": "1h"}
@@ -48,7 +49,8 @@ var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 300
 // auxUpstream serves the routes that need more than envoytest.Upstream:
 // /retry fails every other request with 503 (the first attempt of each
 // request, when requests come one at a time), /ws accepts a WebSocket
-// upgrade and echoes what it reads until the client closes.
+// upgrade and echoes what it reads until the client closes, /held answers
+// the length of the body it read, /redir redirects to /redir/done.
 type auxUpstream struct {
 	ln      net.Listener
 	retries atomic.Int64
@@ -76,6 +78,9 @@ func (a *auxUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		time.Sleep(300 * time.Millisecond)
 		_, _ = io.WriteString(w, "ok\n")
+	case r.URL.Path == "/held":
+		n, _ := io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, strconv.FormatInt(n, 10))
 	case r.URL.Path == "/redir":
 		w.Header().Set("Location", "http://"+r.Host+"/redir/done")
 		w.WriteHeader(http.StatusFound)
@@ -137,6 +142,7 @@ func TestEnvoySetups(t *testing.T) {
 			{Name: "off", Prefix: "/off", NoWasm: true},
 			{Name: "retry", Prefix: "/retry", Cluster: "aux", RetryOn: "5xx", NumRetries: 2},
 			{Name: "ws", Prefix: "/ws", Cluster: "aux"},
+			{Name: "held", Prefix: "/held", Cluster: "aux"},
 			{Name: "redir", Prefix: "/redir", Cluster: "aux", InternalRedirect: true},
 			{Name: "default", Prefix: "/"},
 		}
@@ -318,7 +324,9 @@ func TestEnvoySetups(t *testing.T) {
 				}
 				done <- resp.StatusCode
 			}()
-			time.Sleep(150 * time.Millisecond)
+			// Once its first attempt has failed (the retry follows within
+			// Envoy's backoff and takes 300 ms).
+			pollUntil(func() bool { return aux.retries.Load() >= int64(2*i+1) })
 			resp, _, err := e.Get(ctx, "/retry", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -421,6 +429,23 @@ func TestEnvoySetups(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != want || time.Since(start) > 3*time.Second {
 				t.Errorf("POST %d: %d after %v, want %d at once", i, resp.StatusCode, time.Since(start), want)
+			}
+		}
+	})
+
+	t.Run("upload_held", func(t *testing.T) {
+		// A 4 MiB POST held by max_delay (about 1 s): Envoy buffers its
+		// body up to its limit and then stops reading (no 413), and the
+		// whole body reaches the upstream when it is released.
+		body := strings.Repeat("x", 4<<20)
+		for i := 0; i < 2; i++ {
+			start := time.Now()
+			resp, got, err := e.Do(ctx, "POST", "/held", nil, []byte(body))
+			if err != nil {
+				t.Fatalf("POST %d: %v", i, err)
+			}
+			if resp.StatusCode != 200 || got != strconv.Itoa(len(body)) || (i == 1 && time.Since(start) < 500*time.Millisecond) {
+				t.Errorf("POST %d: %d %.40q after %v, want 200 and the upstream read %d bytes (the second held about 1 s)", i, resp.StatusCode, got, time.Since(start), len(body))
 			}
 		}
 	})
