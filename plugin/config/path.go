@@ -6,8 +6,13 @@ import "strings"
 // in the form rules match and key on, whatever the HTTP connection
 // manager's path settings: percent-encoded unreserved characters decoded
 // and the remaining escapes' hex digits upper-cased (RFC 3986 6.2.2.1-2),
-// dot segments removed (RFC 3986 5.2.4, 6.2.2.3) and runs of slashes merged
-// into one. Envoy forwards the path as received unless normalize_path and
+// encoded slashes (%2F) and backslashes (%5C, \) taken as slashes, dot
+// segments removed (RFC 3986 5.2.4, 6.2.2.3) and runs of slashes merged
+// into one. The slashes go further than Envoy's normalize_path (which
+// keeps %2F unless path_with_escaped_slashes_action says otherwise):
+// upstreams that decode them (and treat a backslash as a slash) are
+// common, and for a limit, matching a request its upstream serves as
+// /checkout matters more than telling "/a%2Fb" from "/a/b". Envoy forwards the path as received unless normalize_path and
 // merge_slashes are set (neither is by default), and upstreams commonly
 // decode and clean it: without this, "/%63heckout", "/./checkout",
 // "/x/../checkout" or "//checkout" reach the upstream's /checkout while
@@ -20,7 +25,8 @@ func CleanPath(buf *[]byte, path string) string {
 		path = path[:i]
 	}
 	if path == "" || path[0] != '/' ||
-		(strings.IndexByte(path, '%') < 0 && !strings.Contains(path, "//") && !strings.Contains(path, "/.")) {
+		(strings.IndexByte(path, '%') < 0 && strings.IndexByte(path, '\\') < 0 &&
+			!strings.Contains(path, "//") && !strings.Contains(path, "/.")) {
 		return path
 	}
 	// Percent-encoding first (so that "%2e" is a dot segment), into b.
@@ -31,11 +37,16 @@ func CleanPath(buf *[]byte, path string) string {
 			d := unhex(path[i+1])<<4 | unhex(path[i+2])
 			if isUnreserved(d) {
 				b = append(b, d)
+			} else if d == '/' || d == '\\' {
+				b = append(b, '/')
 			} else {
 				b = append(b, '%', upper(path[i+1]), upper(path[i+2]))
 			}
 			i += 2
 			continue
+		}
+		if c == '\\' {
+			c = '/'
 		}
 		b = append(b, c)
 	}
