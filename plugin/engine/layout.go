@@ -238,6 +238,11 @@ func (t *Table) previous(rg *region, sp *spot, dest int, now int64) (bool, error
 	switch {
 	case j < 0:
 		return false, nil
+	case marked && sp.i >= 0 && getUint64(sp.slot()[0:8]) == fp:
+		// The client's state moved out of there into its own slot here,
+		// which has expired since (two layouts live: see locate): the
+		// frozen state is older than that slot, not a newer one.
+		return false, nil
 	case dest >= 0:
 		sp.i = dest
 		sp.from = prevSlot{key: key, val: val, cas: cas, i: j, marked: marked}
