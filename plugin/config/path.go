@@ -29,8 +29,15 @@ func CleanPath(buf *[]byte, path string) string {
 			!strings.Contains(path, "//") && !strings.Contains(path, "/.")) {
 		return path
 	}
-	// Percent-encoding first (so that "%2e" is a dot segment), into b.
-	b := (*buf)[:0]
+	b := unescapePath((*buf)[:0], path)
+	*buf = b
+	return string(b[:removeDotSegments(b)])
+}
+
+// unescapePath appends path to b with its percent-encoding normalized and
+// its encoded and literal backslashes and encoded slashes made slashes:
+// first, so that "%2e" is a dot segment and "%2F" a separator.
+func unescapePath(b []byte, path string) []byte {
 	for i := 0; i < len(path); i++ {
 		c := path[i]
 		if c == '%' && i+2 < len(path) && isHex(path[i+1]) && isHex(path[i+2]) {
@@ -50,8 +57,13 @@ func CleanPath(buf *[]byte, path string) string {
 		}
 		b = append(b, c)
 	}
-	// Then the segments, in place: out never passes in (every segment is
-	// copied to where it is, or further left).
+	return b
+}
+
+// removeDotSegments removes the dot segments and empty segments of the
+// path b (which starts with '/') in place, and returns its new length:
+// every segment is copied to where it is or further left.
+func removeDotSegments(b []byte) int {
 	out := 1 // b[0] == '/'
 	for in := 1; in <= len(b); {
 		end := in
@@ -81,8 +93,7 @@ func CleanPath(buf *[]byte, path string) string {
 		}
 		in = end + 1
 	}
-	*buf = b
-	return string(b[:out])
+	return out
 }
 
 func isHex(c byte) bool {
