@@ -360,14 +360,14 @@ func (t *Table) Modify(fp uint64, rule int, onlyOverflow bool, now int64, m Modi
 	return 0, ErrContention
 }
 
-// findSlot returns fp's own slot of the bucket val, else its first free
-// slot, else -1.
 // active reports whether slot i of bucket val holds a state that has not
 // expired at now.
 func active(val []byte, i int, now int64) bool {
 	return int64(getUint64(val[i*slotSize+8:])) > now
 }
 
+// findSlot returns fp's own slot of the bucket val, else its first free
+// slot, else -1.
 func findSlot(val []byte, fp uint64, now int64) int {
 	free := -1
 	for i := 0; i < SlotsPerBucket; i++ {
