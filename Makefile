@@ -229,6 +229,7 @@ fuzz: build
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseProblem$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzCleanPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugin/internal/rls -run '^$$' -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME)

@@ -52,8 +52,16 @@ func unescapePath(b []byte, path string) []byte {
 			i += 2
 			continue
 		}
-		if c == '\\' {
+		switch c {
+		case '\\':
 			c = '/'
+		case '%':
+			// Not an escape: a literal '%', written as one ("%25"), or
+			// decoding what follows could make one ("%7%30" is "%70"
+			// after one pass, "p" after two): cleaning twice must give
+			// what cleaning once did.
+			b = append(b, "%25"...)
+			continue
 		}
 		b = append(b, c)
 	}
