@@ -15,19 +15,24 @@ type pacer struct {
 	burst int
 	tat   time.Time // when the turn after every turn handed out would be due, burst aside
 	line  []*turn   // the turns not yet due when last looked at, in order
-	// moved is closed when turns in line come sooner than their holders
-	// were told; nil: nobody waits on it. A later turn needs no wake-up:
-	// its holder finds the new time when it wakes (see view.turnDelay).
+	// moved is closed when turns in line move, sooner or later, from what
+	// their holders were told; nil: nobody waits on it. A later turn needs
+	// a wake-up too: its holder may have a deadline the new time passes,
+	// and must give up at once rather than sleep on to the old time (see
+	// Transport.pace).
 	moved chan struct{}
-	told  time.Duration // the slowest every a holder waiting on moved was told
+	slow  time.Duration // the slowest every a holder waiting on moved was told
+	fast  time.Duration // the fastest
 }
 
 // turn is a place in a pacer's line.
 type turn struct{ p *pacer }
 
-// pacerRaise is how much faster than the turns' holders were told the
-// pacer must become before they are woken to take the sooner times: the
-// rate a learner follows (see adaptiveRate) creeps up at every answer.
+// pacerRaise is how much faster (or, inverted, slower) than the turns'
+// holders were told the pacer must become before they are woken to take
+// the new times: the rate a learner follows (see adaptiveRate) creeps at
+// every answer, and waking every holder at every answer would cost more
+// than the few milliseconds the creep moves a turn.
 const pacerRaise = 0.9
 
 // newPacer returns a pacer of one turn per every, with a burst, full or
@@ -73,6 +78,7 @@ func (p *pacer) reserve(now time.Time, first bool) (*turn, time.Duration) {
 		copy(p.line[1:], p.line)
 		p.line[0] = t
 		p.tat = p.tat.Add(p.every)
+		p.wake() // the turns behind are one later: see moved
 		return t, due.Sub(now)
 	}
 	due := p.tat.Add(-p.tau())
@@ -144,18 +150,19 @@ func (p *pacer) set(now time.Time, every time.Duration, burst int) {
 	tokens = min(tokens, float64(p.burst), float64(burst))
 	p.every, p.burst = every, burst
 	p.tat = now.Add(time.Duration((float64(burst)-tokens)*float64(every)) + n*every)
-	if p.moved != nil && float64(every) < pacerRaise*float64(p.told) {
+	if p.moved != nil && (float64(every) < pacerRaise*float64(p.slow) ||
+		pacerRaise*float64(every) > float64(p.fast)) {
 		p.wake()
 	}
 }
 
-// changed returns the channel closed when the turns in line come sooner
-// than the holder that asks for it is told now.
+// changed returns the channel closed when the turns in line move from
+// what the holder that asks for it is told now.
 func (p *pacer) changed() <-chan struct{} {
 	if p.moved == nil {
-		p.moved, p.told = make(chan struct{}), p.every
+		p.moved, p.slow, p.fast = make(chan struct{}), p.every, p.every
 	}
-	p.told = max(p.told, p.every)
+	p.slow, p.fast = max(p.slow, p.every), min(p.fast, p.every)
 	return p.moved
 }
 

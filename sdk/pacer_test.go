@@ -7,9 +7,10 @@ import (
 
 // TestPacerRetimes: the turns not yet due follow the rate. Five turns
 // taken at 10/s (empty bucket) are due every 100 ms; cut to 2/s they are
-// due every 500 ms, in the same order, and a holder is not woken for it
-// (it finds the later time when it wakes); raised to 20/s they are due
-// every 50 ms, and the holders are woken. A turn given back moves the ones
+// due every 500 ms, in the same order, and the holders are woken (one
+// whose deadline the later time passes gives up at once); a creep of a few
+// percent wakes nobody; raised to 20/s they are due every 50 ms, and the
+// holders are woken. A turn given back moves the ones
 // behind it up one place; a retry's turn goes first in line.
 func TestPacerRetimes(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
@@ -35,7 +36,14 @@ func TestPacerRetimes(t *testing.T) {
 	due(500*time.Millisecond, time.Second, 1500*time.Millisecond, 2*time.Second, 2500*time.Millisecond)
 	select {
 	case <-moved:
-		t.Error("a cut woke the holders")
+	default:
+		t.Error("a cut did not wake the holders (one whose deadline the new time passes must give up now)")
+	}
+	moved = p.changed()
+	p.set(t0, 510*time.Millisecond, 1)
+	select {
+	case <-moved:
+		t.Error("a creep of 2% woke the holders")
 	default:
 	}
 	p.set(t0, 50*time.Millisecond, 1)
@@ -48,10 +56,16 @@ func TestPacerRetimes(t *testing.T) {
 	p.cancel(ts[1], t0)
 	ts = append(ts[:1], ts[2:]...)
 	due(50*time.Millisecond, 100*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond)
+	moved = p.changed()
 	if tk, d := p.reserve(t0, true); d != 50*time.Millisecond || p.delay(ts[0], t0) != 100*time.Millisecond {
 		t.Errorf("a retry's turn in %v (first %v), want first in line", d, p.delay(ts[0], t0))
 	} else {
 		ts = append([]*turn{tk}, ts...)
+	}
+	select {
+	case <-moved:
+	default:
+		t.Error("a retry's turn put the others one later without waking their holders")
 	}
 	// Time passes: the turns due are forgotten, the others keep their times.
 	at := t0.Add(120 * time.Millisecond)

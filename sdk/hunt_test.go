@@ -1,0 +1,148 @@
+package sdk
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// flipServer answers 200 until bare is set, then a bare 429 to the next
+// `refuse` requests, then 200 again. It records when each 429 was sent back.
+type flipServer struct {
+	mu      sync.Mutex
+	refuse  int
+	refused []time.Time
+	hits    int
+}
+
+func (s *flipServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	s.mu.Lock()
+	s.hits++
+	no := s.refuse > 0
+	if no {
+		s.refuse--
+		s.refused = append(s.refused, time.Now())
+	}
+	s.mu.Unlock()
+	if no {
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	io.WriteString(w, "ok")
+}
+
+func (s *flipServer) refuseNext(n int) {
+	s.mu.Lock()
+	s.refuse = n
+	s.mu.Unlock()
+}
+
+// adaptiveWarm teaches c's host an admitted rate of about 20/s for 2 s,
+// then a bare 429 (its retry is not waited for): the learned rate is then
+// about 14/s and the pacer empty.
+func adaptiveWarm(t *testing.T, c *http.Client, s *flipServer, url string) {
+	t.Helper()
+	for range 40 {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		time.Sleep(30 * time.Millisecond)
+	}
+	s.refuseNext(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	go func() {
+		for {
+			s.mu.Lock()
+			n := len(s.refused)
+			s.mu.Unlock()
+			if n > 0 {
+				time.Sleep(20 * time.Millisecond) // the answer is back
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("warm-up: the bare 429's retry was not interrupted: %d", resp.StatusCode)
+	}
+}
+
+// TestHuntDeadlineInLineAfterCut: 100 callers wait in the adaptive pacer's
+// line, every one with a deadline 3 s out that its turn fits when taken.
+// The first of them is refused (a bare 429): the rate is cut and the turns
+// behind are re-timed past some callers' deadlines. The contract says the
+// SDK returns as soon as it knows the next attempt cannot start in time:
+// those callers must give up at the cut, not sleep on until the time their
+// turn had before it.
+func TestHuntDeadlineInLineAfterCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &flipServer{}
+		var mu sync.Mutex
+		var gaveUp []time.Time
+		hook := func(ev RetryEvent) {
+			if ev.GiveUp == GiveUpDeadline && ev.Attempt == 0 {
+				mu.Lock()
+				gaveUp = append(gaveUp, time.Now())
+				mu.Unlock()
+			}
+		}
+		c := &http.Client{Transport: NewTransport(handlerRT{h: s, latency: 20 * time.Millisecond},
+			WithAdaptiveRate(), WithRetryHook(hook))}
+		adaptiveWarm(t, c, s, "http://adaptive.test/x")
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		gaveUp = nil
+		mu.Unlock()
+		s.mu.Lock()
+		s.refused = nil
+		s.mu.Unlock()
+		s.refuseNext(1)
+		launch := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), launch.Add(3*time.Second))
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://adaptive.test/x", nil)
+				if resp, err := c.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+		s.mu.Lock()
+		if len(s.refused) == 0 {
+			s.mu.Unlock()
+			t.Fatal("the crowd's first request was not refused")
+		}
+		cut := s.refused[0].Add(10 * time.Millisecond) // the 429 is back at the client
+		s.mu.Unlock()
+		late := 0
+		var worst time.Duration
+		for _, at := range gaveUp {
+			if at.Sub(launch) < 5*time.Millisecond {
+				continue // given up when the turn was taken: past the deadline already
+			}
+			if d := at.Sub(cut); d > 50*time.Millisecond {
+				late++
+				worst = max(worst, d)
+			}
+		}
+		t.Logf("cut at +%v; %d give-ups, %d of them more than 50 ms after the cut (worst %v)",
+			cut.Sub(launch), len(gaveUp), late, worst)
+		if late > 0 {
+			t.Errorf("%d callers whose re-timed turn passed their deadline slept on after the cut (up to %v)", late, worst)
+		}
+	})
+}
