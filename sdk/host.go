@@ -433,12 +433,21 @@ func (v *view) holdLocked(until time.Time) <-chan struct{} {
 // first leave no budget (each counts the whole crowd as still ahead of it)
 // until the lowest Remaining among them restores what the server has left,
 // and a held request that slept on until the reset would leave that unused.
-// v.mu must be held.
-func (v *view) wakeLocked(now time.Time) {
+//
+// It wakes them too when the answer pushed the hold (blocked) well past
+// the latest of them (by more than a tenth of the time they have left to
+// sleep): a request whose deadline the longer hold passes must give up
+// now, not when its old hold ends (the contract: return as soon as the
+// next attempt is known not to start in time). A push of a few
+// milliseconds, as every answer of a crowd refused with the same
+// Retry-After brings, wakes nobody. v.mu must be held.
+func (v *view) wakeLocked(now time.Time, blockedBefore time.Time) {
 	if v.wake == nil {
 		return
 	}
-	if w := v.waitLocked(now); now.Add(w).Before(v.wakeBy) {
+	end := now.Add(v.waitLocked(now))
+	pushed := v.blocked.After(blockedBefore) && end.Sub(v.wakeBy) > v.wakeBy.Sub(now)/10
+	if end.Before(v.wakeBy) || pushed {
 		close(v.wake)
 		v.wake, v.wakeBy = nil, time.Time{}
 	}
@@ -726,7 +735,8 @@ func (v *view) capacity() int {
 func (v *view) observe(t ticket, now time.Time, status int, in header.Info, others int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	defer v.wakeLocked(now) // before the unlock
+	blocked := v.blocked
+	defer func() { v.wakeLocked(now, blocked) }() // before the unlock
 	if t.held {
 		v.inflight--
 	}

@@ -146,3 +146,71 @@ func TestHuntDeadlineInLineAfterCut(t *testing.T) {
 		}
 	})
 }
+
+// TestHuntDeadlineHoldExtended: a 429 with Retry-After: 1 holds the host;
+// 20 callers wait out the hold, every one with a deadline 3 s out. Then the
+// answer to a request sent before the first 429 extends the hold to 10 s
+// (Retry-After: 10). The held callers can no longer start in time: they
+// must give up when that answer arrives, not when the first hold ends.
+func TestHuntDeadlineHoldExtended(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var gaveUp []time.Time
+		hook := func(ev RetryEvent) {
+			if ev.GiveUp == GiveUpDeadline && ev.Reason == HostLimit {
+				mu.Lock()
+				gaveUp = append(gaveUp, time.Now())
+				mu.Unlock()
+			}
+		}
+		slow := make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/first":
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+			case "/slow":
+				<-slow
+				w.Header().Set("Retry-After", "10")
+				w.WriteHeader(http.StatusTooManyRequests)
+			default:
+				io.WriteString(w, "ok")
+			}
+		})
+		c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 20 * time.Millisecond},
+			WithRetryHook(hook), WithMaxAttempts(1))}
+		get := func(ctx context.Context, path string) {
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://held.test"+path, nil)
+			if resp, err := c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { get(context.Background(), "/slow") }) // in flight before the hold
+		time.Sleep(5 * time.Millisecond)
+		get(context.Background(), "/first")
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), start.Add(3*time.Second))
+		defer cancel()
+		for range 20 {
+			wg.Go(func() { get(ctx, "/x") })
+		}
+		time.Sleep(300 * time.Millisecond)
+		close(slow)
+		extended := time.Now().Add(10 * time.Millisecond) // its answer is back
+		wg.Wait()
+		if len(gaveUp) != 20 {
+			t.Fatalf("%d held callers gave up, want 20", len(gaveUp))
+		}
+		late := 0
+		for _, at := range gaveUp {
+			if at.Sub(extended) > 5*time.Millisecond {
+				late++
+			}
+		}
+		t.Logf("hold extended at +%v; gave up at +%v .. +%v", extended.Sub(start), gaveUp[0].Sub(start), gaveUp[len(gaveUp)-1].Sub(start))
+		if late > 0 {
+			t.Errorf("%d held callers whose deadline the extended hold passes slept on until the first hold ended", late)
+		}
+	})
+}
