@@ -2,9 +2,11 @@ package sdk
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -213,4 +215,58 @@ func TestHuntDeadlineHoldExtended(t *testing.T) {
 			t.Errorf("%d held callers whose deadline the extended hold passes slept on until the first hold ended", late)
 		}
 	})
+}
+
+// TestHuntPolicyChurnNoPanic: a hostile server names a different policy (of 9) in
+// almost every answer to one route, with small quotas, exhausted ones and
+// 429s, so that the route's policies change while its requests wait in
+// their pacers' lines and holds. The SDK must not panic or deadlock. (It
+// did: an attempt kept a turn per view it had been governed by, and the
+// turns of the views it no longer was outgrew the one slot per view:
+// index out of range in turns.add.)
+func TestHuntPolicyChurnNoPanic(t *testing.T) {
+	for _, adaptive := range []bool{false, true} {
+		t.Run(fmt.Sprint("adaptive=", adaptive), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var k atomic.Int64
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					n := k.Add(1)
+					name := fmt.Sprintf("p%d", n%9)
+					rem := int(n*7919) % 4
+					w.Header().Set("Ratelimit-Policy", fmt.Sprintf(`"%s";q=4;w=1`, name))
+					w.Header().Set("Ratelimit", fmt.Sprintf(`"%s";r=%d;t=1`, name, rem))
+					switch {
+					case n%5 == 0:
+						w.WriteHeader(429)
+					case n%11 == 0:
+						w.Header().Set("Retry-After", "1")
+						w.WriteHeader(429)
+					default:
+						io.WriteString(w, "ok")
+					}
+				})
+				opts := []Option{WithMaxWait(5 * time.Second)}
+				if adaptive {
+					opts = append(opts, WithAdaptiveRate())
+				}
+				c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 20 * time.Millisecond}, opts...)}
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range 50 {
+					wg.Go(func() {
+						for time.Since(start) < 30*time.Second {
+							resp, err := c.Get("http://churn.test/x")
+							if err != nil {
+								time.Sleep(50 * time.Millisecond)
+								continue
+							}
+							resp.Body.Close()
+						}
+					})
+				}
+				wg.Wait()
+				t.Logf("%d attempts", k.Load())
+			})
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -186,6 +187,7 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 			return c.interrupted(e)
 		}
 		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
+		paced.keep(&c.g, t.cfg.clock.Now())
 	}
 }
 
@@ -438,6 +440,20 @@ func (p *turns) add(v *view, tk *turn) int {
 	i := p.find(nil) // there is room: one turn per view of a request
 	p.vs[i], p.ts[i] = v, tk
 	return i
+}
+
+// keep gives back the turns of the views that no longer govern the
+// attempt (g changed: the route learned its policies meanwhile). Kept,
+// such a turn would hold its place in a line the attempt no longer waits
+// in, and the turns of a server that names a new policy in every answer
+// would outgrow the one slot per view (a panic).
+func (p *turns) keep(g *governing, now time.Time) {
+	for i, v := range p.vs {
+		if v != nil && !slices.Contains(g.vs[:g.n], v) {
+			v.cancelTurn(p.ts[i], now)
+			p.vs[i], p.ts[i] = nil, nil
+		}
+	}
 }
 
 // giveBack cancels the reserved turns (those not yet due go back to their
