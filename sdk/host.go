@@ -934,9 +934,23 @@ func (v *view) tune(now time.Time) {
 	v.pacer.set(now, gap, burst)
 }
 
-// idle reports whether the view has nothing left to enforce.
+// idle reports whether the view has nothing left to enforce: nothing in
+// flight, no hold, no quota to wait for, no request waiting in its pacer's
+// line and no rate learned from bare 429s. (The requests in line are not
+// in flight: counted idle, a host whose callers all waited their turns was
+// the first to be forgotten when the table filled, and the next request
+// to it went out at once, past the line, to be refused; and a learned
+// rate costs 429s to learn again.)
 func (v *view) idle(now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.adapt != nil && v.adapt.enabled && now.Sub(v.adapt.lastThrottle) < AdaptiveForget {
+		return false
+	}
+	if v.pacer != nil {
+		if v.pacer.trim(now); len(v.pacer.line) > 0 {
+			return false
+		}
+	}
 	return v.inflight == 0 && !now.Before(v.blocked) && (v.resetAt.IsZero() || !now.Before(v.resetAt))
 }

@@ -270,3 +270,49 @@ func TestHuntPolicyChurnNoPanic(t *testing.T) {
 		})
 	}
 }
+
+// TestHuntEvictKeepsPacedHost: a host whose learned rate (WithAdaptiveRate)
+// has 30 callers waiting in its pacer's line has nothing in flight, and so
+// counted as having nothing to enforce: when 1100 other hosts (called
+// and answered 100 at a time) filled the table, it was forgotten with the
+// idle ones, and a new request to it went out at once,
+// past the line (the host refuses it). It must wait behind the line.
+func TestHuntEvictKeepsPacedHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &flipServer{}
+		c := &http.Client{Transport: NewTransport(handlerRT{h: s, latency: 20 * time.Millisecond}, WithAdaptiveRate())}
+		adaptiveWarm(t, c, s, "http://adaptive.test/x")
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() {
+				if resp, err := c.Get("http://adaptive.test/x"); err == nil {
+					resp.Body.Close()
+				}
+			})
+		}
+		time.Sleep(time.Millisecond) // all in line, none sent
+		for b := range 11 {          // in batches: the hosts of the earlier ones are idle
+			var others sync.WaitGroup
+			for i := range 100 {
+				others.Go(func() {
+					if resp, err := c.Get(fmt.Sprintf("http://other%d.test/x", b*100+i)); err == nil {
+						resp.Body.Close()
+					}
+				})
+			}
+			others.Wait()
+		}
+		t0 := time.Now()
+		resp, err := c.Get("http://adaptive.test/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		waited := time.Since(t0)
+		wg.Wait()
+		t.Logf("a request to the paced host after 1100 others: answered after %v", waited)
+		if waited < time.Second {
+			t.Errorf("answered after %v: the host's learned rate and line were forgotten (30 callers ahead at ~14/s)", waited)
+		}
+	})
+}
