@@ -316,3 +316,75 @@ func TestHuntEvictKeepsPacedHost(t *testing.T) {
 		}
 	})
 }
+
+// TestHuntRetryKnowsHold: request A is in flight when B's answer, a 429
+// with Retry-After: 10, holds the host for 10 s. A's answer is a bare 429
+// (a backoff of about 1 s); A's deadline is 3 s out, and with MaxWait 5 s
+// neither could be waited out anyway. The SDK knows when A's answer comes
+// that its retry cannot start in time: it must return A's 429 then, not
+// after sleeping its backoff first.
+func TestHuntRetryKnowsHold(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		maxWait  time.Duration
+		giveUp   string
+	}{
+		{"deadline", 3 * time.Second, time.Minute, GiveUpDeadline},
+		{"maxwait", time.Hour, 5 * time.Second, GiveUpMaxWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				var ups []string
+				hook := func(ev RetryEvent) {
+					if ev.GiveUp != "" && ev.Request.URL.Path == "/a" {
+						mu.Lock()
+						ups = append(ups, ev.GiveUp)
+						mu.Unlock()
+					}
+				}
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/a" {
+						time.Sleep(100 * time.Millisecond)
+					} else {
+						w.Header().Set("Retry-After", "10")
+					}
+					w.WriteHeader(http.StatusTooManyRequests)
+				})
+				c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 20 * time.Millisecond},
+					WithRetryHook(hook), WithMaxWait(tc.maxWait))}
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+				defer cancel()
+				var wg sync.WaitGroup
+				var took time.Duration
+				wg.Go(func() {
+					req, _ := http.NewRequestWithContext(ctx, "GET", "http://hold.test/a", nil)
+					resp, err := c.Do(req)
+					took = time.Since(start)
+					if err != nil {
+						t.Errorf("A: %v, want its 429", err)
+						return
+					}
+					if resp.StatusCode != 429 {
+						t.Errorf("A: %d, want its 429", resp.StatusCode)
+					}
+					resp.Body.Close()
+				})
+				time.Sleep(10 * time.Millisecond)
+				if resp, err := c.Get("http://hold.test/b"); err == nil {
+					resp.Body.Close()
+				}
+				wg.Wait()
+				t.Logf("A returned after %v, give-ups %v", took, ups)
+				if took > 150*time.Millisecond {
+					t.Errorf("A returned after %v: it slept its backoff though the host's hold passed its %s", took, tc.name)
+				}
+				if len(ups) != 1 || ups[0] != tc.giveUp {
+					t.Errorf("give-ups %v, want [%s]", ups, tc.giveUp)
+				}
+			})
+		})
+	}
+}

@@ -325,6 +325,9 @@ func (c *call) plan(reason Reason) (ev RetryEvent, stop bool) {
 	if ev.GiveUp == "" {
 		ev.Delay, ev.GiveUp = t.fit(c.ctx, c.now, hint, ev.Delay)
 	}
+	if ev.GiveUp == "" {
+		ev.Delay, ev.GiveUp = c.heldPast(ev.Delay)
+	}
 	// A retry the server did not schedule spends the host's retry budget
 	// (see RetryBudget), at the cost of its class; one it asked for is free.
 	if ev.GiveUp == "" && (reason != RateLimited || hint <= 0) && !c.h.withdraw(c.now, class) {
@@ -354,6 +357,32 @@ func (c *call) wait(ev RetryEvent) error {
 		return e
 	}
 	return nil
+}
+
+// heldPast checks a retry's wait of d against the holds the server has
+// asked for (a Retry-After, an exhausted quota's reset: blocked) on the
+// views that govern the retry: one that outlasts the wait by more than
+// MaxWait, or passes the deadline, means the retry cannot be sent, and the
+// call returns now rather than after sleeping d to find it out (the
+// contract: return as soon as the next attempt is known not to start in
+// time). It returns the wait, or the hold that does not fit, and why.
+// Holds on a spent quota are not counted: answers may restore it sooner.
+func (c *call) heldPast(d time.Duration) (time.Duration, string) {
+	var g governing
+	c.h.govern(&c.t.routes, c.rk, &g)
+	b := time.Duration(0)
+	for _, v := range g.vs[:g.n] {
+		v.mu.Lock()
+		b = max(b, v.blocked.Sub(c.now))
+		v.mu.Unlock()
+	}
+	if b <= d {
+		return d, ""
+	}
+	if why := c.t.tooLong(c.ctx, c.now.Add(d), b-d); why != "" {
+		return b, why
+	}
+	return d, ""
 }
 
 // The two classes of retries, with their own backoff base and their own
