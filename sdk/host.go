@@ -495,11 +495,17 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		}
 		return others
 	}
+	// A view that did not hold the request learns when it was sent (the
+	// host-level view's ticket): a throttle of a request sent before the
+	// learned rate's last cut is of the congestion event already cut for
+	// (see adaptiveRate.observe). Taken as sent when answered, every
+	// refusal of a crowd sent to a route not yet known cut the rate again.
+	unheld := ticket{sent: g.tk[0].sent}
 	if !held {
 		// The answer names a policy the request was not held by: its view
 		// learns from it without counting the request, and assumes that
 		// every request in flight to the host may have been counted before.
-		target.observe(ticket{}, now, status, in, inflight())
+		target.observe(unheld, now, status, in, inflight())
 	}
 	// The other policies a problem document says the request violated
 	// hold their routes as the first does.
@@ -510,7 +516,7 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		if v := h.policyView(rs, k, known, g, now, name); v != &h.all && v != target {
 			other := in
 			other.Policy = name
-			v.observe(ticket{}, now, status, other, inflight())
+			v.observe(unheld, now, status, other, inflight())
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -387,4 +388,70 @@ func TestHuntRetryKnowsHold(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestHuntAdaptiveUnheldCutsOnce: a host with two policies; route /c is
+// known to be policy c's, and c has admitted 20/s for 2 s. Then 24
+// callers at once send to /c2, a route of c not known yet, and each is
+// refused with a bare 429 whose problem document names c. One congestion
+// event cuts the rate once: each of those answers, to requests sent before
+// the cut, cut it again (they were taken as sent when answered), to the
+// floor of 0.5/s. Afterwards c's routes must still get about the cut
+// rate (0.7 x 20/s), not a crawl from the floor.
+func TestHuntAdaptiveUnheldCutsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var refuse atomic.Bool
+		var okC atomic.Int32
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			name := strings.TrimPrefix(r.URL.Path, "/")
+			if name == "c2" {
+				name = "c"
+			}
+			if refuse.Load() && r.URL.Path == "/c2" {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				io.WriteString(w, `{"type":"about:blank","status":429,"violated-policies":["c"]}`)
+				return
+			}
+			w.Header().Set("Ratelimit-Policy", fmt.Sprintf(`"%s";q=1000;w=1`, name))
+			w.Header().Set("Ratelimit", fmt.Sprintf(`"%s";r=900;t=1`, name))
+			if name == "c" {
+				okC.Add(1)
+			}
+			io.WriteString(w, "ok")
+		})
+		c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 20 * time.Millisecond}, WithAdaptiveRate(), WithMaxAttempts(1))}
+		get := func(path string) {
+			if resp, err := c.Get("http://two.test" + path); err == nil {
+				resp.Body.Close()
+			}
+		}
+		get("/a")
+		get("/b")
+		for range 40 {
+			get("/c")
+			time.Sleep(30 * time.Millisecond)
+		}
+		refuse.Store(true)
+		var wg sync.WaitGroup
+		for range 24 {
+			wg.Go(func() { get("/c2") })
+		}
+		wg.Wait()
+		okC.Store(0)
+		start := time.Now()
+		for range 8 {
+			wg.Go(func() {
+				for time.Since(start) < 3*time.Second {
+					get("/c")
+				}
+			})
+		}
+		wg.Wait()
+		rate := float64(okC.Load()) / 3
+		t.Logf("policy c after the crowd's 24 bare 429s: %.1f/s", rate)
+		if rate < 7 {
+			t.Errorf("policy c paced at %.1f/s after one congestion event, want about 14/s: every refusal of the crowd cut the rate", rate)
+		}
+	})
 }
