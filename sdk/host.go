@@ -227,6 +227,8 @@ type view struct {
 	budget    int           // requests the server still admits before resetAt; -1: unknown
 	budgetAt  time.Time     // when budget was last read from an answer (or refilled)
 	resetAt   time.Time     // when the quota is restored; zero: unknown
+	slid      int           // requests admitted on budget the slide freed before resetAt (see restoreLocked)
+	onSlide   bool          // budget is what the slide freed
 	limit     int           // the Limit the server announced; 0: unknown
 	maxSeen   int           // the largest Remaining seen, plus one; 0: none seen
 	window    time.Duration // the policy's window, or the longest reset seen
@@ -548,15 +550,7 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 		return v.blocked.Sub(now)
 	}
 	if v.budget >= 0 && !v.resetAt.IsZero() && !now.Before(v.resetAt) {
-		// The server has restored the quota. Until a response says what
-		// is left, assume what it has shown and no more.
-		v.budget, v.budgetAt, v.resetAt = -1, now, time.Time{}
-		if c := v.capacity(); c > 0 {
-			v.budget = c
-			if v.window > 0 {
-				v.resetAt = now.Add(v.window)
-			}
-		}
+		v.restoreLocked(now)
 	}
 	v.refillLocked(now)
 	if v.budget == 0 {
@@ -568,7 +562,7 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 			}
 			if free, at, ok := v.slideLocked(now); ok {
 				if free > 0 {
-					v.budget = free
+					v.budget, v.onSlide = free, true
 					return 0
 				}
 				if at.Before(v.resetAt) {
@@ -580,6 +574,26 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 		v.budget = -1 // exhausted, with no known reset: nothing to wait for
 	}
 	return 0
+}
+
+// restoreLocked restores the quota at its reset: until a response says
+// what is left, the view assumes what the server has shown and no more,
+// less the requests admitted before the reset on budget the slide freed
+// (see slideLocked). Those went out after the requests they replaced had
+// stopped counting, so they count in the quota that follows: with resets
+// rounded up to whole seconds, the slide gives a fixed window's requests
+// back a few milliseconds before the restore, and a whole quota on top of
+// them sent 11 to 13 requests in a window of 10 (429s after the first
+// wave, TestConcurrentFixedWindow 1 run in 15). v.mu must be held.
+func (v *view) restoreLocked(now time.Time) {
+	v.budget, v.budgetAt, v.resetAt = -1, now, time.Time{}
+	if c := v.capacity(); c > 0 {
+		v.budget = max(c-v.slid, 0)
+		if v.window > 0 {
+			v.resetAt = now.Add(v.window)
+		}
+	}
+	v.slid, v.onSlide = 0, false
 }
 
 // tokenEvery is how often the server adds one request to the quota, for a
@@ -702,6 +716,9 @@ func (v *view) slideLocked(now time.Time) (free int, at time.Time, ok bool) {
 func (v *view) admitLocked(now time.Time) (t ticket) {
 	if v.budget > 0 {
 		v.budget--
+		if v.onSlide {
+			v.slid++
+		}
 	}
 	t.held = true
 	t.ordered = v.inflight == 0 || now.Sub(v.lastSend) >= orderGap
@@ -806,12 +823,11 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	v.refillLocked(now)
 	if t.ordered {
 		v.budget = max(in.Remaining-int(min(v.seq-t.seq, 1<<30)), 0)
-		v.budgetAt, v.resetAt = now, reset
+		v.budgetAt, v.onSlide = now, false
+		v.resetLocked(reset, true)
 	} else if b := max(in.Remaining-v.inflight-others, 0); v.budget < 0 || b < v.budget {
-		v.budget, v.budgetAt = b, now
-		if reset.After(v.resetAt) {
-			v.resetAt = reset
-		}
+		v.budget, v.budgetAt, v.onSlide = b, now, false
+		v.resetLocked(reset, false)
 	}
 	// Only the answers to requests this view held make up its crowd. An
 	// answer it did not hold (sent before the route was known to be this
@@ -843,6 +859,19 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	}
 }
 
+// resetLocked moves resetAt to an answer's reset, later only unless
+// always: a reset past the one the slide's requests were admitted before
+// is the server's word on the quota that counts them (see restoreLocked).
+// v.mu must be held.
+func (v *view) resetLocked(reset time.Time, always bool) {
+	if reset.After(v.resetAt) {
+		v.slid = 0
+	} else if !always {
+		return
+	}
+	v.resetAt = reset
+}
+
 // blockLocked obeys the wait a rejection (429 or 503) asks for, if any: no
 // request goes out before it is over, and after a 429 the quota counts as
 // spent until then. v.mu must be held.
@@ -857,10 +886,8 @@ func (v *view) blockLocked(now time.Time, status int, in header.Info) {
 	}
 	if status == 429 {
 		// The quota is spent until at least then.
-		v.budget, v.budgetAt = 0, now
-		if until.After(v.resetAt) {
-			v.resetAt = until
-		}
+		v.budget, v.budgetAt, v.onSlide = 0, now, false
+		v.resetLocked(until, false)
 	}
 }
 
@@ -875,11 +902,13 @@ func (v *view) settleLocked(now time.Time, others int, held bool) {
 		return
 	}
 	if v.crowd >= 0 {
-		v.budget, v.budgetAt, v.resetAt = v.crowd, now, v.crowdEnd
+		v.budget, v.budgetAt, v.onSlide = v.crowd, now, false
+		v.resetLocked(v.crowdEnd, true)
 		v.crowd, v.crowdEnd = -1, time.Time{}
 	}
 	if !held && v.stray >= 0 {
-		v.budget, v.budgetAt, v.resetAt = v.stray, now, v.strayEnd
+		v.budget, v.budgetAt, v.onSlide = v.stray, now, false
+		v.resetLocked(v.strayEnd, true)
 		v.stray, v.strayEnd = -1, time.Time{}
 	}
 }

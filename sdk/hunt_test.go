@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sluicehq/sluice/shared/header"
 )
 
 // flipServer answers 200 until bare is set, then a bare 429 to the next
@@ -454,4 +456,60 @@ func TestHuntAdaptiveUnheldCutsOnce(t *testing.T) {
 			t.Errorf("policy c paced at %.1f/s after one congestion event, want about 14/s: every refusal of the crowd cut the rate", rate)
 		}
 	})
+}
+
+// TestHuntSlideThenRestore: a fixed window of 10 per second whose resets
+// are rounded up to whole seconds (as X-RateLimit-Reset and the draft's t
+// are), in the order of a failing run of TestConcurrentFixedWindow (1 in
+// about 15 under -race): a crowd of 8 answered at 1.004 s, 2 more at
+// 1.006 s, the last leaving Remaining 0. At 2.004 s the slide gives the 8
+// back (their resets), and 8 go out; at 2.006 s, none of them answered
+// yet, the quota's reset restored a whole quota on top of them, and the
+// window [2 s, 3 s) was sent 18 requests for 10. It must be sent 10.
+func TestHuntSlideThenRestore(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	v := &view{budget: -1, crowd: -1, stray: -1}
+	admit := func(now time.Time) (ticket, bool) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.waitLocked(now) > 0 {
+			return ticket{}, false
+		}
+		return v.admitLocked(now), true
+	}
+	answer := func(tk ticket, now time.Time, rem int) {
+		in := header.Info{Limit: 10, Remaining: rem, Reset: time.Second, Has: header.HasLimit | header.HasRemaining | header.HasReset}
+		v.observe(tk, now, 200, in, 0)
+	}
+	var crowd []ticket
+	for range 8 {
+		tk, ok := admit(at(1002))
+		if !ok {
+			t.Fatal("the first crowd was held")
+		}
+		crowd = append(crowd, tk)
+	}
+	for i, rem := range []int{8, 3, 2, 4, 5, 6, 7, 9} { // out of order, as a crowd's answers come
+		answer(crowd[[]int{0, 2, 3, 1, 4, 5, 6, 7}[i]], at(1004), rem)
+	}
+	a, _ := admit(at(1004))
+	b, _ := admit(at(1004))
+	answer(b, at(1006), 1)
+	answer(a, at(1006), 0)
+	sent := 0
+	for _, ms := range []int{2004, 2006, 2100, 2500, 2999} {
+		for {
+			if _, ok := admit(at(ms)); !ok {
+				break
+			}
+			sent++
+			if sent > 30 {
+				break
+			}
+		}
+	}
+	if sent > 10 {
+		t.Errorf("%d requests admitted in the window [2 s, 3 s) of 10 (none answered yet)", sent)
+	}
 }
