@@ -369,3 +369,64 @@ func TestAdvBodiesAndIdempotency(t *testing.T) {
 		}
 	})
 }
+
+// TestAdvHostileConcurrent: 40 callers for 10 s against hostile headers
+// that set the pacer's arithmetic at its limits (a Limit of 1e20, windows
+// of 1e15 s, a window of 1 s for 1e15 requests, Remaining 1e6 above a
+// Limit of 10, a nanosecond reset, a reset in the year 2500), with and
+// without WithAdaptiveRate: no panic, no deadlock.
+func TestAdvHostileConcurrent(t *testing.T) {
+	far := strconv.FormatInt(time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), 10)
+	cases := [][]string{
+		{"X-Ratelimit-Limit", "99999999999999999999", "X-Ratelimit-Remaining", "1073741822", "X-Ratelimit-Reset", "1"},
+		{"X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "1000000", "X-Ratelimit-Reset", "1"},
+		{"Ratelimit-Policy", `"p";q=999999999999999;w=1`, "Ratelimit", `"p";r=1073741000;t=1`},
+		{"Ratelimit-Policy", `"p";q=1;w=9000000000`, "Ratelimit", `"p";r=0;t=1`},
+		{"Ratelimit-Policy", `"p";q=3;w=999999999999999`, "Ratelimit", `"p";r=1;t=0`},
+		{"Ratelimit-Policy", `"p";q=100;w=1`, "Ratelimit", `"p";r=98;t=999999999999999`},
+		{"X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", far},
+		{"X-Ratelimit-Limit", "1000000", "X-Ratelimit-Remaining", "3", "X-Ratelimit-Reset", "0.000000001"},
+	}
+	for ci, kv := range cases {
+		for _, adaptive := range []bool{false, true} {
+			t.Run(fmt.Sprint(ci, adaptive), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var n atomic.Int64
+					h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						i := n.Add(1)
+						for j := 0; j+1 < len(kv); j += 2 {
+							w.Header().Set(kv[j], kv[j+1])
+						}
+						if i%4 == 0 {
+							w.WriteHeader(429)
+						}
+						io.WriteString(w, "x")
+					})
+					opts := []Option{WithMaxWait(3 * time.Second)}
+					if adaptive {
+						opts = append(opts, WithAdaptiveRate())
+					}
+					c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 5 * time.Millisecond}, opts...)}
+					start := time.Now()
+					var wg sync.WaitGroup
+					var calls atomic.Int64
+					for range 40 {
+						wg.Go(func() {
+							for time.Since(start) < 10*time.Second {
+								calls.Add(1)
+								resp, err := c.Get("http://h.test/x")
+								if err != nil {
+									time.Sleep(10 * time.Millisecond)
+									continue
+								}
+								resp.Body.Close()
+							}
+						})
+					}
+					wg.Wait()
+					t.Logf("%d calls, %d attempts", calls.Load(), n.Load())
+				})
+			})
+		}
+	}
+}
