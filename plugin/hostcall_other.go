@@ -40,3 +40,11 @@ func (s sharedData) GetInto(key string, _ []byte) ([]byte, uint32, bool, error) 
 func setProperty(path []byte, value string) {
 	_ = proxywasm.SetProperty([]string{string(path)}, []byte(value))
 }
+
+func getRequestHeaderPairs() []byte {
+	h, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return nil
+	}
+	return appendHeaderMap(nil, h)
+}

@@ -217,3 +217,37 @@ func setProperty(path []byte, value string) {
 	}
 	_ = proxySetProperty(&path[0], int32(len(path)), vp, int32(len(value)))
 }
+
+//go:wasmimport env proxy_get_header_map_pairs
+//go:noescape
+func proxyGetHeaderMapPairs(mapType uint32, returnData unsafe.Pointer, returnSize *int32) uint32
+
+// mapTypeRequestHeaders is the request header map (proxy-wasm ABI 0.2.1).
+const mapTypeRequestHeaders = 0
+
+// headerPairsBuf receives the request's header map (see
+// sluiceOnMemoryAllocate): a map that does not fit gets a buffer of its own,
+// which is kept for the next requests if it is at most maxHeaderPairsBuf
+// (Envoy's default max_request_headers_kb is 60).
+var headerPairsBuf = make([]byte, 2048)
+
+const maxHeaderPairsBuf = 64 << 10
+
+// getRequestHeaderPairs returns the request's header map in the ABI's
+// encoding (headerFields reads it): one host call, nothing allocated once
+// the buffer fits the maps seen. Valid until the next call.
+func getRequestHeaderPairs() []byte {
+	var ret *byte
+	var size int32
+	allocInto = headerPairsBuf
+	st := proxyGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&ret), &size)
+	allocInto = nil
+	if st != statusOK || ret == nil || size <= 0 {
+		return nil
+	}
+	b := unsafe.Slice(ret, size)
+	if ret != &headerPairsBuf[0] && int(size) > len(headerPairsBuf) && int(size) <= maxHeaderPairsBuf {
+		headerPairsBuf = b
+	}
+	return b
+}

@@ -85,6 +85,10 @@ type pluginContext struct {
 	// a rejection's body (why.go), reused
 	body  []byte
 	names []string
+	// the request header map of the decision under way (HeaderFields),
+	// read at most once per request, when a rule keys on a header.
+	headerPairs     []byte
+	headerPairsRead bool
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -314,6 +318,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	p := h.plugin
 	now := nowNanos()
 	p.engine.HoldsFull = p.held.len() >= maxHeld
+	p.headerPairsRead = false // read again by the first header key (HeaderFields)
 	h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := &h.verdict
@@ -477,6 +482,20 @@ func (h *httpContext) StreamID() uint32 { return h.id }
 func (h *httpContext) Header(name string) (string, bool) {
 	v, err := proxywasm.GetHttpRequestHeader(name)
 	return v, err == nil
+}
+
+// HeaderFields implements engine.FieldsRequest, for rules keyed by a
+// header: proxy_get_header_map_value returns only the first of several
+// fields of one name, so the whole request header map is read instead, once
+// per request (every header-keyed rule of the decision scans the same copy),
+// and only when a rule keys on a header. That one call replaces the
+// per-rule reads of the keyed headers.
+func (h *httpContext) HeaderFields(name string) (string, int) {
+	p := h.plugin
+	if !p.headerPairsRead {
+		p.headerPairs, p.headerPairsRead = getRequestHeaderPairs(), true
+	}
+	return headerFields(p.headerPairs, name)
 }
 
 // SourceAddress implements engine.Request.

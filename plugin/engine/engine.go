@@ -22,6 +22,23 @@ type Request interface {
 	SourceAddress() string
 }
 
+// FieldsRequest is a Request that can tell how many fields of one name the
+// request has. A rule keyed by a header needs it: Envoy's
+// proxy_get_header_map_value returns only the first field of a header sent
+// more than once (and forwards them all), so a client that sends
+// `x-api-key: <random>` before its real key would be keyed by the random
+// value, a fresh budget per request, while an upstream that reads the last
+// field, or all of them, takes the real key. The plugin implements it
+// (one read of the whole header map per request, only for configurations
+// with a header key); a Request without it has one field per name.
+type FieldsRequest interface {
+	Request
+	// HeaderFields returns the first value of header name (lower case) and
+	// how many fields of that name the request has: 0, 1, or 2 for two or
+	// more. first is valid for the rest of the decision.
+	HeaderFields(name string) (first string, n int)
+}
+
 // Outcome is what happens to a request.
 type Outcome uint8
 
@@ -260,6 +277,22 @@ type requestInfo struct {
 	own      ipaddr.Addr
 	client   ipaddr.Addr
 	haveAddr bool
+}
+
+// keyHeader returns the value a rule keyed by header name keys the request
+// on, and false when there is none: the header is absent, empty, or sent
+// more than once. A repeated header is no key at all, not its first, last or
+// joined value: the upstream may read any of these, and whichever one the
+// key took, a client could rotate another (with the joined value, the one
+// the upstream ignores) and buy a fresh budget per request. Falling back to
+// the client IP, as for a request without the header, closes that.
+func (ri *requestInfo) keyHeader(name string) (string, bool) {
+	if fr, ok := ri.req.(FieldsRequest); ok {
+		v, n := fr.HeaderFields(name)
+		return v, n == 1 && v != ""
+	}
+	v, ok := ri.req.Header(name)
+	return v, ok && v != ""
 }
 
 // clientAddr returns the identity rules key the client by: its address
@@ -629,11 +662,12 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 		case config.KeyMethod:
 			b = append(append(b, 'm'), ri.method...)
 		case config.KeyHeader:
-			if val, ok := ri.req.Header(k.Header); ok && val != "" {
+			if val, ok := ri.keyHeader(k.Header); ok {
 				b = append(append(b, 'h'), val...)
 			} else {
-				// A request without the keyed header is keyed by its client
-				// IP (not lumped with every other header-less request).
+				// A request without the keyed header (or with an empty
+				// one, or with several) is keyed by its client IP (not
+				// lumped with every other header-less request).
 				b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
 			}
 		}

@@ -195,6 +195,45 @@ func TestKeysAndHeaderFallback(t *testing.T) {
 	}
 }
 
+// fieldsRequest is a fakeRequest whose headers may have several fields
+// (engine.FieldsRequest, as the plugin's requests are).
+type fieldsRequest struct {
+	*fakeRequest
+	fields map[string][]string
+}
+
+func (r fieldsRequest) HeaderFields(name string) (string, int) {
+	vs := r.fields[name]
+	if len(vs) == 0 {
+		return "", 0
+	}
+	return vs[0], min(len(vs), 2)
+}
+
+// TestRepeatedKeyedHeader: a keyed header sent more than once keys the
+// request by its client IP, as an absent or empty one does: never by its
+// first value (which Envoy hands the plugin while the upstream may read
+// the last), so rotating the first value buys no fresh budget.
+func TestRepeatedKeyedHeader(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"api","key":["header:x-api-key"],"limit":1,"window":"1h"}]}`)
+	e := New(cfg, newMemStore(), 1)
+	fr := func(ip string, vals ...string) Request {
+		return fieldsRequest{req("/", "GET", ip), map[string][]string{"x-api-key": vals}}
+	}
+	if e.Decide(fr("10.0.0.1:1", "r1", "real"), t0).Outcome != Allow {
+		t.Fatal("first")
+	}
+	for i, r := range []Request{fr("10.0.0.1:1", "r2", "real"), fr("10.0.0.1:1", ""), fr("10.0.0.1:1"), req("/", "GET", "10.0.0.1:1")} {
+		if e.Decide(r, t0).Outcome != Reject {
+			t.Errorf("request %d from the same address got a fresh budget", i)
+		}
+	}
+	// The key alone, and another address, have budgets of their own.
+	if e.Decide(fr("10.0.0.1:1", "real"), t0).Outcome != Allow || e.Decide(fr("10.0.0.2:1", "r3", "real"), t0).Outcome != Allow {
+		t.Error("a single key, or another address, was limited by the repeated-header requests")
+	}
+}
+
 func TestClientIPResolution(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":2,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
 	e := New(cfg, newMemStore(), 1)
