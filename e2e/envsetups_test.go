@@ -37,7 +37,9 @@ const setupsConfig = `{
     {"name": "held", "match": {"path_prefix": "/held"}, "limit": 1, "window": "1s", "max_delay": "5s"},
     {"name": "shared", "match": {"path_prefix": "/shared"}, "key": ["path"], "limit": 3, "window": "1s"},
     {"name": "redir", "match": {"path_prefix": "/redir"}, "algorithm": "concurrency", "limit": 1},
-    {"name": "spell", "match": {"path_prefix": "/spell"}, "key": ["path"], "limit": 2, "window": "1h"}
+    {"name": "spell", "match": {"path_prefix": "/spell"}, "key": ["path"], "limit": 2, "window": "1h"},
+    {"name": "dup1", "match": {"path_prefix": "/dup1"}, "key": ["header:x-api-key"], "limit": 2, "window": "1h"},
+    {"name": "dup2", "match": {"path_prefix": "/dup2"}, "key": ["header:x-api-key"], "limit": 2, "window": "1h"}
   ]
 }`
 
@@ -529,6 +531,51 @@ func TestEnvoySetups(t *testing.T) {
 		want := "[/spell 200 /%73pell 200 /%73%70ell?x=1 429 //spell 429 /./spell 429 /x/../spell 429 /%2e/spell 429 /spell/..//spell 429 /%2Fspell 429 /x%2f..%2fspell 429]"
 		if fmt.Sprint(got) != want {
 			t.Errorf("spellings of /spell:\n got %v\nwant %s", got, want)
+		}
+	})
+
+	t.Run("keyed_header_sent_twice", func(t *testing.T) {
+		// Envoy hands the plugin only the first field of a header sent
+		// twice, and forwards both: a client that sends a random
+		// x-api-key before its real one must not get a fresh budget per
+		// request. A repeated keyed header keys by the client IP (all
+		// requests here come from 127.0.0.1): 2 admitted, then 429s.
+		// Then the real key alone, from the spent address: a budget of its
+		// own (the plugin did read the key from the header map).
+		var got []int
+		for i := 0; i < 8; i++ {
+			conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(e.Port()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			keys := fmt.Sprintf("x-api-key: rand-%d\r\nX-Api-Key: real\r\n", i)
+			if i >= 5 {
+				keys = "X-API-KEY: real\r\n"
+			}
+			fmt.Fprintf(conn, "GET /dup1 HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n", keys)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, resp.StatusCode)
+		}
+		// HTTP/2: two fields of one name in a HEADERS frame.
+		c := h2cClient()
+		for i := 0; i < 4; i++ {
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.URL()+"/dup2", nil)
+			req.Header["X-Api-Key"] = []string{fmt.Sprintf("rand-%d", i), "real"}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			got = append(got, resp.StatusCode)
+		}
+		if want := "[200 200 429 429 429 200 200 429 200 200 429 429]"; fmt.Sprint(got) != want {
+			t.Errorf("HTTP/1.1: random then real x-api-key x5, real alone x3; HTTP/2: random then real x4: got %v, want %s", got, want)
 		}
 	})
 
