@@ -114,10 +114,20 @@ func ParseCost(s string, ok bool, max int64) int64 {
 	return n
 }
 
-// requestCost is what rule r charges the request at admission.
+// requestCost is what rule r charges the request at admission. A cost
+// header sent more than once costs the most a request can (Max): Envoy
+// gives the plugin the first field, and an upstream may bill the last, so
+// a client could declare 1 and spend 50 (see FieldsRequest).
 func (e *Engine) requestCost(r *config.Rule, ri *requestInfo) int64 {
 	if r.Cost.RequestHeader == "" {
 		return 1
+	}
+	if fr, ok := ri.req.(FieldsRequest); ok {
+		s, n := fr.HeaderFields(r.Cost.RequestHeader)
+		if n > 1 {
+			return r.Cost.Max
+		}
+		return ParseCost(s, n == 1, r.Cost.Max)
 	}
 	s, ok := ri.req.Header(r.Cost.RequestHeader)
 	return ParseCost(s, ok, r.Cost.Max)

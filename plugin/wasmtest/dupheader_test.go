@@ -115,3 +115,24 @@ func TestKeyedHeaderHostCalls(t *testing.T) {
 	}
 	healthy(t, vm, vm2)
 }
+
+// TestCostHeaderSentTwice: a cost.request_header sent more than once costs
+// the rule's max, not the first value: Envoy gives the plugin the first
+// field, and an upstream may bill the last (`x-cost: 1` then `x-cost: 50`
+// must not be charged 1). Once is charged as declared.
+func TestCostHeaderSentTwice(t *testing.T) {
+	h := newHost(t)
+	vm := workers(t, h, 1, `{"rules":[{"name":"spend","limit":100,"window":"1h","cost":{"request_header":"x-cost","max":60}}]}`)[0]
+	cost := func(n string) [2]string { return [2]string{"x-cost", n} }
+	if r := get(vm, "/", "10.0.0.1:1", cost("1"), cost("50")); r.Status != 200 {
+		t.Fatalf("first request: %d", r.Status)
+	}
+	// 100 - 60 = 40 left: a request declaring 41 once is refused, 40 passes.
+	if r := get(vm, "/", "10.0.0.1:1", cost("41")); r.Status != 429 {
+		t.Errorf("41 after a repeated header: %d, want 429 (the repeated header cost max, 60)", r.Status)
+	}
+	if r := get(vm, "/", "10.0.0.1:1", cost("40")); r.Status != 200 {
+		t.Errorf("40 after a repeated header: %d, want 200", r.Status)
+	}
+	healthy(t, vm)
+}
