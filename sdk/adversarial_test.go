@@ -407,24 +407,8 @@ func TestAdvHostileConcurrent(t *testing.T) {
 						opts = append(opts, WithAdaptiveRate())
 					}
 					c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 5 * time.Millisecond}, opts...)}
-					start := time.Now()
-					var wg sync.WaitGroup
-					var calls atomic.Int64
-					for range 40 {
-						wg.Go(func() {
-							for time.Since(start) < 10*time.Second {
-								calls.Add(1)
-								resp, err := c.Get("http://h.test/x")
-								if err != nil {
-									time.Sleep(10 * time.Millisecond)
-									continue
-								}
-								resp.Body.Close()
-							}
-						})
-					}
-					wg.Wait()
-					t.Logf("%d calls, %d attempts", calls.Load(), n.Load())
+					calls := hammer(c, "http://h.test/x", 40, 10*time.Second, 10*time.Millisecond)
+					t.Logf("%d calls, %d attempts", calls, n.Load())
 				})
 			})
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -382,4 +383,28 @@ func (rt routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt[best].ServeHTTP(w, r)
+}
+
+// hammer has callers goroutines GET url through c as fast as they can for d
+// (of the test's clock), pausing pause after an error; it returns how many
+// calls they made.
+func hammer(c *http.Client, url string, callers int, d, pause time.Duration) int64 {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	for range callers {
+		wg.Go(func() {
+			for time.Since(start) < d {
+				calls.Add(1)
+				resp, err := c.Get(url)
+				if err != nil {
+					time.Sleep(pause)
+					continue
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return calls.Load()
 }

@@ -253,21 +253,7 @@ func TestHuntPolicyChurnNoPanic(t *testing.T) {
 					opts = append(opts, WithAdaptiveRate())
 				}
 				c := &http.Client{Transport: NewTransport(handlerRT{h: h, latency: 20 * time.Millisecond}, opts...)}
-				start := time.Now()
-				var wg sync.WaitGroup
-				for range 50 {
-					wg.Go(func() {
-						for time.Since(start) < 30*time.Second {
-							resp, err := c.Get("http://churn.test/x")
-							if err != nil {
-								time.Sleep(50 * time.Millisecond)
-								continue
-							}
-							resp.Body.Close()
-						}
-					})
-				}
-				wg.Wait()
+				hammer(c, "http://churn.test/x", 50, 30*time.Second, 50*time.Millisecond)
 				t.Logf("%d attempts", k.Load())
 			})
 		})
