@@ -249,6 +249,7 @@ type view struct {
 	adapt     *adaptiveRate // the rate learned from bare 429s; nil until an answer
 	wake      chan struct{} // closed when a hold ends early (see wakeLocked); nil: nobody held
 	wakeBy    time.Time     // when the last request held on wake would wake anyway
+	heard     time.Time     // the latest answer to the view, or probe it let through (see probeLocked)
 }
 
 // ticket identifies an admitted request to observe.
@@ -267,6 +268,9 @@ type ticket struct {
 	// already cut for. (The turns of requests still waiting then are
 	// re-timed at the cut rate, see pacer.)
 	sent time.Time
+	// probe: the view held the request longer than MaxWait and let it
+	// through to ask again (see ProbeEvery): its answer replaces the hold.
+	probe bool
 }
 
 // orderGap is how far apart two requests must be sent for the server to be
@@ -386,14 +390,17 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 // that view's limit refills continuously (a token bucket, see tokenEvery),
 // and a channel closed if an answer ends the hold early (see wakeLocked).
 // first says whether this is the request's first attempt, which earns the
-// host's retry budget its share.
-func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Duration, holder *view, refills bool, woken <-chan struct{}) {
+// host's retry budget its share. A view that would hold the request longer
+// than maxWait lets it through if its probe is due (see ProbeEvery).
+func (h *host) acquire(g *governing, now time.Time, first bool, maxWait time.Duration) (wait time.Duration, holder *view, refills bool, woken <-chan struct{}) {
 	vs := g.vs[:g.n]
 	for _, v := range vs {
 		v.mu.Lock()
 	}
-	for _, v := range vs {
-		if w := v.waitLocked(now); w > wait {
+	var probes [maxViews]bool
+	for i, v := range vs {
+		w := v.waitLocked(now)
+		if probes[i] = v.probeDueLocked(now, w, maxWait); !probes[i] && w > wait {
 			wait, holder = w, v
 		}
 	}
@@ -404,6 +411,9 @@ func (h *host) acquire(g *governing, now time.Time, first bool) (wait time.Durat
 	if wait <= 0 {
 		for i, v := range vs {
 			g.tk[i] = v.admitLocked(now)
+			if g.tk[i].probe = probes[i]; probes[i] {
+				v.heard = now // the next probe is due an interval from now
+			}
 		}
 		if first && h.budgeted {
 			h.retries.deposit(now) // guarded by all.mu, vs[0]
@@ -479,15 +489,7 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		// policy of the host no longer holds it.
 		rs.learn(k, nil)
 	}
-	held := false
-	for i, v := range g.vs[:g.n] {
-		if v == target {
-			held = true
-			v.observe(g.tk[i], now, status, in, 0)
-		} else {
-			v.observe(g.tk[i], now, 0, header.Info{}, 0)
-		}
-	}
+	held := g.answer(target, now, status, in)
 	others := -1
 	inflight := func() int {
 		if others < 0 {
@@ -521,6 +523,25 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 			v.observe(unheld, now, status, other, inflight())
 		}
 	}
+}
+
+// answer reports an answer to the views of g: the whole answer to target,
+// and to the others only that the request is no longer in flight (and, if
+// it was their probe, that their hold is void: the server answered with
+// another view's word). held says target is one of g's views.
+func (g *governing) answer(target *view, now time.Time, status int, in header.Info) (held bool) {
+	for i, v := range g.vs[:g.n] {
+		if v == target {
+			held = true
+			v.observe(g.tk[i], now, status, in, 0)
+			continue
+		}
+		if g.tk[i].probe && status != 0 {
+			v.lift()
+		}
+		v.observe(g.tk[i], now, 0, header.Info{}, 0)
+	}
+	return held
 }
 
 // policyView returns the view of the policy an answer names, creating it,
@@ -762,6 +783,12 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 	defer func() { v.wakeLocked(now, blocked) }() // before the unlock
 	if t.held {
 		v.inflight--
+	}
+	if status != 0 {
+		if t.probe {
+			v.liftLocked() // the answer below says what holds now
+		}
+		v.heard = now
 	}
 	if v.adaptive && status != 0 {
 		v.learnLocked(now, t.sent, status, in)

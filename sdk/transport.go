@@ -80,7 +80,10 @@ func NewClient(opts ...Option) *http.Client {
 // governs it (its policy's, or the host's) says no request can succeed yet
 // (see the package documentation). If that wait
 // exceeds MaxWait or passes the deadline, the first attempt is not sent at
-// all and RoundTrip returns a *RateLimitError.
+// all and RoundTrip returns a *RateLimitError; but a hold longer than
+// MaxWait lets one request through per max(MaxWait, ProbeEvery) without a
+// word from the server, and that probe's answer replaces the hold (see
+// ProbeEvery).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.newCall(req)
 	for {
@@ -162,7 +165,7 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 			}
 			continue
 		}
-		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0)
+		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0, t.cfg.maxWait)
 		if wait <= 0 {
 			return nil, nil, false
 		}
