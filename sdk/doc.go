@@ -32,9 +32,9 @@
 // Every wait is bounded. A server that asks for more than MaxWait gets its
 // response returned at once, so the caller decides rather than a goroutine
 // sleeping for an hour; a hold of the shared view longer than MaxWait fails
-// requests fast, unsent, except one probe per max(MaxWait, ProbeEvery)
-// whose answer replaces the hold (one absurd reset cannot lock a host out
-// for good). A wait that would pass the context's deadline is not
+// requests fast, unsent, except that a hold longer than LongHold lets one
+// probe through per max(MaxWait, ProbeEvery), whose answer replaces the
+// hold (one absurd reset cannot lock a host out for good). A wait that would pass the context's deadline is not
 // started: the Transport returns as soon as it knows the next attempt could
 // not start in time. Cancelling the context interrupts any wait. When
 // attempts run out, the last response is returned with a nil error and its

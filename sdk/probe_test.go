@@ -63,12 +63,12 @@ func absurdHolds() map[string]*liar {
 			"Retry-After", soon.UTC().Format(http.TimeFormat)}},
 		"draft t huge": {status: 200, kv: []string{
 			"Ratelimit-Policy", `"p";q=10;w=99999999`, "Ratelimit", `"p";r=0;t=99999999`}},
-		"429 a day": {status: 429, kv: []string{"Retry-After", "86400"}},
+		"429 two days": {status: 429, kv: []string{"Retry-After", "172800"}},
 	}
 }
 
-// TestAbsurdHoldIsProbed: one answer that holds the host for years (or a
-// day) must not lock the host out for good. Requests made within the
+// TestAbsurdHoldIsProbed: one answer that holds the host for years (or
+// over a day) must not lock the host out for good. Requests made within the
 // probe interval fail fast with a *RateLimitError and are not sent (the
 // contract: no waits beyond MaxWait, no hammering); the first request
 // made after the interval is sent, and when the server has recovered its
@@ -91,9 +91,9 @@ func absurdNames() []string {
 	return names
 }
 
-// probeEvery is how often a hold beyond MaxWait lets a request through to
-// re-check it, with the default MaxWait (60 s): max(MaxWait, 1 min).
-const probeEvery = time.Minute
+// probeEvery is how often an absurd hold lets a request through to re-check
+// it, with the default MaxWait (60 s): max(MaxWait, 1 h).
+const probeEvery = time.Hour
 
 func probeRecovers(t *testing.T, srv *liar) {
 	c := &http.Client{Transport: NewTransport(handlerRT{h: srv, latency: 10 * time.Millisecond})}
@@ -104,7 +104,7 @@ func probeRecovers(t *testing.T, srv *liar) {
 	}
 	resp.Body.Close()
 	start := time.Now()
-	for _, at := range []time.Duration{0, time.Second, 30 * time.Second, 59 * time.Second} {
+	for _, at := range []time.Duration{0, time.Second, 30 * time.Minute, 59 * time.Minute} {
 		time.Sleep(at - time.Since(start))
 		_, err := get()
 		var rle *RateLimitError
@@ -147,19 +147,20 @@ func TestAbsurdHoldProbeNamesPolicy(t *testing.T) {
 
 // TestAbsurdHoldProbesRarely: while the server keeps answering with a hold
 // far beyond MaxWait, after one request has learnt it, 8 callers asking as
-// fast as they can (a second's pause after an error) send one request per
-// probe interval, max(MaxWait, 1 min): a server that says "come back in a
-// day" gets an occasional request, and each answer renews the hold.
+// fast as they can (a pause of a sixtieth of the interval after an error)
+// send one request per probe interval, max(MaxWait, 1 h): a server that
+// says "come back in two days" gets an occasional request, and each answer
+// renews the hold.
 func TestAbsurdHoldProbesRarely(t *testing.T) {
 	for _, name := range absurdNames() {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { probesRarely(t, absurdHolds()[name], DefaultMaxWait, probeEvery) })
 		})
 	}
-	for _, maxWait := range []time.Duration{0, time.Second, 5 * time.Minute} {
-		t.Run(fmt.Sprintf("429 a day, MaxWait %v", maxWait), func(t *testing.T) {
+	for _, maxWait := range []time.Duration{0, time.Second, 2 * time.Hour} {
+		t.Run(fmt.Sprintf("429 two days, MaxWait %v", maxWait), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				probesRarely(t, absurdHolds()["429 a day"], maxWait, max(maxWait, probeEvery))
+				probesRarely(t, absurdHolds()["429 two days"], maxWait, max(maxWait, probeEvery))
 			})
 		})
 	}
@@ -173,7 +174,7 @@ func probesRarely(t *testing.T, srv *liar, maxWait, every time.Duration) {
 	}
 	resp.Body.Close()
 	d := 10 * every
-	calls := hammer(c, "http://liar.test/x", 8, d, time.Second)
+	calls := hammer(c, "http://liar.test/x", 8, d, every/60)
 	hits := srv.Hits()
 	t.Logf("%d calls in %v, %d sent (the first before the hold)", calls, d, len(hits))
 	if len(hits) > 11 {
@@ -186,5 +187,30 @@ func probesRarely(t *testing.T, srv *liar, maxWait, every time.Duration) {
 		if gap := hits[i].Sub(hits[i-1]); gap < every {
 			t.Errorf("requests %d and %d sent %v apart, want at least %v", i-1, i, gap, every)
 		}
+	}
+}
+
+// TestHonestLongHoldIsNotProbed: a hold of an hour or less is the server's
+// word: while it lasts, requests fail fast, unsent (the
+// hold is longer than MaxWait), and none goes out as a probe.
+func TestHonestLongHoldIsNotProbed(t *testing.T) {
+	for _, hold := range []string{"300", "3600"} {
+		t.Run("Retry-After "+hold, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &liar{status: 429, kv: []string{"Retry-After", hold}}
+				c := &http.Client{Transport: NewTransport(handlerRT{h: srv, latency: 10 * time.Millisecond})}
+				resp, err := c.Get("http://liar.test/x") // the lesson
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				secs, _ := strconv.Atoi(hold)
+				d := time.Duration(secs)*time.Second - time.Minute
+				calls := hammer(c, "http://liar.test/x", 4, d, d/100)
+				if n := len(srv.Hits()); n != 1 {
+					t.Errorf("%d calls in %v of a %ss hold sent %d requests, want 1 (the lesson)", calls, d, hold, n)
+				}
+			})
+		})
 	}
 }

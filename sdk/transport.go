@@ -81,9 +81,9 @@ func NewClient(opts ...Option) *http.Client {
 // (see the package documentation). If that wait
 // exceeds MaxWait or passes the deadline, the first attempt is not sent at
 // all and RoundTrip returns a *RateLimitError; but a hold longer than
-// MaxWait lets one request through per max(MaxWait, ProbeEvery) without a
-// word from the server, and that probe's answer replaces the hold (see
-// ProbeEvery).
+// LongHold and MaxWait lets one request through per max(MaxWait,
+// ProbeEvery) without a word from the server, and that probe's answer
+// replaces the hold (see ProbeEvery).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.newCall(req)
 	for {
