@@ -144,6 +144,9 @@ type prevSlot struct {
 	cas    uint32
 	i      int
 	marked bool // already marked as moving
+	// stale: the destination slot is the client's own, expired (see
+	// clearStale).
+	stale bool
 }
 
 // elsewhere looks for client sp.fp's state outside its current bucket,
@@ -244,8 +247,9 @@ func (t *Table) previous(rg *region, sp *spot, dest int, now int64) (bool, error
 		// frozen state is older than that slot, not a newer one.
 		return false, nil
 	case dest >= 0:
+		stale := getUint64(sp.val[dest*slotSize:]) == fp
 		sp.i = dest
-		sp.from = prevSlot{key: key, val: val, cas: cas, i: j, marked: marked}
+		sp.from = prevSlot{key: key, val: val, cas: cas, i: j, marked: marked, stale: stale}
 		copy(sp.slot(), val[j*slotSize:(j+1)*slotSize])
 		putUint64(sp.slot()[0:8], fp)
 	case marked:
@@ -323,6 +327,28 @@ func findMoved(val []byte, fp uint64, now int64) int {
 		}
 	}
 	return -1
+}
+
+// clearStale frees slot sp.i of the client's current bucket, its own
+// expired slot that its state is about to move into, before the old slot is
+// marked: between the mark and the store into the current bucket (which a
+// CAS mismatch can put off), a reader that found the client's own expired
+// slot there beside its marked state could not tell that state from one
+// that moved into this slot earlier and outlived it (previous), and would
+// take the expired slot, a fresh budget. Cleared, the slot is what it was
+// already (free: expired) and the move goes as into any free slot. It
+// always reports retry: the bucket is read again.
+func (t *Table) clearStale(sp *spot) (retry bool, err error) {
+	clear(sp.slot())
+	mismatch, err := t.store.Set(sp.key, sp.val, sp.cas)
+	if err != nil {
+		t.Stats.StoreErrors++
+		return false, err
+	}
+	if mismatch {
+		t.Stats.CASRetries++
+	}
+	return true, nil
 }
 
 // markMoving marks the old slot of sp's client as moving (movedFP) under

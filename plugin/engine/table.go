@@ -432,6 +432,9 @@ func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, u
 // is already (layout.go). retry: read again.
 func (t *Table) write(sp *spot, s []byte, expiry int64) (retry bool, err error) {
 	if sp.from.val != nil && !sp.from.marked {
+		if sp.from.stale {
+			return t.clearStale(sp)
+		}
 		if retry, err := t.markMoving(sp); retry || err != nil {
 			return retry, err
 		}

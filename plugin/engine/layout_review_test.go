@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// A client whose current bucket still holds an expired slot of its own
+// (from an earlier time under this layout) and whose state is in the
+// previous layout moves it into that expired slot: the move marks the old
+// slot, then stores the state into the current bucket. When another client
+// of that bucket is written in between (an ordinary CAS mismatch under
+// load), the retry finds its own expired slot and the marked state: the
+// marked state is the client's latest, not an older one, and must be read.
+func TestMoveIntoOwnExpiredSlotSurvivesCASMismatch(t *testing.T) {
+	beside, alone := mustConfig(t, layoutBeside), mustConfig(t, layoutAlone)
+	store := newMemStore()
+	x := movingClients(1)[0]
+	var ys []uint64 // other clients of x's bucket of the 4-bucket layout
+	for c := uint64(1); len(ys) < 2; c++ {
+		if f := c * 0xD6E8FEB86659FD93; f != x && jumpHash(f, 4) == jumpHash(x, 4) {
+			ys = append(ys, f)
+		}
+	}
+	z, y := ys[0], ys[1]
+	// Long ago, under 4 buckets: x leaves a slot in its bucket, long expired.
+	old4 := NewTable(store, Regions(alone))
+	old4.AdoptLayouts(t0 - int64(10*time.Hour))
+	charges(t, old4, z, t0-int64(10*time.Hour), 1) // slot 0, the first free one later
+	if n := charges(t, old4, x, t0-int64(10*time.Hour), 1); n != 1 {
+		t.Fatal("first charge refused")
+	}
+	// Then 2 buckets: x spends 4 of 5 there.
+	two := NewTable(store, Regions(beside))
+	two.AdoptLayouts(t0)
+	if n := charges(t, two, x, t0, 4); n != 4 {
+		t.Fatalf("%d of 4 admitted under 2 buckets", n)
+	}
+	// Back to 4 buckets (a second later): x's state moves.
+	at := t0 + int64(2*time.Second)
+	for _, sameClient := range []bool{false, true} {
+		t.Run(map[bool]string{false: "other_client_written", true: "same_client_decided"}[sameClient], func(t *testing.T) {
+			st := store.clone()
+			four := NewTable(st, Regions(alone))
+			four.AdoptLayouts(t0 + int64(time.Second))
+			other := NewTable(st, Regions(alone))
+			other.AdoptLayouts(t0 + int64(time.Second))
+			mark := four.regions[0].prefix + strconv.FormatUint(jumpHash(x, 2), 10)
+			marked, injected, n := false, false, 0
+			st.beforeSet = func(key string) {
+				if marked { // after the mark, before the store
+					st.beforeSet, injected = nil, true
+					if sameClient {
+						n += charges(t, other, x, at, 1)
+					} else {
+						charges(t, other, y, at, 1)
+					}
+				}
+				marked = key == mark
+			}
+			n += charges(t, four, x, at, 3)
+			if !injected {
+				t.Fatal("no set after the mark")
+			}
+			if want := 1; n != want {
+				t.Errorf("%d admitted after 4 of 5 spent, want %d: the moved state was lost (a fresh budget)", n, want)
+			}
+		})
+	}
+}
+
+// clone copies the store (its values and CAS counter).
+func (s *memStore) clone() *memStore {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := &memStore{m: map[string]memEntry{}, nextCAS: s.nextCAS}
+	for k, e := range s.m {
+		c.m[k] = e
+	}
+	return c
+}
