@@ -1,6 +1,9 @@
 package config
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // CleanPath returns the path part of a request's :path (without the query)
 // in the form rules match and key on, whatever the HTTP connection
@@ -8,7 +11,9 @@ import "strings"
 // and the remaining escapes' hex digits upper-cased (RFC 3986 6.2.2.1-2),
 // encoded slashes (%2F) and backslashes (%5C, \) taken as slashes, dot
 // segments removed (RFC 3986 5.2.4, 6.2.2.3) and runs of slashes merged
-// into one. The slashes go further than Envoy's normalize_path (which
+// into one, and path parameters (";x" at a segment's end, which servlet
+// containers such as Tomcat and Jetty drop, taking "/..;/" for "/../")
+// removed. The slashes go further than Envoy's normalize_path (which
 // keeps %2F unless path_with_escaped_slashes_action says otherwise):
 // upstreams that decode them (and treat a backslash as a slash) are
 // common, and for a limit, matching a request its upstream serves as
@@ -26,6 +31,7 @@ func CleanPath(buf *[]byte, path string) string {
 	}
 	if path == "" || path[0] != '/' ||
 		(strings.IndexByte(path, '%') < 0 && strings.IndexByte(path, '\\') < 0 &&
+			strings.IndexByte(path, ';') < 0 &&
 			!strings.Contains(path, "//") && !strings.Contains(path, "/.")) {
 		return path
 	}
@@ -79,6 +85,11 @@ func removeDotSegments(b []byte) int {
 			end++
 		}
 		seg := b[in:end]
+		if k := bytes.IndexByte(seg, ';'); k >= 0 {
+			// Path parameters: servlet containers (Tomcat, Jetty) drop
+			// them before routing, and take "..;x" for "..".
+			seg = seg[:k]
+		}
 		last := end >= len(b)
 		switch {
 		case len(seg) == 0:

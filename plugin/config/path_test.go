@@ -40,6 +40,17 @@ func TestCleanPath(t *testing.T) {
 		{"/..", "/"},
 		{"/.", "/"},
 		{"/a/./b/../c/", "/a/c/"},
+		// Path parameters (Tomcat, Jetty and other servlet containers
+		// drop them, and take "..;" for ".."): a rule for /checkout is not
+		// escaped by "/checkout;x" nor by "/x/..;/checkout".
+		{"/checkout;jsessionid=1", "/checkout"},
+		{"/checkout;a/items;b=2", "/checkout/items"},
+		{"/x/..;/checkout", "/checkout"},
+		{"/..;/checkout", "/checkout"},
+		{"/.;x/checkout", "/checkout"},
+		{"/;x/checkout", "/checkout"},
+		{"/a/;x", "/a/"},
+		{"/a%3Bb", "/a%3Bb"},
 	} {
 		var buf []byte
 		if got := CleanPath(&buf, c.in); got != c.want {
