@@ -148,6 +148,10 @@ type charge struct {
 	rule int
 	fp   uint64
 	n    int64 // units charged (a request_header cost)
+	// release is, for a local rule, when the request was to go out as far
+	// as the rule was concerned: charged at plus the rule's delay (see
+	// limit.RefundHeld).
+	release int64
 	// win is, for a global rule, the start of the window whose lease gave
 	// the hit: the service counted it in that window, so only that
 	// window's lease may get it back.
@@ -187,7 +191,15 @@ type localRules struct {
 	matched    []int
 	charged    []charge
 	keyBuf     []byte
+	// kept are the held reservations given back (Unhold) while later ones
+	// were held behind them (limit.RefundHeld): they are given back once
+	// those are, or forgotten at their release time.
+	kept []charge
 }
+
+// maxKept bounds Engine.kept: past it, a reservation that cannot be given
+// back is spent.
+const maxKept = 64
 
 func (e *Engine) now() int64 {
 	if e.Now != nil {
@@ -455,7 +467,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			e.Stats.OnErrorAllowed++
 			continue
 		}
-		if e.recordLocal(v, r, i, fp, d, n) {
+		if e.recordLocal(v, r, i, fp, d, n, now) {
 			return i
 		}
 	}
@@ -464,7 +476,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 
 // recordLocal takes local rule r's decision d (n units charged) into v and
 // the stats; it reports whether the rule rejects the request.
-func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d limit.Decision, n int64) bool {
+func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d limit.Decision, n int64, now int64) bool {
 	st := &e.Stats.Rules[i]
 	if r.Shadow {
 		if !d.Allowed {
@@ -473,7 +485,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 				v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 			}
 		} else if n > 0 {
-			e.charged = append(e.charged, charge{rule: i, fp: fp, n: n})
+			e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
 		}
 		return false
 	}
@@ -484,7 +496,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 		return true
 	}
 	if n > 0 {
-		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n})
+		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
 	}
 	if d.Delay > v.Delay {
 		v.Delay, v.Delayer = d.Delay, r
@@ -557,7 +569,10 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 // reservation of the quota at its release time; one nobody will use is
 // given back, as a concurrency queue's waiter's charges are when it
 // leaves (Abandon), so that the client's next request is not held behind
-// it. Its stats stay: the request was delayed. Unhold is a no-op for any
+// it. A reservation that requests were held behind since is given back
+// only once they are (refundHeld): given back at once, it let the next
+// request take the last one's turn, and the two were released together.
+// Its stats stay: the request was delayed. Unhold is a no-op for any
 // other verdict, and the second time.
 func (e *Engine) Unhold(v *Verdict, now int64) {
 	if v.Outcome != Delay {

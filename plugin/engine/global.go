@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -873,7 +874,7 @@ func (e *Engine) refundCharges(charged []charge, now int64) {
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
-			e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
+			e.refundHeld(c, now)
 			continue
 		}
 		w := r.Limit.Window()
@@ -887,6 +888,48 @@ func (e *Engine) refundCharges(charged []charge, now int64) {
 			s.Tokens += uint32(min(c.n, lease.MaxK))
 			return true
 		})
+	}
+}
+
+// refundHeld gives back local charge c of a request that will not be
+// served, unless requests were held behind it since (limit.RefundHeld):
+// then it is kept until they are given back too (the clients of a line of
+// held requests leave in any order), or its release time passes.
+func (e *Engine) refundHeld(c charge, now int64) {
+	r := &e.cfg.Rules[c.rule]
+	back, err := e.table.UpdateHeld(c.fp, c.rule, &r.Limit, now, c.n, c.release)
+	if err != nil {
+		return
+	}
+	if !back {
+		if len(e.kept) == maxKept { // forget those whose time has passed
+			e.kept = slices.DeleteFunc(e.kept, func(o charge) bool { return o.release <= now })
+		}
+		if c.release > now && len(e.kept) < maxKept {
+			e.kept = append(e.kept, c)
+		}
+		return
+	}
+	// The line behind c's client is one shorter: the reservations kept
+	// before it may now be the latest.
+	for again := true; again; {
+		again = false
+		k := 0
+		for _, o := range e.kept {
+			switch {
+			case o.release <= now:
+				continue // its time has passed: spent
+			case !again && o.rule == c.rule && o.fp == c.fp:
+				if ok, err := e.table.UpdateHeld(o.fp, o.rule, &r.Limit, now, o.n, o.release); err == nil && ok {
+					again = true
+					continue
+				}
+			}
+			e.kept[k] = o
+			k++
+		}
+		clear(e.kept[k:])
+		e.kept = e.kept[:k]
 	}
 }
 

@@ -193,6 +193,10 @@ const (
 	// Debit charges n units unconditionally (limit.Debit): the cost of an
 	// admitted request, known from its response.
 	Debit
+	// RefundHeld gives back one charge of a request that was to be
+	// released at a time (limit.RefundHeld), if no reservation was made
+	// after it (UpdateHeld).
+	RefundHeld
 )
 
 // spot is where a client's state is: slot i of the value val of key, read
@@ -257,6 +261,18 @@ func (t *Table) countOverflow(rule, kind int) {
 // Update applies op for client fingerprint fp of rule under lim at now,
 // with a CAS loop so that concurrent workers never lose an update.
 func (t *Table) Update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, n int64, maxDelay time.Duration) (limit.Decision, int, error) {
+	return t.update(op, fp, rule, lim, now, n, maxDelay, 0)
+}
+
+// UpdateHeld applies RefundHeld for a charge of n units of a request to be
+// released at release (ns).
+// It reports whether the charge was given back.
+func (t *Table) UpdateHeld(fp uint64, rule int, lim *limit.Limit, now, n, release int64) (bool, error) {
+	d, _, err := t.update(RefundHeld, fp, rule, lim, now, n, 0, release)
+	return d.Allowed, err
+}
+
+func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, n int64, maxDelay time.Duration, release int64) (limit.Decision, int, error) {
 	if fp == 0 {
 		fp = 1 // 0 marks an empty slot
 	}
@@ -278,6 +294,15 @@ func (t *Table) Update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 				return d, sp.kind, nil // nothing to give back
 			}
 			st = lim.Refund(st, now, n)
+		case RefundHeld:
+			if !mine {
+				return d, sp.kind, nil
+			}
+			next := lim.RefundHeld(st, now, n, release)
+			if next == st {
+				return d, sp.kind, nil // kept: a hole in the line
+			}
+			st, d.Allowed = next, true // Allowed: given back
 		case Debit:
 			st, d = lim.Debit(st, now, n)
 		case Admit:

@@ -517,6 +517,42 @@ func (l Limit) Refund(s State, now int64, n int64) State {
 	return s
 }
 
+// RefundHeld gives back, as Refund does, n units charged for a request
+// whose release was at release (its admission time plus the Delay it was
+// held for), but only while that leaves no hole in the line of requests
+// held behind it: the reservation is the latest one (or, one that was not
+// delayed, no request is held at all). A reservation in the middle of the
+// line cannot be given back: the next request would take the last one's
+// turn, and two requests held for the same time would be released together
+// (two at once from a leaky bucket, or two in one window of a fixed window
+// of 1). It is then kept, spent.
+func (l Limit) RefundHeld(s State, now, n, release int64) State {
+	if n <= 0 {
+		n = 1
+	}
+	switch l.algorithm {
+	case Concurrency, AdaptiveConcurrency, SlidingWindow:
+		// Never held by this rule.
+	case FixedWindow:
+		if s.B <= 0 || l.limit <= 0 {
+			return s
+		}
+		last := satAdd(s.A, satMul((s.B-1)/l.limit, l.window)) // the latest reservation's window
+		if last != release-floorMod(release, l.window) {
+			return s
+		}
+	case LeakyBucket:
+		if s.A > now && s.A != satAdd(release, satMul(n, l.interval)) {
+			return s
+		}
+	default:
+		if s.A > satAdd(now, l.tolerance) && s.A != satAdd(release, l.tolerance) {
+			return s
+		}
+	}
+	return l.Refund(s, now, n)
+}
+
 // Balance returns the client's balance under l at now, in units: what a
 // request may still be charged before the client is refused. It is
 // negative while the client owes units charged after admission (a debt,
