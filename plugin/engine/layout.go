@@ -197,19 +197,28 @@ func (rg *region) twoLayouts(now int64) bool {
 
 // newer decides client sp.fp, which this table (of the previous layout,
 // live beside a newer one: rg.newer) does not hold, where the newer layout
-// keeps it: its slot there, active or not, else a free one, so that both
-// configurations decide it on one state. With no room there it reports
+// keeps it: its slot there, active or not, else its state frozen there by
+// an unfinished move, else a free one, so that both configurations decide
+// it on one state. With no room there it reports
 // false and the client is decided here, as before.
 func (t *Table) newer(rg *region, sp *spot, now int64) (bool, error) {
 	b := jumpHash(sp.fp, rg.newer)
 	if b == jumpHash(sp.fp, rg.buckets) {
 		return false, nil
 	}
+	mine := sp.i >= 0 && getUint64(sp.slot()[0:8]) == sp.fp // an expired slot here
 	key, val, cas, err := t.readOld(rg, b)
 	if err != nil {
 		return false, err
 	}
 	i := findSlot(val, sp.fp, now)
+	if m := findMoved(val, sp.fp, now); m >= 0 && !mine && (i < 0 || getUint64(val[i*slotSize:]) != sp.fp) {
+		// Frozen there by a move into this layout that never completed
+		// (this layout was current then, and its bucket had no room): the
+		// client's state, taken back as it is, as elsewhere does.
+		i = m
+		putUint64(val[m*slotSize:], sp.fp)
+	}
 	if i < 0 {
 		return false, nil
 	}

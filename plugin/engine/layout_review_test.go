@@ -80,3 +80,43 @@ func (s *memStore) clone() *memStore {
 	}
 	return c
 }
+
+// A client's state frozen in its bucket of the newer layout (marked as
+// moving out by a move into the older layout that never completed: that
+// layout was current then, and its bucket filled before the move's store)
+// is still the client's when the older layout's workers decide it there
+// (newer): taken back, not beside a fresh state.
+func TestNewerTakesBackFrozenState(t *testing.T) {
+	beside, alone := mustConfig(t, layoutBeside), mustConfig(t, layoutAlone)
+	store := newMemStore()
+	x := movingClients(1)[0]
+	four := NewTable(store, Regions(alone))
+	four.AdoptLayouts(t0)
+	if n := charges(t, four, x, t0, 4); n != 4 {
+		t.Fatalf("%d of 4 admitted", n)
+	}
+	// Freeze x's slot as an unfinished move out of it would have.
+	key := four.regions[0].prefix + strconv.FormatUint(jumpHash(x, 4), 10)
+	val, _, _, _ := store.Get(key)
+	for i := 0; i < SlotsPerBucket; i++ {
+		if getUint64(val[i*slotSize:]) == x {
+			putUint64(val[i*slotSize:], movedFP(x))
+		}
+	}
+	if _, err := store.Set(key, val, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The older layout's worker (2 buckets) beside the current one.
+	two := NewTable(store, Regions(beside))
+	two.AdoptLayouts(t0 + int64(time.Second))
+	four.AdoptLayouts(t0 + int64(2*time.Second)) // the record names 4 buckets again
+	at := t0 + int64(3*time.Second)
+	two.RenewLayouts(at)
+	four.RenewLayouts(at)
+	if two.regions[0].newer != 4 {
+		t.Fatalf("newer %d", two.regions[0].newer)
+	}
+	if n := charges(t, two, x, at, 1) + charges(t, four, x, at, 2); n != 1 {
+		t.Errorf("%d of 3 admitted after 4 of 5 spent: the frozen state was passed over for a fresh one", n)
+	}
+}
