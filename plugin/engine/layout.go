@@ -280,7 +280,17 @@ func (t *Table) forward(rg *region, sp *spot, moved int, now int64) (ok, newer b
 	if err != nil || !found || len(rec) != 24 {
 		return false, false, err
 	}
-	cur, prev := getUint64(rec[0:8]), getUint64(rec[8:16])
+	cur, prev, until := getUint64(rec[0:8]), getUint64(rec[8:16]), int64(getUint64(rec[16:24]))
+	if cur == rg.buckets {
+		// This layout is current again (another worker of its
+		// configuration started since this table last renewed, see
+		// RenewLayouts): the client's state may be in the other layout,
+		// where previous looks only if it knows of it. With the view of
+		// a table of the older layout (newer set, no previous), the
+		// frozen slot here was taken back as it is, beside the client's
+		// state in the other layout: two budgets.
+		rg.newer, rg.prevBuckets, rg.prevUntil = 0, prev, until
+	}
 	if prev != rg.buckets || cur == rg.buckets || cur == 0 {
 		return false, false, nil
 	}

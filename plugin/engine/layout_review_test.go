@@ -120,3 +120,36 @@ func TestNewerTakesBackFrozenState(t *testing.T) {
 		t.Errorf("%d of 3 admitted after 4 of 5 spent: the frozen state was passed over for a fresh one", n)
 	}
 }
+
+// A worker of the older configuration whose view is a second old (it
+// renews its layouts once a second) when another worker of its
+// configuration starts, making its layout current again: a client whose
+// state moved out of its bucket into the other layout's is followed there,
+// not taken back from the frozen slot it moved out of (two budgets: the
+// frozen one and the moved one).
+func TestStaleViewFollowsMovedStateWhenItsLayoutIsCurrentAgain(t *testing.T) {
+	beside, alone := mustConfig(t, layoutBeside), mustConfig(t, layoutAlone)
+	store := newMemStore()
+	x := movingClients(1)[0]
+	a1 := NewTable(store, Regions(beside))
+	a1.AdoptLayouts(t0)
+	if n := charges(t, a1, x, t0, 2); n != 2 {
+		t.Fatal("first charges refused")
+	}
+	b1 := NewTable(store, Regions(alone))
+	b1.AdoptLayouts(t0 + int64(time.Second))
+	at := t0 + int64(2*time.Second)
+	a1.RenewLayouts(at)
+	b1.RenewLayouts(at)
+	if n := charges(t, b1, x, at, 1); n != 1 { // moves x's state into its 4-bucket layout's bucket
+		t.Fatal("third charge refused")
+	}
+	// Another worker of a1's configuration starts: its layout is current
+	// again. a1 has not renewed yet.
+	a2 := NewTable(store, Regions(beside))
+	a2.AdoptLayouts(at + int64(time.Millisecond))
+	at += int64(2 * time.Millisecond)
+	if n := charges(t, a1, x, at, 3); n != 2 {
+		t.Errorf("%d of 3 admitted after 3 of 5 spent: the state frozen by the move was taken back beside the moved one", n)
+	}
+}
