@@ -578,7 +578,7 @@ func (e *Engine) Unhold(v *Verdict, now int64) {
 	if v.Outcome != Delay {
 		return
 	}
-	e.refundCharges(v.held, now)
+	e.refundCharges(v.held, now, true)
 	v.held = nil
 }
 

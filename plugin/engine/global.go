@@ -862,19 +862,26 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 		e.releaseAll(&p.verdict, now)
 	}
 	p.verdict.post = postList{} // a refused request is never charged
-	e.refundCharges(p.charged, now)
+	e.refundCharges(p.charged, now, false)
 	p.charged = p.charged[:0]
 }
 
 // refundCharges gives back charges made for a request that will not be
 // served: a local rule's to its state, a global rule's hit to the lease of
 // the window it was taken from, if that window has not ended (see
-// refundGlobal).
-func (e *Engine) refundCharges(charged []charge, now int64) {
+// refundGlobal). held: the request was held and its client left (Unhold):
+// a reservation that others were held behind since waits for them
+// (refundHeld); a refused request's charges all go back at once (it is
+// never charged), its call having taken a few milliseconds.
+func (e *Engine) refundCharges(charged []charge, now int64, held bool) {
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
-			e.refundHeld(c, now)
+			if held {
+				e.refundHeld(c, now)
+			} else {
+				e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
+			}
 			continue
 		}
 		w := r.Limit.Window()
