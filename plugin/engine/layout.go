@@ -359,13 +359,8 @@ func findMoved(val []byte, fp uint64, now int64) int {
 // always reports retry: the bucket is read again.
 func (t *Table) clearStale(sp *spot) (retry bool, err error) {
 	clear(sp.slot())
-	mismatch, err := t.store.Set(sp.key, sp.val, sp.cas)
-	if err != nil {
-		t.Stats.StoreErrors++
+	if _, err := t.setCounted(sp.key, sp.val, sp.cas); err != nil {
 		return false, err
-	}
-	if mismatch {
-		t.Stats.CASRetries++
 	}
 	return true, nil
 }
@@ -375,14 +370,9 @@ func (t *Table) clearStale(sp *spot) (retry bool, err error) {
 func (t *Table) markMoving(sp *spot) (retry bool, err error) {
 	f := &sp.from
 	putUint64(f.val[f.i*slotSize:], movedFP(sp.fp))
-	mismatch, err := t.store.Set(f.key, f.val, f.cas)
-	if err != nil {
-		t.Stats.StoreErrors++
-		return false, err
-	}
-	if mismatch {
-		t.Stats.CASRetries++
-		return true, nil
+	mismatch, err := t.setCounted(f.key, f.val, f.cas)
+	if err != nil || mismatch {
+		return mismatch, err
 	}
 	f.marked = true
 	return false, nil

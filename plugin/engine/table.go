@@ -474,7 +474,13 @@ func (t *Table) write(sp *spot, s []byte, expiry int64) (retry bool, err error) 
 func (t *Table) storeSlot(key string, val []byte, cas uint32, s []byte, fp uint64, expiry int64) (retry bool, err error) {
 	putUint64(s[0:8], fp)
 	putUint64(s[8:16], uint64(expiry))
-	mismatch, err := t.store.Set(key, val, cas)
+	return t.setCounted(key, val, cas)
+}
+
+// setCounted writes a bucket back under cas, counting a failed write
+// (StoreErrors) and a CAS mismatch (CASRetries); mismatch: read it again.
+func (t *Table) setCounted(key string, val []byte, cas uint32) (mismatch bool, err error) {
+	mismatch, err = t.store.Set(key, val, cas)
 	if err != nil {
 		t.Stats.StoreErrors++
 		return false, err
