@@ -452,9 +452,7 @@ func (e *Engine) Abandon(id uint32, now int64) {
 
 // refund gives back the rate charges of a waiter that will not be served.
 func (e *Engine) refund(w *Waiter, now int64) {
-	for _, c := range w.carry.charges {
-		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
-	}
+	e.refundCharges(w.carry.charges, now, false)
 	w.carry.charges = nil
 }
 

@@ -610,9 +610,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	v.post = postList{} // a refused request is never charged
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again.
-	for _, c := range e.charged {
-		e.table.Update(Refund, c.fp, c.rule, &e.cfg.Rules[c.rule].Limit, now, c.n, 0)
-	}
+	e.refundCharges(e.charged, now, false)
 	after := false
 	for _, i := range e.matched {
 		if i == rejected {
