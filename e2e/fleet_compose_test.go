@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -171,13 +173,19 @@ func TestFleetCompose(t *testing.T) {
 	sum := func(a [3]int) int { return a[0] + a[1] + a[2] }
 
 	t0 := time.Now()
+	failOpen0 := fleetStat(ctx, t, "wasmcustom.sluice.on_error.allowed")
 	global, rej := round("/products", sent)
 	if time.Now().Unix()/60 != minute {
 		t.Fatal("the run crossed a minute boundary (a loaded machine): the counts span two windows")
 	}
-	t.Logf("global rule products (%d/min): %d requests round-robin over 3 Envoys, admitted %d (per Envoy %v) in %v", limit, sent, sum(global), global, time.Since(t0).Round(time.Millisecond))
-	if n := sum(global); n > limit || n < limit*9/10 {
-		t.Errorf("global rule admitted %d across the fleet, want between %d and %d", n, limit*9/10, limit)
+	// on_error is "allow" with a 100 ms timeout on the service: a call
+	// that fails or times out (a loaded machine) lets its request through,
+	// as configured. The budget holds for the requests the service decided.
+	failOpen := fleetStat(ctx, t, "wasmcustom.sluice.on_error.allowed") - failOpen0
+	t.Logf("global rule products (%d/min): %d requests round-robin over 3 Envoys, admitted %d (per Envoy %v, %d of them by on_error: allow; call failures %d) in %v",
+		limit, sent, sum(global), global, failOpen, fleetStat(ctx, t, "wasmcustom.sluice.global.call_failures"), time.Since(t0).Round(time.Millisecond))
+	if n := sum(global); n-failOpen > limit || n < limit*9/10 {
+		t.Errorf("global rule admitted %d across the fleet (%d by on_error: allow), want between %d and %d", n, failOpen, limit*9/10, limit)
 	}
 	for i, n := range global {
 		if n == 0 {
@@ -223,4 +231,29 @@ func TestFleetCompose(t *testing.T) {
 	if got := m.Endpoints["GET /cart"].Received; got != int64(sum(local)) {
 		t.Errorf("the store received %d GET /cart, the Envoys admitted %d", got, sum(local))
 	}
+}
+
+// fleetStat sums the counter name over the three Envoys of the compose
+// fleet (their admin ports 9911-9913).
+func fleetStat(ctx context.Context, t *testing.T, name string) int {
+	t.Helper()
+	n := 0
+	for port := 9911; port <= 9913; port++ {
+		u := fmt.Sprintf("http://127.0.0.1:%d/stats?filter=%s", port, url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("stats of envoy on %d: %v", port, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int(envoytest.ParseStats(string(b))[name])
+	}
+	return n
 }
