@@ -224,13 +224,18 @@ func (p *pluginContext) pollQueues(now int64) {
 }
 
 // reject answers the current stream with the rejection v: its filter
-// state for the access log, its headers and body, a rate-limited log
-// line, the configured status.
+// state for the access log, its headers and body (and gRPC's retry
+// pushback for a gRPC call), a rate-limited log line, the configured
+// status.
 func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
 	p.tell(v)
 	p.headers.Build(v, p.engine.Config().Headers, true)
 	body, ctype := p.rejectionBody(v)
 	p.headers.Add(header.ContentType, ctype)
+	// A refused gRPC call: one more host call, on the reject path only.
+	if ct, err := proxywasm.GetHttpRequestHeader("content-type"); err == nil && header.IsGRPC(ct) {
+		p.headers.AddPushback(v.RetryAfter)
+	}
 	p.logRejection(v, now)
 	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), body)
 }

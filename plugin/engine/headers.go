@@ -2,13 +2,15 @@ package engine
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/shared/header"
 )
 
 // MaxHeaders is the most headers a HeaderSet holds: Retry-After, three
-// legacy, two draft, the shadow header and a rejection's content-type.
-const MaxHeaders = 8
+// legacy, two draft, the shadow header, a rejection's content-type and,
+// for a refused gRPC call, grpc-retry-pushback-ms.
+const MaxHeaders = 9
 
 // HeaderSet is a fixed list of response headers whose values point into one
 // buffer, so building it allocates nothing after the first use.
@@ -27,6 +29,19 @@ func (h *HeaderSet) Add(name, value string) bool {
 	h.Pairs[h.N] = [2]string{name, value}
 	h.N++
 	return true
+}
+
+// AddPushback appends grpc-retry-pushback-ms for a wait of d, to a refused
+// gRPC call (see header.GRPCRetryPushback): a gRPC client's retry policy
+// waits that long instead of retrying UNAVAILABLE at once, and it does not
+// read Retry-After.
+func (h *HeaderSet) AddPushback(d time.Duration) {
+	if h.N >= MaxHeaders {
+		return
+	}
+	s := len(h.buf)
+	h.buf = header.AppendPushback(h.buf, d)
+	h.add(header.GRPCRetryPushback, s)
 }
 
 // List returns the headers as the slice proxy-wasm calls take.

@@ -267,3 +267,27 @@ func TestRetryAfterIsExactAndWhole(t *testing.T) {
 		t.Errorf("after Retry-After: %d", r.Status)
 	}
 }
+
+// TestGRPCRetryPushback: a refused gRPC call carries gRPC's retry pushback,
+// the wait to its admission in milliseconds (Retry-After rounds it up to
+// seconds); a refused HTTP request does not.
+func TestGRPCRetryPushback(t *testing.T) {
+	h := newHost(t)
+	vm := workers(t, h, 1, `{"rules":[{"name":"r","limit":2,"window":"5s"}]}`)[0]
+	grpc := [2]string{"content-type", "application/grpc"}
+	get(vm, "/", "10.0.0.1:1", grpc)
+	get(vm, "/", "10.0.0.1:1", grpc)
+	r := get(vm, "/", "10.0.0.1:1", grpc)
+	if r.Status != 429 || r.Headers.Value("grpc-retry-pushback-ms") != "2500" || r.Headers.Value("retry-after") != "3" {
+		t.Errorf("refused gRPC call: status %d, grpc-retry-pushback-ms %q, retry-after %q: want 429, 2500 and 3",
+			r.Status, r.Headers.Value("grpc-retry-pushback-ms"), r.Headers.Value("retry-after"))
+	}
+	r = get(vm, "/", "10.0.0.1:1", [2]string{"content-type", "application/json"})
+	if _, ok := r.Headers.Get("grpc-retry-pushback-ms"); r.Status != 429 || ok {
+		t.Errorf("refused HTTP request: status %d, grpc-retry-pushback-ms present %v", r.Status, ok)
+	}
+	h.AdvanceClock(2500 * time.Millisecond)
+	if r := get(vm, "/", "10.0.0.1:1", grpc); r.Status != 200 {
+		t.Errorf("after the pushback: %d", r.Status)
+	}
+}

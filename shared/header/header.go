@@ -8,6 +8,7 @@ package header
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,12 @@ const (
 
 	// Shadow marks a response that a shadow rule would have rejected.
 	Shadow = "x-ratelimit-shadow"
+
+	// GRPCRetryPushback is gRPC's server pushback (gRFC A6): in the
+	// trailers of a failed call (a refused call's trailers-only response
+	// carries it with its headers), the milliseconds a client's retry
+	// policy waits before the next attempt, instead of its own backoff.
+	GRPCRetryPushback = "grpc-retry-pushback-ms"
 )
 
 // Mode selects which header families a response carries.
@@ -84,6 +91,29 @@ func RetryAfterSeconds(d time.Duration) int64 {
 // AppendRetryAfter appends the Retry-After value for a wait of d.
 func AppendRetryAfter(dst []byte, d time.Duration) []byte {
 	return strconv.AppendInt(dst, RetryAfterSeconds(d), 10)
+}
+
+// AppendPushback appends the grpc-retry-pushback-ms value for a wait of d:
+// whole milliseconds, rounded up, at least 1 (gRPC reads 0 as "retry at
+// once"). gRPC's unit is finer than Retry-After's: the value is the wait
+// itself, not Retry-After in milliseconds.
+func AppendPushback(dst []byte, d time.Duration) []byte {
+	ms := int64(1)
+	if d > time.Millisecond {
+		ms = int64((d + time.Millisecond - 1) / time.Millisecond)
+	}
+	return strconv.AppendInt(dst, ms, 10)
+}
+
+// IsGRPC reports whether a request's content-type is gRPC's
+// (application/grpc, with any +format or ;parameters).
+func IsGRPC(contentType string) bool {
+	const g = "application/grpc"
+	if len(contentType) < len(g) || !strings.EqualFold(contentType[:len(g)], g) {
+		return false
+	}
+	rest := contentType[len(g):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
 }
 
 // AppendSeconds appends d as whole seconds rounded up (X-RateLimit-Reset).
