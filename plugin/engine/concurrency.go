@@ -450,9 +450,15 @@ func (e *Engine) Abandon(id uint32, now int64) {
 	}
 }
 
-// refund gives back the rate charges of a waiter that will not be served.
+// refund gives back the rate charges of a waiter that will not be served
+// (its client left, its max_delay passed, a later rule refused it). They
+// go back as a held request's do (refundHeld), not at once: a waiter's
+// charges are reservations too (a rate rule may have delayed it), and
+// while it waited other requests may have been held behind them; given
+// back at once, the next request took the last held one's turn, and the
+// two were released together.
 func (e *Engine) refund(w *Waiter, now int64) {
-	e.refundCharges(w.carry.charges, now, false)
+	e.refundCharges(w.carry.charges, now, true)
 	w.carry.charges = nil
 }
 

@@ -869,10 +869,12 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 // refundCharges gives back charges made for a request that will not be
 // served: a local rule's to its state, a global rule's hit to the lease of
 // the window it was taken from, if that window has not ended (see
-// refundGlobal). held: the request was held and its client left (Unhold):
-// a reservation that others were held behind since waits for them
-// (refundHeld); a refused request's charges all go back at once (it is
-// never charged), its call having taken a few milliseconds.
+// refundGlobal). held: the request was held, or waited in a concurrency
+// queue, and will not be served (Unhold, a waiter's refund): a reservation
+// that others were held behind since waits for them (refundHeld); a
+// request refused as it is decided, or by a global rule, gets its charges
+// all back at once (it is never charged), its call having taken a few
+// milliseconds.
 func (e *Engine) refundCharges(charged []charge, now int64, held bool) {
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
