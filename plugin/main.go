@@ -156,6 +156,7 @@ func (p *pluginContext) OnTick() {
 		}
 	})
 	if p.conc {
+		p.engine.Ticked(now, time.Duration(p.tickMS)*time.Millisecond)
 		p.pollQueues(now)
 		p.engine.Learn(now)
 	}

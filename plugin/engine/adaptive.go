@@ -96,7 +96,37 @@ type adaptiveRules struct {
 	learnSwept int64
 	// gaugeRegion is the table region of adaptive rule i's Gauges.
 	gaugeRegion []int
+	loop        loopLag
 }
+
+// loopLag estimates how late this worker's event loop runs what is due on
+// it. An Envoy that is itself swamped (a flood of new clients and their
+// 429s, a CPU shared with other work) reads an upstream's response late,
+// and that wait is not the upstream's latency: taken for it, it backs the
+// limit off an idle upstream. The tick is a timer on the same loop, so how
+// late it fires samples the same wait; Sample takes the recent mean of it
+// (MaxLoopLag at most) out of each latency, leaving at least a quarter.
+type loopLag struct {
+	last int64 // the previous tick
+	mean int64 // ns: the mean lateness of recent ticks
+}
+
+// MaxLoopLag bounds the loop lag taken out of a latency: a tick later than
+// that is a stall (a paused process), not a busy loop.
+const MaxLoopLag = time.Second
+
+// Ticked notes the tick at now of a tick timer of the given period.
+func (e *Engine) Ticked(now int64, period time.Duration) {
+	l := &e.loop
+	if l.last > 0 && period > 0 {
+		late := min(max(now-l.last-int64(period), 0), int64(MaxLoopLag))
+		l.mean += (late - l.mean) / 4 // about the last second at 100 ms ticks
+	}
+	l.last = now
+}
+
+// LoopLag returns the worker's recent loop lag (see loopLag).
+func (e *Engine) LoopLag() time.Duration { return time.Duration(e.loop.mean) }
 
 func (o *gaugeOp) Modify(st limit.State, now int64, _ bool) (limit.State, int64, bool) {
 	if !o.learn {
@@ -263,6 +293,7 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 			continue
 		}
 		lat := time.Duration(now - max(sent, s.Since))
+		lat -= min(time.Duration(e.loop.mean), lat*3/4)
 		if kind != SampleResponse && (l.g.Base <= 0 || float64(lat) <= float64(l.g.Base)*(1+limit.Tolerance)) {
 			continue
 		}

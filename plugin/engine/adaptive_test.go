@@ -125,3 +125,41 @@ func TestInFlightGaugeFollowsReleases(t *testing.T) {
 		}
 	}
 }
+
+// A worker whose event loop runs late reads every response late: that
+// delay, sampled by how late its tick fires, is taken out of the latency
+// the rule learns from, so an idle upstream behind a swamped Envoy is not
+// taken for a slow one. Without the lag, the same samples teach Base 40 ms.
+func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
+	const period = 100 * time.Millisecond
+	learn := func(late time.Duration) (time.Duration, time.Duration) {
+		e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+		now := t0
+		for i := 0; i < 20; i++ {
+			now += int64(period + late)
+			e.Ticked(now, period)
+		}
+		for i := 0; i < 30; i++ {
+			now += int64(50 * time.Millisecond)
+			adaptiveRound(e, now, 40*time.Millisecond, SampleResponse)
+		}
+		return e.LearntGauge(0).Base, e.LoopLag()
+	}
+	if base, lag := learn(0); lag != 0 || base < 38*time.Millisecond || base > 42*time.Millisecond {
+		t.Errorf("ticks on time: loop lag %v, Base %v, want 0 and 40 ms", lag, base)
+	}
+	if base, lag := learn(30 * time.Millisecond); lag < 29*time.Millisecond || lag > 30*time.Millisecond || base < 9*time.Millisecond || base > 11*time.Millisecond {
+		t.Errorf("ticks 30 ms late: loop lag %v, Base %v, want 30 ms and 10 ms (40 ms responses read 30 ms late)", lag, base)
+	}
+	// A lag longer than the latency leaves a quarter of it.
+	if base, _ := learn(100 * time.Millisecond); base < 9*time.Millisecond || base > 11*time.Millisecond {
+		t.Errorf("ticks 100 ms late: Base %v, want a quarter of the 40 ms latency", base)
+	}
+	// A stall (a paused process) counts as MaxLoopLag at most.
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e.Ticked(t0, period)
+	e.Ticked(t0+int64(time.Hour), period)
+	if lag := e.LoopLag(); lag > MaxLoopLag/4 {
+		t.Errorf("one tick an hour late: loop lag %v", lag)
+	}
+}
