@@ -857,24 +857,32 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 // the lease of the window it was taken from: the service counted it in
 // that window, and a later window's lease holds only hits counted in that
 // window (giving it there would admit one more than the service counted).
+// Local charges go back through the held path (refundHeld): p may have
+// been delayed by a local rate rule, and while its call was in flight (up
+// to global.timeout, longer on a loaded worker) later requests of its
+// client were held behind that reservation; given back at once, it let the
+// next request take the last one's turn, and two were released together
+// (TestGlobalRefusalDoesNotFreeAHeldTurn). With nothing held behind it, it
+// comes back at once, as before.
 func (e *Engine) refundGlobal(p *Pending, now int64) {
 	if len(p.verdict.Slots) > 0 {
 		e.releaseAll(&p.verdict, now)
 	}
 	p.verdict.post = postList{} // a refused request is never charged
-	e.refundCharges(p.charged, now, false)
+	e.refundCharges(p.charged, now, true)
 	p.charged = p.charged[:0]
 }
 
 // refundCharges gives back charges made for a request that will not be
 // served: a local rule's to its state, a global rule's hit to the lease of
 // the window it was taken from, if that window has not ended (see
-// refundGlobal). held: the request was held, or waited in a concurrency
-// queue, and will not be served (Unhold, a waiter's refund): a reservation
-// that others were held behind since waits for them (refundHeld); a
-// request refused as it is decided, or by a global rule, gets its charges
-// all back at once (it is never charged), its call having taken a few
-// milliseconds.
+// refundGlobal). held: the request may have been held, waited in a
+// concurrency queue or for a global rule's call, and will not be served
+// (Unhold, a waiter's refund, a global rule's refusal or on_error: deny):
+// a reservation that others were held behind since waits for them
+// (refundHeld). Not held: a request refused by a local rule as it is
+// decided (refuse) gets its charges all back at once (it is never
+// charged): this worker decided no other request since they were made.
 func (e *Engine) refundCharges(charged []charge, now int64, held bool) {
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
