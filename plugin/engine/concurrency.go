@@ -458,7 +458,7 @@ func (e *Engine) Abandon(id uint32, now int64) {
 // back at once, the next request took the last held one's turn, and the
 // two were released together.
 func (e *Engine) refund(w *Waiter, now int64) {
-	e.refundCharges(w.carry.charges, now, true)
+	e.refundCharges(w.carry.charges, now)
 	w.carry.charges = nil
 }
 

@@ -191,9 +191,10 @@ type localRules struct {
 	matched    []int
 	charged    []charge
 	keyBuf     []byte
-	// kept are the held reservations given back (Unhold) while later ones
-	// were held behind them (limit.RefundHeld): they are given back once
-	// those are, or forgotten at their release time.
+	// kept are the reservations given back (Unhold, a waiter's or a
+	// refused request's refund) while later ones were held behind them
+	// (limit.RefundHeld): they are given back once those are, or
+	// forgotten at their release time.
 	kept []charge
 }
 
@@ -578,7 +579,7 @@ func (e *Engine) Unhold(v *Verdict, now int64) {
 	if v.Outcome != Delay {
 		return
 	}
-	e.refundCharges(v.held, now, true)
+	e.refundCharges(v.held, now)
 	v.held = nil
 }
 
@@ -609,8 +610,12 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	v.Client = ri.client
 	v.post = postList{} // a refused request is never charged
 	// Refund with the fingerprints already computed: recomputing them would
-	// read keyed headers from the host again.
-	e.refundCharges(e.charged, now, false)
+	// read keyed headers from the host again. Through the held path: this
+	// worker decided nothing since the charges, but another worker may have
+	// held a request of the client behind a reservation made here
+	// (TestRefuseDoesNotFreeAnotherWorkersHeldTurn); with nothing behind
+	// it, a charge comes back at once.
+	e.refundCharges(e.charged, now)
 	after := false
 	for _, i := range e.matched {
 		if i == rejected {

@@ -869,29 +869,25 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 		e.releaseAll(&p.verdict, now)
 	}
 	p.verdict.post = postList{} // a refused request is never charged
-	e.refundCharges(p.charged, now, true)
+	e.refundCharges(p.charged, now)
 	p.charged = p.charged[:0]
 }
 
 // refundCharges gives back charges made for a request that will not be
-// served: a local rule's to its state, a global rule's hit to the lease of
+// served: a local rule's to its state through refundHeld (a reservation
+// that others were held behind since waits for them; with nothing held
+// behind it, it comes back at once), a global rule's hit to the lease of
 // the window it was taken from, if that window has not ended (see
-// refundGlobal). held: the request may have been held, waited in a
-// concurrency queue or for a global rule's call, and will not be served
-// (Unhold, a waiter's refund, a global rule's refusal or on_error: deny):
-// a reservation that others were held behind since waits for them
-// (refundHeld). Not held: a request refused by a local rule as it is
-// decided (refuse) gets its charges all back at once (it is never
-// charged): this worker decided no other request since they were made.
-func (e *Engine) refundCharges(charged []charge, now int64, held bool) {
+// refundGlobal). Every refund takes the held path: a request held
+// (Unhold), waiting in a concurrency queue (a waiter's refund) or for a
+// global rule's call (refundGlobal) may have had requests held behind it
+// meanwhile, and so may one refused as it is decided (refuse), by another
+// worker between its charges and its refund.
+func (e *Engine) refundCharges(charged []charge, now int64) {
 	for _, c := range charged {
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
-			if held {
-				e.refundHeld(c, now)
-			} else {
-				e.table.Update(Refund, c.fp, c.rule, &r.Limit, now, c.n, 0)
-			}
+			e.refundHeld(c, now)
 			continue
 		}
 		w := r.Limit.Window()

@@ -103,3 +103,60 @@ func globalRefusal(t *testing.T, alg, burst, refusal string, behind, bLeaves boo
 	}
 	return out
 }
+
+// Refuse (a local rule rejects the request as it is decided) gives back
+// the charges made earlier in the same decision. This worker decides
+// nothing in between, but the table is shared by the workers: between A's
+// charge of the rate rule r (held until 1 s) and its refund after rule x
+// rejects it, a request B of the same client on another worker may be
+// held behind A (until 2 s). A's charge must then not free B's turn: the
+// next request C must not be released with B.
+func TestRefuseDoesNotFreeAnotherWorkersHeldTurn(t *testing.T) {
+	algs := map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
+	for alg, burst := range algs {
+		t.Run(alg, func(t *testing.T) {
+			cfg := mustConfig(t, `{"rules":[
+				{"name":"r","key":["client_ip"],"algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"},
+				{"name":"x","match":{"path_prefix":"/x"},"key":["client_ip"],"algorithm":"fixed_window","limit":1,"window":"1m"}]}`)
+			rq := func(path string) Request { return req(path, "GET", "10.0.0.1:1") }
+			// W takes r's turn at 0 and x's one request; A (/x) is then
+			// charged by r (held until 1 s) and rejected by x. A dry run
+			// counts the shared-data writes of A's decision: the last is
+			// the refund of r.
+			n := 0
+			{
+				st := newMemStore()
+				w := New(cfg, st, 1)
+				w.Decide(rq("/x"), t0)
+				st.beforeSet = func(string) { n++ }
+				if vA := w.Decide(rq("/x"), t0); vA.Outcome != Reject {
+					t.Fatalf("setup: A %v, want rejected by x", vA.Outcome)
+				}
+			}
+			st := newMemStore()
+			w1, w2 := New(cfg, st, 1), New(cfg, st, 1)
+			w1.Decide(rq("/x"), t0)
+			var vB Verdict
+			k := 0
+			st.beforeSet = func(string) {
+				if k++; k == n { // just before A's refund is written
+					vB = w2.Decide(rq("/fast"), t0)
+				}
+			}
+			vA := w1.Decide(rq("/x"), t0)
+			st.beforeSet = nil
+			if vA.Outcome != Reject || vB.Outcome != Delay {
+				t.Fatalf("setup: A %v, B %v, want A rejected and B held behind it", vA.Outcome, vB.Outcome)
+			}
+			got := []time.Duration{0, vB.Delay}
+			now := t0 + int64(100*time.Millisecond)
+			if vC := w2.Decide(rq("/fast"), now); vC.Outcome != Reject {
+				got = append(got, time.Duration(now-t0)+vC.Delay)
+			}
+			t.Logf("released at %v", got)
+			if m := mostInOneSecond(got); m > 1 {
+				t.Errorf("%d requests released within one second at 1/s (releases %v)", m, got)
+			}
+		})
+	}
+}
