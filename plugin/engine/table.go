@@ -185,8 +185,6 @@ const (
 	Charge Op = iota
 	// Peek decides without storing anything.
 	Peek
-	// Refund gives back one charge (the decision returned is meaningless).
-	Refund
 	// Admit decides whether a request charged after its response may pass
 	// (limit.Admit) without storing anything.
 	Admit
@@ -289,11 +287,6 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 		}
 		var d limit.Decision
 		switch op {
-		case Refund:
-			if !mine {
-				return d, sp.kind, nil // nothing to give back
-			}
-			st = lim.Refund(st, now, n)
 		case RefundHeld:
 			if !mine {
 				return d, sp.kind, nil
