@@ -456,7 +456,7 @@ func (h *httpContext) releaseSlots(now int64, handoff bool) {
 func (h *httpContext) OnHttpStreamDone() {
 	h.gone = true
 	if h.pending != nil {
-		h.pending.Cancel()
+		h.plugin.engine.CancelPending(h.pending, nowNanos())
 		h.pending = nil
 	}
 	if !h.decided {

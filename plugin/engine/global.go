@@ -122,7 +122,23 @@ func (e *Engine) persist(p *Pending) *Pending {
 }
 
 // Cancel forgets p: its stream is gone, it takes no hit from an answer.
+// Its charges stay made; CancelPending gives them back.
 func (p *Pending) Cancel() { p.cancelled = true }
+
+// CancelPending forgets p, whose stream is gone while it waited for a call
+// (its client left): it takes no hit from the answer, and the charges it
+// made before the call (local rules, hits taken from leases) go back as a
+// refused request's do (refundCharges), so a client that gives up does
+// not pay for a request never served. The plugin gives its concurrency
+// slots back with the stream's end.
+func (e *Engine) CancelPending(p *Pending, now int64) {
+	if p.cancelled {
+		return
+	}
+	p.Cancel()
+	e.refundCharges(p.charged, now)
+	p.charged = p.charged[:0]
+}
 
 // globalRef is one global rule of a request: its index, the client's
 // fingerprint in this Envoy's table and its descriptor key at the service.

@@ -160,3 +160,39 @@ func TestRefuseDoesNotFreeAnotherWorkersHeldTurn(t *testing.T) {
 		})
 	}
 }
+
+// A client that leaves while its request waits for a global rule's call
+// does not pay for it: the local rule's charge comes back (its next
+// request is admitted by a local limit of 1), and the late answer takes
+// nothing from anyone.
+func TestCancelledCallGivesChargesBack(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[
+		{"name":"r","key":["client_ip"],"limit":1,"window":"1h"},
+		{"name":"g","scope":"global","match":{"path_prefix":"/g"},"limit":100,"window":"1m","key":["client_ip"]}],
+		"global":{"cluster":"ratelimit","timeout":"100ms"}}`)
+	e := New(cfg, newMemStore(), 1)
+	svc := &fakeService{limit: 100}
+	var decided int
+	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided++ })
+	now := t0
+	e.Now = func() int64 { return now }
+	vA := e.Decide(req("/g", "GET", "10.0.0.1:1"), now)
+	if vA.Outcome != Call {
+		t.Fatalf("A: %v, want waiting for its call", vA.Outcome)
+	}
+	now += int64(10 * time.Millisecond)
+	e.CancelPending(vA.Pending, now)
+	e.CancelPending(vA.Pending, now) // the stream ends once; a second call changes nothing
+	for _, answer := range svc.pending {
+		answer()
+	}
+	if decided != 0 {
+		t.Errorf("the cancelled request was decided %d times after its answer", decided)
+	}
+	if v := e.Decide(req("/other", "GET", "10.0.0.1:1"), now); v.Outcome != Allow {
+		t.Errorf("the client's next request: %v, want admitted (the cancelled one's charge given back)", v.Outcome)
+	}
+	if v := e.Decide(req("/other", "GET", "10.0.0.1:1"), now); v.Outcome != Reject {
+		t.Errorf("and the one after: %v, want refused (limit 1)", v.Outcome)
+	}
+}
