@@ -80,6 +80,10 @@ func (l Limit) At(n int64) Limit {
 //     upstream itself slowed down (service time, not a queue; once could
 //     be other Envoys' queue, whose backoff comes a round later): slow
 //     start again to find the limit that fits it.
+//   - A round at twice Base or more is a stall or a loss of half the
+//     upstream, not a queue the last growth built: the limit halves, no
+//     more, and if the next round finds the latency back at Base, slow
+//     start finds the limit again (see backoff).
 //   - After a backoff, the limit holds: ProbeAfter saturated round
 //     trips without growth, where Base follows the means of rounds
 //     without a rise both ways and only a clear rise in two rounds (a
@@ -116,7 +120,9 @@ type Gauge struct {
 	// Saturated: the round used its limit (a request was admitted at it,
 	// or refused or queued for it).
 	// Warned: the previous round's mean was mildly over Base.
-	SlowStart, Measure, Saturated, Warned bool
+	// Stalled: the last backoff was from a round at twice Base or more (see
+	// backoff).
+	SlowStart, Measure, Saturated, Warned, Stalled bool
 }
 
 // Constants of the adaptive estimator.
@@ -190,6 +196,9 @@ func EncodeGauge(g Gauge) State {
 	}
 	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
 	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | uint64(min(max(g.Calm, 0), maxCalm))<<50
+	if g.Stalled {
+		b |= 1 << 56
+	}
 	return State{A: int64(a), B: int64(b)}
 }
 
@@ -206,7 +215,7 @@ func DecodeGauge(st State) Gauge {
 		Round: uint32(b >> 24 & roundMask),
 		Calm:  int64(b >> 50 & maxCalm),
 
-		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0,
+		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0, Stalled: b>>56&1 != 0,
 	}
 }
 
@@ -444,15 +453,21 @@ func (g Gauge) holding() bool { return !g.SlowStart && !g.Measure && g.Calm < Pr
 // and the limit grows from it as a probe.
 func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	cut := float64(g.Base) / float64(mean) * Backoff
-	if !g.SlowStart {
-		// Outside slow start, the limit was under the knee a round trip
-		// ago: one round this far over Base is a stall or a long tail
-		// more likely than a loss of over half the upstream, which the
-		// next round shows again.
+	// A queue that the last growth built raises latency by about as much
+	// (a sixteenth probing; a half in slow start, from a round within
+	// Tolerance of Base: 1.65x at most): a round at twice Base or more is
+	// a stall (the upstream, or the Envoy reading it, slowed down or
+	// paused) or a loss of half the upstream or more. Either way the
+	// limit halves, no more: a loss shows again in the next round, and
+	// after a stall that the next round does not show, slow start finds
+	// the limit again (see measured) instead of probing back up from a
+	// fraction of it, a quarter per round at most.
+	stalled := mean >= 2*g.Base
+	if !g.SlowStart || stalled {
 		cut = max(cut, 0.5)
 	}
 	g.Limit = clamp(g.Limit * cut)
-	g.Measure, g.SlowStart, g.Warned, g.Calm = true, false, false, 0
+	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled = true, false, false, 0, stalled
 	if g.N < MinRound {
 		g.Calm = ProbeAfter
 	}
@@ -466,9 +481,13 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 // slow start again. A cold rule's first round
 // (saturated) also doubles the limit: it had no Base to compare with.
 func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
-	old := g.Base
-	g.Base, g.Measure, g.Warned = mean, false, false
+	old, stalled := g.Base, g.Stalled
+	g.Base, g.Measure, g.Warned, g.Stalled = mean, false, false, false
 	switch {
+	case stalled && float64(mean) <= float64(old)*(1+Tolerance):
+		// The stall is over: latency is back where it was. Grow as from
+		// cold, from half the limit, rather than probe back up.
+		g.SlowStart, g.Base = true, old
 	case old == 0:
 		if g.Saturated {
 			g.Limit = clamp(g.Limit * 2) // a cold start: the first doubling

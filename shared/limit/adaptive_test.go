@@ -486,12 +486,12 @@ func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
 	}
 }
 
-// One round's mean is one round's: outside slow start, a round 10x Base
-// (a stall, or latencies with a long tail) backs off to half the limit,
-// not to a tenth (the next rounds measure from there, and a real loss of
-// capacity halves it again a round trip later). Slow start's crossing of
-// the knee backs off by the whole estimate: it grew by half in one round
-// trip, and can be that far over.
+// One round's mean is one round's: a round 10x Base (a stall, or
+// latencies with a long tail) backs off to half the limit, not to a tenth
+// (the next rounds measure from there, and a real loss of capacity halves
+// it again a round trip later), in slow start too from 2x Base. Under
+// that, slow start's crossing of the knee backs off by the whole
+// estimate: it grew by half in one round trip, and can be that far over.
 func TestAdaptiveOneRoundMovesLittle(t *testing.T) {
 	lim, _ := NewAdaptive(1, 1000)
 	now := int64(time.Hour)
@@ -500,9 +500,13 @@ func TestAdaptiveOneRoundMovesLittle(t *testing.T) {
 		t.Fatalf("a round 10x Base: %+v, want limit 20, measuring", g)
 	}
 	g = Gauge{Limit: 18, Base: 50 * time.Millisecond, Round: 5, SlowStart: true}
-	want := 18 * 50 / 112.5 * Backoff
-	if _, g = roundOf(lim, EncodeGauge(g), &now, 9, 112500*time.Microsecond); math.Abs(g.Limit-want) > 0.07 || !g.Measure {
-		t.Fatalf("slow start at 18 on a knee of 8: %+v, want limit %.2f, measuring", g, want)
+	want := 18 * 50 / 95.0 * Backoff
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 9, 95*time.Millisecond); math.Abs(g.Limit-want) > 0.07 || !g.Measure || g.Stalled {
+		t.Fatalf("slow start at 18 on a knee of 9: %+v, want limit %.2f, measuring", g, want)
+	}
+	g = Gauge{Limit: 18, Base: 50 * time.Millisecond, Round: 5, SlowStart: true}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 9, 112500*time.Microsecond); g.Limit != 9 || !g.Measure || !g.Stalled {
+		t.Fatalf("slow start at 18, a round 2.25x Base: %+v, want limit 9 (half), measuring", g)
 	}
 }
 
@@ -621,5 +625,42 @@ func TestAdaptiveSlowStartHoldsOnASmallRise(t *testing.T) {
 		if _, g = roundOf(lim, EncodeGauge(g), &now, c.n, c.mean); g.Limit != 18 {
 			t.Errorf("slow-start round of %d at %v on a Base of %v: %+v, want growth to 18", c.n, c.mean, base, g)
 		}
+	}
+}
+
+// A stall (rounds at twice Base or more: the upstream, or the Envoy
+// reading it, slowed down or paused) halves the limit, no more; if the round that
+// measures after it finds the latency back at Base, slow start grows it
+// again by half per round trip instead of probing back one request per
+// round. A stall that is a loss (the measure round still clearly over
+// Base) backs off again from there. Encoded and decoded, the Gauge keeps the mark.
+func TestAdaptiveStallHalvesAndRegrows(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	now := int64(time.Hour)
+	g := Gauge{Limit: 8, Base: 130 * time.Millisecond, Round: 5, SlowStart: true}
+	st, g := roundOf(lim, EncodeGauge(g), &now, 4, 190*time.Millisecond) // a small round 1.5x: warned
+	st, g = roundOf(lim, st, &now, 4, 420*time.Millisecond)
+	if g.Limit != 4 || !g.Measure || !g.Stalled || !DecodeGauge(st).Stalled {
+		t.Fatalf("a round 3.2x Base in slow start: %+v, want limit 4 (half), measuring, stalled", g)
+	}
+	if _, o := roundOf(lim, st, &now, 8, 170*time.Millisecond); o.SlowStart || o.Limit >= 4 {
+		t.Errorf("the measure round still 1.3x Base: %+v, want another backoff", o)
+	}
+	st, g = roundOf(lim, st, &now, 8, 135*time.Millisecond)
+	if !g.SlowStart || g.Stalled || g.Base != 130*time.Millisecond || g.Limit != 4 {
+		t.Fatalf("the measure round back at Base: %+v, want slow start from 4, Base 130ms", g)
+	}
+	st, g = roundOf(lim, st, &now, 4, 130*time.Millisecond)
+	if g.Limit != 6 || !g.SlowStart {
+		t.Errorf("a calm round after the stall: %+v, want 6 (half again)", g)
+	}
+	// Probing, twice Base is a stall as well; 1.9x is not.
+	g = Gauge{Limit: 20, Base: 100 * time.Millisecond, Round: 5, Calm: ProbeAfter}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 20, 200*time.Millisecond); !g.Stalled || g.Limit != 10 {
+		t.Errorf("probing, 2x Base: %+v, want stalled, limit 10", g)
+	}
+	g = Gauge{Limit: 20, Base: 100 * time.Millisecond, Round: 5, Calm: ProbeAfter, Warned: true}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 20, 190*time.Millisecond); g.Stalled {
+		t.Errorf("probing, 1.9x Base: %+v, want a backoff that is not a stall", g)
 	}
 }
