@@ -638,7 +638,7 @@ func TestAdaptiveStallHalvesAndRegrows(t *testing.T) {
 	lim, _ := NewAdaptive(1, 1000)
 	now := int64(time.Hour)
 	g := Gauge{Limit: 8, Base: 130 * time.Millisecond, Round: 5, SlowStart: true}
-	st, g := roundOf(lim, EncodeGauge(g), &now, 4, 190*time.Millisecond) // a small round 1.5x: warned
+	st, _ := roundOf(lim, EncodeGauge(g), &now, 4, 190*time.Millisecond) // a small round 1.5x: warned
 	st, g = roundOf(lim, st, &now, 4, 420*time.Millisecond)
 	if g.Limit != 4 || !g.Measure || !g.Stalled || !DecodeGauge(st).Stalled {
 		t.Fatalf("a round 3.2x Base in slow start: %+v, want limit 4 (half), measuring, stalled", g)
@@ -650,8 +650,7 @@ func TestAdaptiveStallHalvesAndRegrows(t *testing.T) {
 	if !g.SlowStart || g.Stalled || g.Base != 130*time.Millisecond || g.Limit != 4 {
 		t.Fatalf("the measure round back at Base: %+v, want slow start from 4, Base 130ms", g)
 	}
-	st, g = roundOf(lim, st, &now, 4, 130*time.Millisecond)
-	if g.Limit != 6 || !g.SlowStart {
+	if _, g = roundOf(lim, st, &now, 4, 130*time.Millisecond); g.Limit != 6 || !g.SlowStart {
 		t.Errorf("a calm round after the stall: %+v, want 6 (half again)", g)
 	}
 	// Probing, twice Base is a stall as well; 1.9x is not.
