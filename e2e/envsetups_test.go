@@ -280,8 +280,8 @@ func TestEnvoySetups(t *testing.T) {
 		// gRPC's server pushback (gRFC A6), for a client's retry policy:
 		// the wait itself, within Retry-After (which rounds it up).
 		ra, _ := strconv.Atoi(h.Get("Retry-After"))
-		if ms, err := strconv.Atoi(h.Get("Grpc-Retry-Pushback-Ms")); err != nil || ms < 1 || ms > ra*1000 {
-			t.Errorf("refused call: grpc-retry-pushback-ms %q, Retry-After %d: want 1..%d ms", h.Get("Grpc-Retry-Pushback-Ms"), ra, ra*1000)
+		if ms, err := strconv.Atoi(h.Get("Grpc-Retry-Pushback-Ms")); err != nil || ms < 1000 || ms > ra*1000 {
+			t.Errorf("refused call: grpc-retry-pushback-ms %q, Retry-After %d: want 1000..%d ms", h.Get("Grpc-Retry-Pushback-Ms"), ra, ra*1000)
 		}
 		if h.Get("Grpc-Status") != "14" || !strings.Contains(h.Get("Grpc-Message"), "quota-exceeded") {
 			t.Errorf("refused call: grpc-status %q grpc-message %q, want 14 (UNAVAILABLE, Envoy's mapping of 429) and the problem document, as docs/configuration.md says",

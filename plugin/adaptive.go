@@ -54,7 +54,9 @@ func responseKind() (kind engine.SampleKind, ok bool) {
 // otherwise the stream ended without them.
 func (h *httpContext) sample(now int64, headers bool) {
 	v := &h.verdict
-	if h.sampled || len(v.Slots) == 0 || v.Outcome == engine.Queue || !h.plugin.engine.AnyAdaptive(v.Slots) {
+	// Never forwarded (waiting in a queue, or for a global rule's call):
+	// its stream's end says nothing about the upstream.
+	if h.sampled || len(v.Slots) == 0 || v.Outcome == engine.Queue || v.Outcome == engine.Call || !h.plugin.engine.AnyAdaptive(v.Slots) {
 		return
 	}
 	h.sampled = true

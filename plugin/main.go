@@ -144,6 +144,12 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := nowNanos()
+	if p.conc {
+		// How late this tick came: the worker's loop lag, which adaptive
+		// rules take out of their latency samples (engine.loopLag).
+		p.engine.Ticked(now, time.Duration(p.tickMS)*time.Millisecond)
+		defer func() { p.engine.TickDone(nowNanos()) }()
+	}
 	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() || p.engine.PendingCharges() > 0 {
 		p.engine.Sweep(now)
 	}
@@ -156,7 +162,6 @@ func (p *pluginContext) OnTick() {
 		}
 	})
 	if p.conc {
-		p.engine.Ticked(now, time.Duration(p.tickMS)*time.Millisecond)
 		p.pollQueues(now)
 		p.engine.Learn(now)
 	}
@@ -186,12 +191,18 @@ func (p *pluginContext) pollQueues(now int64) {
 		h := p.waiting[ev.ID]
 		if h == nil {
 			// Not ours any more (it ended): give back what it was granted.
+			if ev.Verdict.Pending != nil {
+				p.engine.CancelPending(ev.Verdict.Pending, now)
+			}
 			p.engine.Release(ev.Verdict.Slots, now)
 			continue
 		}
 		delete(p.waiting, ev.ID)
 		h.verdict = ev.Verdict
 		if err := proxywasm.SetEffectiveContext(ev.ID); err != nil {
+			if h.verdict.Pending != nil { // its global call: its charges go back
+				p.engine.CancelPending(h.verdict.Pending, now)
+			}
 			p.engine.Release(h.verdict.Slots, now)
 			h.verdict.Slots = nil
 			continue

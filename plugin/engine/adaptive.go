@@ -107,23 +107,29 @@ type adaptiveRules struct {
 // late it fires samples the same wait; Sample takes the recent mean of it
 // (MaxLoopLag at most) out of each latency, leaving at least a quarter.
 type loopLag struct {
-	last int64 // the previous tick
+	done int64 // when the previous tick's work ended
 	mean int64 // ns: the mean lateness of recent ticks
 }
 
-// MaxLoopLag bounds the loop lag taken out of a latency: a tick later than
-// that is a stall (a paused process), not a busy loop.
+// MaxLoopLag bounds how late a tick counts: later than that is a stall (a
+// paused process) more than a busy loop, and counts as MaxLoopLag.
 const MaxLoopLag = time.Second
 
-// Ticked notes the tick at now of a tick timer of the given period.
+// Ticked notes a tick that began at now, of a tick timer of the given
+// period. Envoy arms the next tick when the callback returns (TickDone),
+// so the lateness is measured from then: the tick's own work is not lag.
+// The mean weighs the last tick by a quarter (about the last second at
+// 100 ms ticks, the period with concurrency rules).
 func (e *Engine) Ticked(now int64, period time.Duration) {
 	l := &e.loop
-	if l.last > 0 && period > 0 {
-		late := min(max(now-l.last-int64(period), 0), int64(MaxLoopLag))
-		l.mean += (late - l.mean) / 4 // about the last second at 100 ms ticks
+	if l.done > 0 && period > 0 {
+		late := min(max(now-l.done-int64(period), 0), int64(MaxLoopLag))
+		l.mean += (late - l.mean) / 4
 	}
-	l.last = now
 }
+
+// TickDone notes that the tick's work ended at now.
+func (e *Engine) TickDone(now int64) { e.loop.done = now }
 
 // LoopLag returns the worker's recent loop lag (see loopLag).
 func (e *Engine) LoopLag() time.Duration { return time.Duration(e.loop.mean) }

@@ -94,14 +94,13 @@ func AppendRetryAfter(dst []byte, d time.Duration) []byte {
 }
 
 // AppendPushback appends the grpc-retry-pushback-ms value for a wait of d:
-// whole milliseconds, rounded up, at least 1 (gRPC reads 0 as "retry at
-// once"). gRPC's unit is finer than Retry-After's: the value is the wait
-// itself, not Retry-After in milliseconds.
+// whole milliseconds, rounded up, at least 1000, as Retry-After is at
+// least 1 s (a concurrency rule's wait estimate can be under a
+// millisecond, and a client told that would retry at once and be refused
+// again). gRPC's unit is finer than Retry-After's: over a second, the
+// value is the wait itself, not Retry-After in milliseconds.
 func AppendPushback(dst []byte, d time.Duration) []byte {
-	ms := int64(1)
-	if d > time.Millisecond {
-		ms = int64((d + time.Millisecond - 1) / time.Millisecond)
-	}
+	ms := max(int64((d+time.Millisecond-1)/time.Millisecond), 1000)
 	return strconv.AppendInt(dst, ms, 10)
 }
 

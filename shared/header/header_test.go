@@ -10,8 +10,8 @@ func TestAppendPushback(t *testing.T) {
 		d    time.Duration
 		want string
 	}{
-		{-time.Second, "1"}, {0, "1"}, {time.Microsecond, "1"}, {time.Millisecond, "1"},
-		{time.Millisecond + 1, "2"}, {2500 * time.Millisecond, "2500"}, {time.Hour, "3600000"},
+		{-time.Second, "1000"}, {0, "1000"}, {time.Microsecond, "1000"}, {999 * time.Millisecond, "1000"},
+		{time.Second + 1, "1001"}, {2500 * time.Millisecond, "2500"}, {time.Hour, "3600000"},
 	} {
 		if got := string(AppendPushback(nil, c.d)); got != c.want {
 			t.Errorf("AppendPushback(%v) = %q, want %q", c.d, got, c.want)

@@ -458,10 +458,11 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	// Tolerance of Base: 1.65x at most): a round at twice Base or more is
 	// a stall (the upstream, or the Envoy reading it, slowed down or
 	// paused) or a loss of half the upstream or more. Either way the
-	// limit halves, no more: a loss shows again in the next round, and
-	// after a stall that the next round does not show, slow start finds
-	// the limit again (see measured) instead of probing back up from a
-	// fraction of it, a quarter per round at most.
+	// limit halves, no more: a loss of over half shows again in the next
+	// round, which backs off again; after a stall (or a loss of half
+	// exactly, which the halved limit fits) slow start finds the limit
+	// again (see measured), crossing the knee once, instead of probing
+	// back up from a fraction of it, a quarter per round at most.
 	stalled := mean >= 2*g.Base
 	if !g.SlowStart || stalled {
 		cut = max(cut, 0.5)
