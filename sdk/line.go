@@ -13,12 +13,12 @@ import (
 // many as it admits, from the front of the line, may go; a request that
 // has not been held yet goes only if the line leaves room for it.
 //
-// Without the line, every request held until the same time would wake
-// then and race for the quota, and the ones just served, back for more,
-// would race as well: 200 callers sharing a quota of 50 per 5 s (a
-// sliding log) would wait up to 40-50 s for a request, where first come,
-// first served takes 20 s, some served 6 times in a minute and others
-// twice (TestHoldReleasesInArrivalOrder).
+// Without the line, every request held until the same time woke then and
+// raced for the quota, and the ones that had just been served, back for
+// more, raced as well: 200 callers sharing a quota of 50 per 5 s (a
+// sliding log) waited up to 40-50 s for a request, where first come,
+// first served takes 20 s, and some were served 6 times in a minute while
+// others were served twice (TestHoldReleasesInArrivalOrder).
 //
 // A place is a number, the request's ticket, handed out by the host in
 // increasing order when the request first waits, and the same in every
@@ -105,10 +105,9 @@ func (p *places) keep(g *governing) {
 // queue takes the request's place in the line of every view of g that
 // holds a request now: a retry the server refused, from the refusal on,
 // though it sleeps its own backoff first. Queued only once it woke, it
-// would be behind every request held meanwhile, the ones just served and
-// back for more among them: in the first wave of 200 callers against 50
-// per 5 s, the 150 refused would wait up to 25 s (1.25 times the fair
-// 20 s).
+// was behind every request held meanwhile, the ones just served and back
+// for more among them: in the first wave of 200 callers against 50 per
+// 5 s, the 150 refused waited up to 25 s (1.25 times the fair 20 s).
 func (h *host) queue(g *governing, pl *places, now time.Time) {
 	for _, v := range g.vs[:g.n] {
 		v.mu.Lock()
