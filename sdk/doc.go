@@ -52,11 +52,8 @@
 // rejected; and when the reset comes, no more requests are released than
 // the quota the server has shown, so that thirty goroutines sharing a limit
 // of ten do not send a wave of twenty requests that are bound to fail. The
-// requests held are released in the order they were first held (a retry:
-// refused), first come, first served, so that no caller waits through
-// reset after reset while others are served again and again. The view
-// only delays requests the server has said it would reject; a host that
-// sends no rate-limit headers is not slowed at all.
+// view only delays requests the server has said it would reject; a host
+// that sends no rate-limit headers is not slowed at all.
 //
 // Which requests a limit governs: a server that names its policies (the
 // IETF draft's RateLimit and RateLimit-Policy fields; Sluice names each

@@ -121,8 +121,6 @@ type host struct {
 	retries  retryBudget
 	budgeted bool
 
-	tickets atomic.Uint64 // the latest ticket of a request waiting in line (see places)
-
 	mu       sync.Mutex
 	policies map[string]*view
 	multi    atomic.Bool          // the host has named two policies or more
@@ -252,7 +250,6 @@ type view struct {
 	wake      chan struct{} // closed when a hold ends early (see wakeLocked); nil: nobody held
 	wakeBy    time.Time     // when the last request held on wake would wake anyway
 	heard     time.Time     // the latest answer to the view, or probe it let through (see probeLocked)
-	line      []uint64      // the tickets of the requests the view holds, in order (see places)
 }
 
 // ticket identifies an admitted request to observe.
@@ -292,10 +289,9 @@ type paceTurn struct {
 // pace reserves the request's turn at the host's announced rate and says
 // how long to wait for it; a retry's turn is the first in line (see
 // Transport.pace). reserved is false when there is no pacing to do (not
-// throttled, rate unknown, or the request must wait for the reset, or for
-// the requests ahead of it in the view's line, anyway, after which it is
-// paced). place is the request's place in the view's line (0: none).
-func (v *view) pace(now time.Time, retry bool, place uint64) (pt paceTurn, reserved bool) {
+// throttled, rate unknown, or the request must wait for the reset anyway,
+// after which it is paced).
+func (v *view) pace(now time.Time, retry bool) (pt paceTurn, reserved bool) {
 	if !v.pacing.Load() {
 		return pt, false // most views never pace: no lock
 	}
@@ -306,9 +302,6 @@ func (v *view) pace(now time.Time, retry bool, place uint64) (pt paceTurn, reser
 	}
 	if v.refillLocked(now); v.budget == 0 && now.Before(v.resetAt) {
 		return pt, false
-	}
-	if !v.turnLocked(place) {
-		return pt, false // taken in line order: see places
 	}
 	pt.tk, pt.d = v.pacer.reserve(now, retry)
 	pt.learned = v.adapt != nil && v.adapt.enabled
@@ -391,86 +384,45 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 	return true
 }
 
-// held is acquire's answer for a request it did not admit.
-type held struct {
-	wait   time.Duration // how long to wait before asking again
-	holder *view         // the view that asks it
-	// refills: the holder's limit refills continuously (a token bucket,
-	// see tokenEvery).
-	refills bool
-	// queued: the requests ahead in the holder's line take what it admits
-	// now; wait is the most to wait before looking again, not a hold to
-	// give up on (see lineWaitLocked).
-	queued bool
-	woken  <-chan struct{} // closed if the wait ends early (see wakeLocked)
-}
-
-// acquire admits one request now into every view of g (ok), which the
-// caller must then report to observe, or says how long to wait before
-// asking again (the longest any view holds it), and takes the request's
-// place in the line of every view that holds it (see places). first says
-// whether this is the request's first attempt, which earns the host's
-// retry budget its share. A view that would hold the request longer than
-// maxWait lets it through if its probe is due (see ProbeEvery).
-func (h *host) acquire(g *governing, pl *places, now time.Time, first bool, maxWait time.Duration) (hd held, ok bool) {
+// acquire admits one request now into every view of g (wait == 0), which
+// the caller must then report to observe, or says how long to wait before
+// asking again (the longest any view asks), which view asks it, whether
+// that view's limit refills continuously (a token bucket, see tokenEvery),
+// and a channel closed if an answer ends the hold early (see wakeLocked).
+// first says whether this is the request's first attempt, which earns the
+// host's retry budget its share. A view that would hold the request longer
+// than maxWait lets it through if its probe is due (see ProbeEvery).
+func (h *host) acquire(g *governing, now time.Time, first bool, maxWait time.Duration) (wait time.Duration, holder *view, refills bool, woken <-chan struct{}) {
 	vs := g.vs[:g.n]
 	for _, v := range vs {
 		v.mu.Lock()
 	}
-	var probes, free [maxViews]bool
-	var line *view // a view whose line keeps the request back
+	var probes [maxViews]bool
 	for i, v := range vs {
 		w := v.waitLocked(now)
-		if probes[i] = v.probeDueLocked(now, w, maxWait); probes[i] {
-			continue
-		}
-		if free[i] = w <= 0 && v.turnLocked(pl.at(v)); !free[i] {
-			pl.joinLocked(h, v)
-		}
-		if w <= 0 && !free[i] {
-			line = cmp.Or(line, v)
-		}
-		if w > hd.wait {
-			hd.wait, hd.holder = w, v
+		if probes[i] = v.probeDueLocked(now, w, maxWait); !probes[i] && w > wait {
+			wait, holder = w, v
 		}
 	}
-	switch {
-	case hd.holder != nil:
-		hd.refills = hd.holder.tokenEvery() > 0
-		hd.woken = hd.holder.holdLocked(now.Add(hd.wait))
-	case line != nil:
-		hd.wait, hd.holder, hd.queued = line.lineWaitLocked(now), line, true
-		hd.woken = line.holdLocked(now.Add(hd.wait))
-	default:
-		h.admitLocked(g, pl, now, first, probes)
-		ok = true
+	if holder != nil {
+		refills = holder.tokenEvery() > 0
+		woken = holder.holdLocked(now.Add(wait))
 	}
-	for i, v := range vs {
-		if !ok && free[i] {
-			// Another view holds it: it does not hold up the requests
-			// behind it here meanwhile, and gets its place back (its
-			// ticket) when it returns.
-			pl.leaveLocked(v, false)
+	if wait <= 0 {
+		for i, v := range vs {
+			g.tk[i] = v.admitLocked(now)
+			if g.tk[i].probe = probes[i]; probes[i] {
+				v.heard = now // the next probe is due an interval from now
+			}
 		}
+		if first && h.budgeted {
+			h.retries.deposit(now) // guarded by all.mu, vs[0]
+		}
+	}
+	for _, v := range vs {
 		v.mu.Unlock()
 	}
-	return hd, ok
-}
-
-// admitLocked admits the request into every view of g and gives up its
-// places in line; probes says which views let it through as their probe.
-// Every view's mutex must be held.
-func (h *host) admitLocked(g *governing, pl *places, now time.Time, first bool, probes [maxViews]bool) {
-	for i, v := range g.vs[:g.n] {
-		g.tk[i] = v.admitLocked(now)
-		if g.tk[i].probe = probes[i]; probes[i] {
-			v.heard = now // the next probe is due an interval from now
-		}
-		pl.leaveLocked(v, true)
-	}
-	if first && h.budgeted {
-		h.retries.deposit(now) // guarded by all.mu, vs[0]
-	}
+	return wait, holder, refills, woken
 }
 
 // holdLocked registers a request held by the view until until, and returns
@@ -508,7 +460,8 @@ func (v *view) wakeLocked(now time.Time, blockedBefore time.Time) {
 	end := now.Add(v.waitLocked(now))
 	pushed := v.blocked.After(blockedBefore) && end.Sub(v.wakeBy) > v.wakeBy.Sub(now)/10
 	if end.Before(v.wakeBy) || pushed {
-		v.wakeAllLocked()
+		close(v.wake)
+		v.wake, v.wakeBy = nil, time.Time{}
 	}
 }
 
@@ -1044,8 +997,8 @@ func (v *view) tune(now time.Time) {
 }
 
 // idle reports whether the view has nothing left to enforce: nothing in
-// flight, no hold, no quota to wait for, no request waiting in its line
-// (see places) or its pacer's, and no rate learned from bare 429s. (The requests in line are not
+// flight, no hold, no quota to wait for, no request waiting in its pacer's
+// line and no rate learned from bare 429s. (The requests in line are not
 // in flight: counted idle, a host whose callers all waited their turns was
 // the first to be forgotten when the table filled, and the next request
 // to it went out at once, past the line, to be refused; and a learned
@@ -1061,5 +1014,5 @@ func (v *view) idle(now time.Time) bool {
 			return false
 		}
 	}
-	return v.inflight == 0 && len(v.line) == 0 && !now.Before(v.blocked) && (v.resetAt.IsZero() || !now.Before(v.resetAt))
+	return v.inflight == 0 && !now.Before(v.blocked) && (v.resetAt.IsZero() || !now.Before(v.resetAt))
 }

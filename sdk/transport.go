@@ -122,7 +122,6 @@ type call struct {
 	err     error
 	info    header.Info // its rate-limit headers
 	g       governing
-	pl      places // its places in the lines of the views that hold it
 	reason  Reason // why it is retried, if it is
 	known   bool   // the route's policies are known
 	attempt int    // attempts sent so far
@@ -138,22 +137,20 @@ func (t *Transport) newCall(req *http.Request) *call {
 
 // hold waits until every view that governs the next attempt lets it go,
 // and admits it into them. Pacing turns are reserved first (see pace);
-// then the views' holds (a cool-down, an exhausted quota, the requests
-// ahead in line) are waited out. stop says the call ends here with resp
-// and err: the wait would exceed MaxWait or pass the deadline, or the
-// context ended.
+// then the views' holds (a cool-down, an exhausted quota) are waited out.
+// stop says the call ends here with resp and err: the wait would exceed
+// MaxWait or pass the deadline, or the context ended.
 func (c *call) hold() (resp *http.Response, err error, stop bool) {
 	t := c.t
 	// The views are looked up again before every attempt: the answer to
 	// the last one may have taught the route its policy.
 	c.known = c.h.govern(&t.routes, c.rk, &c.g)
-	var paced turns    // the views whose pace this attempt has reserved
-	defer c.pl.leave() // admitted, given up or interrupted: it waits no more
+	var paced turns // the views whose pace this attempt has reserved
 	for fresh := c.attempt == 0; ; fresh = false {
 		if !fresh { // after any wait, and before a retry
 			c.now = t.cfg.clock.Now()
 		}
-		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, &c.pl, c.now, c.attempt > 0); ok {
+		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now, c.attempt > 0); ok {
 			ev := c.holdEvent(pt.d, v)
 			if strict {
 				paced.giveBack(c.now)
@@ -168,45 +165,33 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 			}
 			continue
 		}
-		hd, ok := c.h.acquire(&c.g, &c.pl, c.now, c.attempt == 0, t.cfg.maxWait)
-		if ok {
+		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0, t.cfg.maxWait)
+		if wait <= 0 {
 			return nil, nil, false
 		}
-		if resp, err, stop := c.waitHold(hd, &paced); stop {
-			return resp, err, true
+		if refills {
+			// Held by a token bucket until its next token: the turns
+			// reserved before the hold are given back and taken again
+			// after it, in the pacer's order. Kept, they would release
+			// the whole crowd of waiters at once when the hold ends, to
+			// empty the server's bucket again. (A window restores its
+			// whole quota at the reset: there, the crowd that the budget
+			// releases at once is what the server admits.)
+			paced.giveBack(c.now)
 		}
-		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
-		paced.keep(&c.g, t.cfg.clock.Now())
-		c.pl.keep(&c.g)
-	}
-}
-
-// waitHold waits out a hold that acquire returned; stop as for hold.
-func (c *call) waitHold(hd held, paced *turns) (resp *http.Response, err error, stop bool) {
-	t := c.t
-	if hd.refills {
-		// Held by a token bucket until its next token: the turns
-		// reserved before the hold are given back and taken again
-		// after it, in the pacer's order. Kept, they would release
-		// the whole crowd of waiters at once when the hold ends, to
-		// empty the server's bucket again. (A window restores its
-		// whole quota at the reset: there, the crowd that the budget
-		// releases at once is what the server admits.)
-		paced.giveBack(c.now)
-	}
-	if !hd.queued { // a wait in line is the line's, not a hold: see held
-		ev := c.holdEvent(hd.wait, hd.holder)
-		if why := t.tooLong(c.ctx, c.now, hd.wait); why != "" {
+		ev := c.holdEvent(wait, holder)
+		if why := t.tooLong(c.ctx, c.now, wait); why != "" {
 			paced.giveBack(c.now)
 			return c.giveUpHold(ev, why)
 		}
 		t.emit(c.ctx, ev)
+		if e := t.sleepWake(c.ctx, wait, woken); e != nil {
+			paced.giveBack(t.cfg.clock.Now())
+			return c.interrupted(e)
+		}
+		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
+		paced.keep(&c.g, t.cfg.clock.Now())
 	}
-	if e := t.sleepWake(c.ctx, hd.wait, hd.woken); e != nil {
-		paced.giveBack(t.cfg.clock.Now())
-		return c.interrupted(e)
-	}
-	return nil, nil, false
 }
 
 func (c *call) holdEvent(d time.Duration, v *view) RetryEvent {
@@ -366,12 +351,7 @@ func (c *call) wait(ev RetryEvent) error {
 	if c.resp != nil {
 		park(c.resp)
 	}
-	// It waits from the refusal on: its place in the lines of the views
-	// that hold it is taken now, not after its backoff (see host.queue).
-	c.h.govern(&t.routes, c.rk, &c.g)
-	c.h.queue(&c.g, &c.pl, c.now)
 	if e := t.sleep(c.ctx, ev.Delay); e != nil {
-		c.pl.leave()
 		discard(c.resp)
 		if t.cfg.observed() {
 			ev.GiveUp, ev.Err = GiveUpContextDone, e
@@ -430,11 +410,9 @@ func retryClass(r Reason, hint time.Duration) int {
 // paces (see view), in order, and returns the first wait to make, with the
 // view that asks for it; again says the turn was reserved before (its
 // time has moved, or its holder was woken to look). paced holds the turns
-// the attempt has reserved, pl its places in the views' lines: a view
-// hands out turns only as far down its line as it admits requests now
-// (see places). Pacing at an announced rate is advice: a wait that would
-// exceed MaxWait or pass the deadline is given back and skipped, never a
-// reason to fail. Pacing at a rate learned from bare
+// the attempt has reserved. Pacing at an announced rate is advice: a wait
+// that would exceed MaxWait or pass the deadline is given back and
+// skipped, never a reason to fail. Pacing at a rate learned from bare
 // 429s (WithAdaptiveRate) is not: the host has shown it refuses requests
 // sent faster, so such a wait is returned with strict set, for the caller
 // to give up.
@@ -444,14 +422,14 @@ func retryClass(r Reason, hint time.Duration) int {
 // bucket refilling, it is admitted; queued behind the callers' first
 // attempts (seconds, with dozens of callers), it meets the next probe
 // past the rate, and a request refused at every attempt is lost.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, pl *places, now time.Time, retry bool) (pt paceTurn, v *view, again, strict, ok bool) {
+func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time, retry bool) (pt paceTurn, v *view, again, strict, ok bool) {
 	for _, v := range g.vs[:g.n] {
 		i := paced.find(v)
 		if again = i >= 0; again {
 			pt = v.turnDelay(paced.ts[i], now)
 		} else {
 			var reserved bool
-			if pt, reserved = v.pace(now, retry, pl.at(v)); !reserved {
+			if pt, reserved = v.pace(now, retry); !reserved {
 				continue
 			}
 			i = paced.add(v, pt.tk)
