@@ -191,20 +191,13 @@ func (p *pluginContext) pollQueues(now int64) {
 		h := p.waiting[ev.ID]
 		if h == nil {
 			// Not ours any more (it ended): give back what it was granted.
-			if ev.Verdict.Pending != nil {
-				p.engine.CancelPending(ev.Verdict.Pending, now)
-			}
-			p.engine.Release(ev.Verdict.Slots, now)
+			p.giveBack(&ev.Verdict, now)
 			continue
 		}
 		delete(p.waiting, ev.ID)
 		h.verdict = ev.Verdict
 		if err := proxywasm.SetEffectiveContext(ev.ID); err != nil {
-			if h.verdict.Pending != nil { // its global call: its charges go back
-				p.engine.CancelPending(h.verdict.Pending, now)
-			}
-			p.engine.Release(h.verdict.Slots, now)
-			h.verdict.Slots = nil
+			p.giveBack(&h.verdict, now)
 			continue
 		}
 		v := &h.verdict
@@ -233,6 +226,17 @@ func (p *pluginContext) pollQueues(now int64) {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	}
+}
+
+// giveBack gives back what a waiter whose stream is gone was granted when
+// it left the queue: its slots, and its global rule's call if it went on
+// to one (its charges go back: engine.CancelPending).
+func (p *pluginContext) giveBack(v *engine.Verdict, now int64) {
+	if v.Pending != nil {
+		p.engine.CancelPending(v.Pending, now)
+	}
+	p.engine.Release(v.Slots, now)
+	v.Slots = nil
 }
 
 // reject answers the current stream with the rejection v: its filter

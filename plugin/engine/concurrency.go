@@ -455,8 +455,8 @@ func (e *Engine) Abandon(id uint32, now int64) {
 // go back as a held request's do (refundHeld), not at once: a waiter's
 // charges are reservations too (a rate rule may have delayed it), and
 // while it waited other requests may have been held behind them; given
-// back at once, the next request took the last held one's turn, and the
-// two were released together.
+// back at once, the next request would take the last held one's turn, two
+// released together.
 func (e *Engine) refund(w *Waiter, now int64) {
 	e.refundCharges(w.carry.charges, now)
 	w.carry.charges = nil

@@ -876,10 +876,10 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 // Local charges go back through the held path (refundHeld): p may have
 // been delayed by a local rate rule, and while its call was in flight (up
 // to global.timeout, longer on a loaded worker) later requests of its
-// client were held behind that reservation; given back at once, it let the
-// next request take the last one's turn, and two were released together
-// (TestGlobalRefusalDoesNotFreeAHeldTurn). With nothing held behind it, it
-// comes back at once, as before.
+// client may have been held behind that reservation; given back at once,
+// it would let the next request take the last one's turn, two released
+// together (TestGlobalRefusalDoesNotFreeAHeldTurn). With nothing held
+// behind it, it comes back at once.
 func (e *Engine) refundGlobal(p *Pending, now int64) {
 	if len(p.verdict.Slots) > 0 {
 		e.releaseAll(&p.verdict, now)

@@ -14,8 +14,7 @@ import (
 // must not be released within a second of B (TestAbandonedWaiterDoesNotFreeAHeldTurn
 // for a concurrency waiter, TestUnholdMiddleHeldRequest for a held request).
 func TestGlobalRefusalDoesNotFreeAHeldTurn(t *testing.T) {
-	algs := map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
-	for alg, burst := range algs {
+	for alg, burst := range heldAlgorithms {
 		for _, refusal := range []string{"over_limit", "call_failed"} {
 			t.Run(alg+"/"+refusal, func(t *testing.T) {
 				got := globalRefusal(t, alg, burst, refusal, true, false)
@@ -32,8 +31,7 @@ func TestGlobalRefusalDoesNotFreeAHeldTurn(t *testing.T) {
 // nothing was held behind it, or once what was held behind it leaves too:
 // the next request is released at the turn A had (1 s), not behind it.
 func TestGlobalRefusalGivesItsTurnBack(t *testing.T) {
-	algs := map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
-	for alg, burst := range algs {
+	for alg, burst := range heldAlgorithms {
 		for _, refusal := range []string{"over_limit", "call_failed"} {
 			for _, line := range []string{"none behind", "held leaves after"} {
 				t.Run(alg+"/"+refusal+"/"+line, func(t *testing.T) {
@@ -112,8 +110,7 @@ func globalRefusal(t *testing.T, alg, burst, refusal string, behind, bLeaves boo
 // held behind A (until 2 s). A's charge must then not free B's turn: the
 // next request C must not be released with B.
 func TestRefuseDoesNotFreeAnotherWorkersHeldTurn(t *testing.T) {
-	algs := map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
-	for alg, burst := range algs {
+	for alg, burst := range heldAlgorithms {
 		t.Run(alg, func(t *testing.T) {
 			cfg := mustConfig(t, `{"rules":[
 				{"name":"r","key":["client_ip"],"algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"},

@@ -13,7 +13,6 @@ import (
 // request through per second, never two at once (TestUnholdMiddleHeldRequest
 // for a request held by the rate only).
 func TestAbandonedWaiterDoesNotFreeAHeldTurn(t *testing.T) {
-	algs := map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
 	leaves := []struct {
 		name string
 		at   time.Duration
@@ -21,7 +20,7 @@ func TestAbandonedWaiterDoesNotFreeAHeldTurn(t *testing.T) {
 	}{{"client gone before release", 500 * time.Millisecond, false},
 		{"client gone after release", 1500 * time.Millisecond, false},
 		{"max_delay passed", 1500 * time.Millisecond, true}}
-	for alg, burst := range algs {
+	for alg, burst := range heldAlgorithms {
 		for _, l := range leaves {
 			t.Run(alg+"/"+l.name, func(t *testing.T) {
 				got := waiterLeaves(t, alg, burst, l.at, l.poll)
@@ -67,6 +66,10 @@ func waiterLeaves(t *testing.T, alg, burst string, at time.Duration, poll bool) 
 	return out
 }
 
+// heldAlgorithms are the rate algorithms that hold requests (max_delay),
+// with the burst fields that make each let one request through per second.
+var heldAlgorithms = map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
+
 // mostInOneSecond returns the most releases in any second [r, r+1s).
 func mostInOneSecond(releases []time.Duration) int {
 	most := 0
@@ -86,8 +89,7 @@ func mostInOneSecond(releases []time.Duration) int {
 // or once what was held behind it is given back too (in either order): the
 // next request is released at the turn the waiter had (1 s), not behind it.
 func TestAbandonedWaiterGivesItsTurnBack(t *testing.T) {
-	algs := map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""}
-	for alg, burst := range algs {
+	for alg, burst := range heldAlgorithms {
 		for _, line := range []string{"none behind", "waiter first", "held first"} {
 			cfg := mustConfig(t, `{"rules":[
 				{"name":"r","key":["client_ip"],"algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"},
