@@ -50,7 +50,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -58,7 +57,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,7 +70,12 @@ import (
 var defaultSluiceConfig string
 
 func main() {
-	if err := demo(); err != nil {
+	f := parseFlags()
+	run := func() error { return demo(f) }
+	if f.serveStore {
+		run = serveStore
+	}
+	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "launchday: %v\n", err)
 		os.Exit(1)
 	}
@@ -86,6 +89,7 @@ type demoFlags struct {
 	sluiceConfig       string
 	concurrency        int
 	envoyLog           string
+	serveStore         bool // be the store's process (see storeProcess)
 }
 
 func parseFlags() demoFlags {
@@ -100,6 +104,7 @@ func parseFlags() demoFlags {
 	flag.StringVar(&f.sluiceConfig, "sluice-config", "", "file with the plugin configuration of the Sluice run (default: examples/launchday/sluice.json)")
 	flag.IntVar(&f.concurrency, "concurrency", 2, "Envoy worker threads")
 	flag.StringVar(&f.envoyLog, "envoy-log", "", "write the Sluice run's Envoy log here, with the plugin's debug lines (each decision of the adaptive rule)")
+	flag.BoolVar(&f.serveStore, serveStoreFlag, false, "serve the demo store on a loopback port (the demo runs its store so)")
 	flag.Parse()
 	return f
 }
@@ -112,8 +117,7 @@ type phase struct {
 	sluice   bool // with the Sluice filter
 }
 
-func demo() error {
-	f := parseFlags()
+func demo(f demoFlags) error {
 	root, err := envoytest.RepoRoot()
 	if err != nil {
 		return fmt.Errorf("run me from the Sluice repository: %w", err)
@@ -244,22 +248,13 @@ func demo() error {
 // runPhase starts a fresh store and an Envoy in front of it, checks that
 // requests go through, sends the phase's load and returns what happened.
 func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult, error) {
-	// The store serves behind a swappable handler: the checks below go to a
-	// throwaway store, so the run's store counts only the run's requests.
-	var current atomic.Pointer[store.Store]
-	current.Store(store.New(store.Options{}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	shop, err := startStore()
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer shop.Stop()
 
-	opts.Upstream = ln.Addr().String()
+	opts.Upstream = shop.Addr()
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	e, err := envoytest.Start(startCtx, opts)
 	cancel()
@@ -272,11 +267,14 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	if err != nil {
 		return nil, err
 	}
-	shop := store.New(store.Options{})
-	current.Store(shop)
+	// A fresh store: the run counts only its own requests.
+	if err := shop.Reset(); err != nil {
+		return nil, fmt.Errorf("resetting the store: %w", err)
+	}
 
 	fmt.Printf("%s: Envoy ready at %s; sending load for %s\n", ph.title, e.URL(), ph.scenario.Duration)
 	envoyCPU0, _ := processCPU(e.Pid())
+	storeCPU0, _ := processCPU(shop.Pid())
 	selfCPU0, _ := selfCPU()
 	runStart := time.Now()
 	sampling, stopSampling := context.WithCancel(ctx)
@@ -295,12 +293,18 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	timeline := <-samples
 	learntLimits := <-learnt
 	envoyCPU1, ok1 := processCPU(e.Pid())
-	selfCPU1, ok2 := selfCPU()
-	if ok1 && ok2 {
-		notes = append(notes, fmt.Sprintf("CPU used during the %s run: Envoy %.1fs, load generator + store %.1fs (this machine has %d CPUs: %.0fs available)",
-			fmtSeconds(wall), (envoyCPU1-envoyCPU0).Seconds(), (selfCPU1-selfCPU0).Seconds(), runtime.NumCPU(), wall.Seconds()*float64(runtime.NumCPU())))
+	storeCPU1, ok2 := processCPU(shop.Pid())
+	selfCPU1, ok3 := selfCPU()
+	if ok1 && ok2 && ok3 {
+		notes = append(notes, fmt.Sprintf("CPU used during the %s run: Envoy %.1fs, store %.1fs, load generator %.1fs (this machine has %d CPUs: %.0fs available)",
+			fmtSeconds(wall), (envoyCPU1-envoyCPU0).Seconds(), (storeCPU1-storeCPU0).Seconds(), (selfCPU1-selfCPU0).Seconds(),
+			runtime.NumCPU(), wall.Seconds()*float64(runtime.NumCPU())))
 	}
-	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: shop.Metrics(), Timeline: timeline, Learnt: learntLimits, Notes: notes}
+	metrics, err := shop.Metrics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the store's metrics: %w", err)
+	}
+	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: metrics, Timeline: timeline, Learnt: learntLimits, Notes: notes}
 	result.Notes = append(result.Notes, envoyNotes(e, opts.Wasm != nil)...)
 	result.Notes = append(result.Notes, connErrorNotes(load.ConnErrors)...)
 	lagNote := fmt.Sprintf("load generator: 99%% of requests left within %s of their scheduled time (latest %s late)",
@@ -321,13 +325,14 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 // sampleStore records the store's slots in use, queue and orders every
 // 10 ms until ctx ends: the launch seconds' utilization comes from it (the
 // store's own busy time is only counted when a request finishes).
-func sampleStore(ctx context.Context, shop *store.Store, start time.Time) []StoreSample {
+func sampleStore(ctx context.Context, shop *storeProcess, start time.Time) []StoreSample {
 	var out []StoreSample
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		m := shop.Snapshot()
-		out = append(out, StoreSample{At: time.Since(start), InService: m.InService, Queued: m.Queued, Orders: m.Orders})
+		if m, err := shop.Metrics(ctx); err == nil {
+			out = append(out, StoreSample{At: time.Since(start), InService: m.InService, Queued: m.QueueDepth, Orders: m.Orders})
+		}
 		select {
 		case <-ctx.Done():
 			return out

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// storeProcessEnv makes the test binary the store's process (see TestMain).
+const storeProcessEnv = "LAUNCHDAY_TEST_STORE_PROCESS"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(storeProcessEnv) == "1" {
+		if err := serveStore(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestStoreProcess runs the store in a child process as the demo does: it
+// serves the shop, reports its counters, starts afresh on Reset and exits
+// when told to stop.
+func TestStoreProcess(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), storeProcessEnv+"=1")
+	p, err := startStoreCommand(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	ctx := context.Background()
+	buy := func() {
+		t.Helper()
+		resp, err := http.Post("http://"+p.Addr()+"/buy", "application/json", strings.NewReader(`{"sku":"t"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /buy: status %d", resp.StatusCode)
+		}
+	}
+	orders := func() int64 {
+		t.Helper()
+		m, err := p.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Orders
+	}
+	buy()
+	buy()
+	if got := orders(); got != 2 {
+		t.Fatalf("orders after two buys = %d, want 2", got)
+	}
+	if err := p.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if got := orders(); got != 0 {
+		t.Fatalf("orders after Reset = %d, want 0", got)
+	}
+	buy()
+	if got := orders(); got != 1 {
+		t.Fatalf("orders after Reset and a buy = %d, want 1", got)
+	}
+	p.Stop()
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("store process exit code %d, want 0", code)
+	}
+	if _, err := p.Metrics(ctx); err == nil {
+		t.Fatal("the store still answers after Stop")
+	}
+}
