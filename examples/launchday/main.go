@@ -330,8 +330,8 @@ func sampleStore(ctx context.Context, shop *storeProcess, start time.Time) []Sto
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if m, err := shop.Metrics(ctx); err == nil {
-			out = append(out, StoreSample{At: time.Since(start), InService: m.InService, Queued: m.QueueDepth, Orders: m.Orders})
+		if g, err := shop.Gauges(ctx); err == nil {
+			out = append(out, StoreSample{At: time.Since(start), InService: g.InService, Queued: g.Queued, Orders: g.Orders})
 		}
 		select {
 		case <-ctx.Done():

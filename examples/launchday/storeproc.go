@@ -29,6 +29,11 @@ import (
 // serveStoreFlag is the flag that makes this program the store's process.
 const serveStoreFlag = "serve-store"
 
+// gaugesPath serves the store's gauges (store.Gauges) as one line of three
+// numbers: the demo samples them every 10 ms, and the store's JSON metrics
+// would cost the machine the demo measures more CPU.
+const gaugesPath = "/launchday/gauges"
+
 // storeProcess is a demo store served by a child process, on loopback.
 type storeProcess struct {
 	cmd    *exec.Cmd
@@ -120,6 +125,25 @@ func (p *storeProcess) Metrics(ctx context.Context) (store.Metrics, error) {
 	return m, json.NewDecoder(resp.Body).Decode(&m)
 }
 
+// Gauges returns the store's gauges.
+func (p *storeProcess) Gauges(ctx context.Context) (store.Gauges, error) {
+	var g store.Gauges
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+gaugesPath, nil)
+	if err != nil {
+		return g, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return g, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return g, fmt.Errorf("store gauges: status %d", resp.StatusCode)
+	}
+	_, err = fmt.Fscan(resp.Body, &g.InService, &g.Queued, &g.Orders)
+	return g, err
+}
+
 // Stop ends the store process.
 func (p *storeProcess) Stop() {
 	_ = p.stdin.Close() // the child exits at the end of its input
@@ -145,7 +169,14 @@ func serveStore() error {
 	var current atomic.Pointer[store.Store]
 	current.Store(store.New(store.Options{}))
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == gaugesPath {
+				g := current.Load().Snapshot()
+				fmt.Fprintf(w, "%d %d %d\n", g.InService, g.Queued, g.Orders)
+				return
+			}
+			current.Load().ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = srv.Serve(ln) }()

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/examples/store"
 )
 
 // storeProcessEnv makes the test binary the store's process (see TestMain).
@@ -69,6 +71,9 @@ func TestStoreProcess(t *testing.T) {
 	buy()
 	if got := orders(); got != 1 {
 		t.Fatalf("orders after Reset and a buy = %d, want 1", got)
+	}
+	if g, err := p.Gauges(ctx); err != nil || g != (store.Gauges{Orders: 1}) {
+		t.Fatalf("gauges = %+v, %v; want 1 order, nothing in service or queued", g, err)
 	}
 	p.Stop()
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
