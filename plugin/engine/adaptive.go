@@ -105,10 +105,15 @@ type adaptiveRules struct {
 // and that wait is not the upstream's latency: taken for it, it backs the
 // limit off an idle upstream. The tick is a timer on the same loop, so how
 // late it fires samples the same wait; Sample takes the recent mean of it
-// (MaxLoopLag at most) out of each latency, leaving at least a quarter.
+// (MaxLoopLag at most) out of each latency, leaving at least a quarter, but
+// no more than the last tick's lateness: the mean remembers a stall for a
+// second after it ends, and taken out of the responses read on time after
+// it, it would teach the rule a Base under the upstream's latency, and
+// every round after that would read as a queue.
 type loopLag struct {
 	done int64 // when the previous tick's work ended
 	mean int64 // ns: the mean lateness of recent ticks
+	last int64 // ns: the last tick's lateness
 }
 
 // MaxLoopLag bounds how late a tick counts: later than that is a stall (a
@@ -125,14 +130,16 @@ func (e *Engine) Ticked(now int64, period time.Duration) {
 	if l.done > 0 && period > 0 {
 		late := min(max(now-l.done-int64(period), 0), int64(MaxLoopLag))
 		l.mean += (late - l.mean) / 4
+		l.last = late
 	}
 }
 
 // TickDone notes that the tick's work ended at now.
 func (e *Engine) TickDone(now int64) { e.loop.done = now }
 
-// LoopLag returns the worker's recent loop lag (see loopLag).
-func (e *Engine) LoopLag() time.Duration { return time.Duration(e.loop.mean) }
+// LoopLag returns the loop lag Sample takes out of a latency now (see
+// loopLag).
+func (e *Engine) LoopLag() time.Duration { return time.Duration(min(e.loop.mean, e.loop.last)) }
 
 func (o *gaugeOp) Modify(st limit.State, now int64, _ bool) (limit.State, int64, bool) {
 	if !o.learn {
@@ -299,7 +306,7 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 			continue
 		}
 		lat := time.Duration(now - max(sent, s.Since))
-		lat -= min(time.Duration(e.loop.mean), lat*3/4)
+		lat -= min(e.LoopLag(), lat*3/4)
 		if kind != SampleResponse && (l.g.Base <= 0 || float64(lat) <= float64(l.g.Base)*(1+limit.Tolerance)) {
 			continue
 		}

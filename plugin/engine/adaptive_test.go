@@ -157,8 +157,31 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 	if base, _ := learn(100 * time.Millisecond); base < 9*time.Millisecond || base > 11*time.Millisecond {
 		t.Errorf("ticks 100 ms late: Base %v, want a quarter of the 40 ms latency", base)
 	}
-	// A stall (a paused process) counts as MaxLoopLag at most.
+	// A stall that is over is not taken out: a tick on time after ticks
+	// 30 ms late leaves the mean at 22 ms, but responses read on time then
+	// teach the 40 ms they took.
 	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	now := t0
+	for i := 0; i < 20; i++ {
+		now += int64(130 * time.Millisecond)
+		e.Ticked(now, period)
+		e.TickDone(now)
+	}
+	now += int64(period)
+	e.Ticked(now, period)
+	e.TickDone(now)
+	if lag := e.LoopLag(); lag != 0 {
+		t.Errorf("a tick on time after 20 ticks 30 ms late: loop lag taken out %v, want 0", lag)
+	}
+	for i := 0; i < 30; i++ {
+		now += int64(50 * time.Millisecond)
+		adaptiveRound(e, now, 40*time.Millisecond, SampleResponse)
+	}
+	if base := e.LearntGauge(0).Base; base < 38*time.Millisecond || base > 42*time.Millisecond {
+		t.Errorf("after the ticks caught up: Base %v, want 40 ms", base)
+	}
+	// A stall (a paused process) counts as MaxLoopLag at most.
+	e = New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
 	e.Ticked(t0, period)
 	e.TickDone(t0)
 	e.Ticked(t0+int64(time.Hour), period)

@@ -27,8 +27,8 @@ type storeModel struct {
 	crossEnd int64
 	envoy    int64 // added to every latency sample
 	// slowFrom-slowTo: the store works at a third of its speed (the jobs
-	// it starts then take 3x as long), as the demo's store does when the
-	// launch's first second starves it of CPU.
+	// it starts then take 3x as long): the buys read as slow as when the
+	// demo's launch second swamps Envoy (see TestAdaptiveLaunchDayStall).
 	slowFrom, slowTo int64
 	from             int64 // served counts the rule's answers from then on
 	// start is told when a job takes a worker (it sets the finish of the
@@ -296,10 +296,12 @@ func TestAdaptiveLaunchDayCrossingCost(t *testing.T) {
 	}
 }
 
-// The demo's launch second starves its store of CPU (it shares the
-// machine with the load generator): in the model, the store works at a
-// third of its speed for 0.5 or 1 s from slowAt, in slow start, and the
-// buys read twice Base or more. The rule takes that for a stall: it halves
+// The demo's launch second can swamp Envoy (5,000 new clients on 2
+// workers that share the machine's 2 CPUs with the load generator and
+// the store): responses wait to be read, and the buys read 2-4x Base for
+// a second or so. In the model the store works at a third of its speed
+// for 0.5 or 1 s from slowAt, in slow start, and the buys read twice Base
+// or more. The rule takes that for a stall: it halves
 // its limit, no more, and once latency is back at Base slow start finds
 // the knee again. Over 40 seeds a slowdown of 1 s then costs a third of
 // the orders at the median and three quarters at worst (median >= 60%,
