@@ -7,7 +7,8 @@
 //
 // It runs the same load three times on this machine, each time against a
 // fresh demo store (package github.com/sluicehq/sluice/examples/store, 20
-// worker slots) behind a real Envoy 1.40 with xff_num_trusted_hops: 1:
+// worker slots, in a process of its own: see storeProcess) behind a real
+// Envoy 1.40 with xff_num_trusted_hops: 1:
 //
 //	(a) "no limits": Envoy with no filter but the router;
 //	(b) "Sluice":    Envoy with the Sluice wasm filter (build/sluice.wasm)
