@@ -136,11 +136,15 @@ func TestConcurrencyInEnvoy(t *testing.T) {
 		for p, a := range byEnvoy {
 			maxShift = max(maxShift, abs(a.upstream-p))
 		}
-		const orderSlack = 0.025 // s: a few ticks
+		// s: a worker that stalls between Envoy's START_TIME and the
+		// filter's ticket (on a loaded machine, tens of milliseconds)
+		// reorders requests that close; a queue out of order would move
+		// them by up to the 4 s the queue spans.
+		const orderSlack = 0.1
 		overtakes := 0
 		for i := range as {
 			for j := range as {
-				// j reached Envoy 25 ms or more after i, and the upstream
+				// j reached Envoy 100 ms or more after i, and the upstream
 				// before it.
 				if as[j].envoy-as[i].envoy >= orderSlack && as[j].upstream < as[i].upstream {
 					overtakes++
