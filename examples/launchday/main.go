@@ -301,7 +301,7 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 			fmtSeconds(wall), (envoyCPU1-envoyCPU0).Seconds(), (storeCPU1-storeCPU0).Seconds(), (selfCPU1-selfCPU0).Seconds(),
 			runtime.NumCPU(), wall.Seconds()*float64(runtime.NumCPU())))
 	}
-	metrics, err := shop.Metrics(ctx)
+	metrics, err := shop.Metrics(context.WithoutCancel(ctx)) // what the run did, even if interrupted
 	if err != nil {
 		return nil, fmt.Errorf("reading the store's metrics: %w", err)
 	}
