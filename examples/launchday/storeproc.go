@@ -110,38 +110,35 @@ func (p *storeProcess) Reset() error {
 // Metrics returns the store's counters, from its GET /metrics.
 func (p *storeProcess) Metrics(ctx context.Context) (store.Metrics, error) {
 	var m store.Metrics
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/metrics", nil)
-	if err != nil {
-		return m, err
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return m, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return m, fmt.Errorf("store metrics: status %d", resp.StatusCode)
-	}
-	return m, json.NewDecoder(resp.Body).Decode(&m)
+	err := p.get(ctx, "/metrics", func(r io.Reader) error { return json.NewDecoder(r).Decode(&m) })
+	return m, err
 }
 
 // Gauges returns the store's gauges.
 func (p *storeProcess) Gauges(ctx context.Context) (store.Gauges, error) {
 	var g store.Gauges
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+gaugesPath, nil)
+	err := p.get(ctx, gaugesPath, func(r io.Reader) error {
+		_, err := fmt.Fscan(r, &g.InService, &g.Queued, &g.Orders)
+		return err
+	})
+	return g, err
+}
+
+// get reads the store's answer to GET path with read.
+func (p *storeProcess) get(ctx context.Context, path string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
 	if err != nil {
-		return g, err
+		return err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return g, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return g, fmt.Errorf("store gauges: status %d", resp.StatusCode)
+		return fmt.Errorf("store %s: status %d", path, resp.StatusCode)
 	}
-	_, err = fmt.Fscan(resp.Body, &g.InService, &g.Queued, &g.Orders)
-	return g, err
+	return read(resp.Body)
 }
 
 // Stop ends the store process.
