@@ -164,7 +164,8 @@ func demo(f demoFlags) error {
 	launch.Duration, launch.Buyers, launch.PressesPerBuyer = f.duration, f.buyers, f.presses
 	if nofile > 0 && int(nofile) < 2*launch.Buyers*launch.PressesPerBuyer+4000 {
 		// Keep the buyers' connections within the open-file limit, which
-		// this process shares between the buyers' ends and the store's.
+		// Envoy (started from this process, with its limit) shares
+		// between the buyers' connections and its own to the store.
 		launch.MaxBuyerConnections = max(100, int(nofile)/2-2000)
 	}
 	quiet := launch
@@ -331,8 +332,9 @@ func sampleStore(ctx context.Context, shop *storeProcess, start time.Time) []Sto
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
+		at := time.Since(start) // before the round trip, which a busy machine makes long
 		if g, err := shop.Gauges(ctx); err == nil {
-			out = append(out, StoreSample{At: time.Since(start), InService: g.InService, Queued: g.Queued, Orders: g.Orders})
+			out = append(out, StoreSample{At: at, InService: g.InService, Queued: g.Queued, Orders: g.Orders})
 		}
 		select {
 		case <-ctx.Done():

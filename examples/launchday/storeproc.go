@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/examples/store"
@@ -22,9 +24,9 @@ import (
 // -serve-store. In the demo's process it would share Go's scheduler with the
 // load generator, whose thousands of goroutines (one per buyer's request)
 // are runnable at once in the launch's first second: a buy whose 150 ms
-// were up then waited its turn to answer, and buys took 260-320 ms there.
+// are up then waits its turn to answer, and buys take 260-320 ms there.
 // No store waits on its clients' CPU like that, and a rule that learns from
-// latency read it as the store's.
+// latency reads it as the store's.
 
 // serveStoreFlag is the flag that makes this program the store's process.
 const serveStoreFlag = "serve-store"
@@ -103,8 +105,13 @@ func (p *storeProcess) Reset() error {
 	if _, err := io.WriteString(p.stdin, "reset\n"); err != nil {
 		return err
 	}
-	_, err := p.reply()
-	return err
+	switch r, err := p.reply(); {
+	case err != nil:
+		return err
+	case r != "reset":
+		return fmt.Errorf("the store process answered %q to reset", r)
+	}
+	return nil
 }
 
 // Metrics returns the store's counters, from its GET /metrics.
@@ -157,8 +164,11 @@ func (p *storeProcess) Stop() {
 // serveStore is the store process: it serves a store on a loopback port,
 // writes that port's address as its first line, and then reads commands,
 // one a line: "reset" replaces the store with a fresh one and answers
-// "reset". It exits at the end of its input (the demo ended or died).
+// "reset". It exits at the end of its input (the demo ended or died), not
+// on Ctrl-C, which reaches the whole process group: the demo reads the
+// interrupted run's figures from it first.
 func serveStore() error {
+	signal.Ignore(os.Interrupt, syscall.SIGTERM)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

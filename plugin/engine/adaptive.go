@@ -109,7 +109,9 @@ type adaptiveRules struct {
 // no more than the last tick's lateness: the mean remembers a stall for a
 // second after it ends, and taken out of the responses read on time after
 // it, it would teach the rule a Base under the upstream's latency, and
-// every round after that would read as a queue.
+// every round after that would read as a queue. The price: on a loop late
+// every other tick, the ticks on time take nothing out until the next late
+// one, and the limit errs low (protecting the proxy) rather than high.
 type loopLag struct {
 	done int64 // when the previous tick's work ended
 	mean int64 // ns: the mean lateness of recent ticks
