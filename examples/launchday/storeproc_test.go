@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,26 +11,24 @@ import (
 	"github.com/sluicehq/sluice/examples/store"
 )
 
-// storeProcessEnv makes the test binary the store's process (see TestMain).
-const storeProcessEnv = "LAUNCHDAY_TEST_STORE_PROCESS"
+// mainEnv makes the test binary run the demo's main (see TestMain): with
+// -serve-store, the store's process as the demo starts it.
+const mainEnv = "LAUNCHDAY_TEST_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(storeProcessEnv) == "1" {
-		if err := serveStore(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+	if os.Getenv(mainEnv) == "1" {
+		main()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
 
-// TestStoreProcess runs the store in a child process as the demo does: it
-// serves the shop, reports its counters, starts afresh on Reset and exits
-// when told to stop.
+// TestStoreProcess runs the store in a child process as the demo does (the
+// program's main with -serve-store): it serves the shop, reports its
+// counters, starts afresh on Reset and exits when told to stop.
 func TestStoreProcess(t *testing.T) {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), storeProcessEnv+"=1")
+	cmd := exec.Command(os.Args[0], "-"+serveStoreFlag)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	p, err := startStoreCommand(cmd)
 	if err != nil {
 		t.Fatal(err)
