@@ -167,7 +167,9 @@ unit: build
 
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
-# figures they log.
+# figures they log. -p 1: one package at a time, so that e2e/envoytest's
+# Envoys do not share the machine's CPUs with e2e's timed tests (the
+# adaptive rule's, which read Envoy's delays as the upstream's latency).
 e2e: build envoy fleet-parts envoy-gateway $(if $(filter docker,$(SLUICE_ENVOY)),images)
 ifeq ($(SLUICE_ENVOY),docker)
 	@echo "e2e against Envoy in Docker: image $(IMAGE) $$(docker image inspect -f '{{.Id}}' $(IMAGE) | cut -c1-19)," \
@@ -175,7 +177,7 @@ ifeq ($(SLUICE_ENVOY),docker)
 else
 	@echo "e2e against: $$($(ENVOY_BIN) --version | grep -o 'version: .*')"
 endif
-	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
+	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -p 1 -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
 
 # The Grafana dashboard and the Prometheus alerts (envoy/dashboards,
 # envoy/alerts) against Prometheus' own parsers and a real Envoy's
