@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,7 +40,7 @@ type storeProcess struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  *bufio.Scanner // the child's stdout: one line per command
-	url    string
+	addr   string         // host:port
 	client *http.Client
 }
 
@@ -72,12 +71,10 @@ func startStoreCommand(cmd *exec.Cmd) (*storeProcess, error) {
 	}
 	p := &storeProcess{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout),
 		client: &http.Client{Timeout: 5 * time.Second}}
-	addr, err := p.reply()
-	if err != nil {
+	if p.addr, err = p.reply(); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("starting the store: %w", err)
 	}
-	p.url = "http://" + addr
 	return p, nil
 }
 
@@ -94,7 +91,7 @@ func (p *storeProcess) reply() (string, error) {
 }
 
 // Addr returns host:port of the store.
-func (p *storeProcess) Addr() string { return strings.TrimPrefix(p.url, "http://") }
+func (p *storeProcess) Addr() string { return p.addr }
 
 // Pid returns the store process's id.
 func (p *storeProcess) Pid() int { return p.cmd.Process.Pid }
@@ -133,7 +130,7 @@ func (p *storeProcess) Gauges(ctx context.Context) (store.Gauges, error) {
 
 // get reads the store's answer to GET path with read.
 func (p *storeProcess) get(ctx context.Context, path string, read func(io.Reader) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+path, nil)
 	if err != nil {
 		return err
 	}
