@@ -16,11 +16,14 @@ import (
 //
 //   - the Gauge as this worker last read or wrote it: admission uses its
 //     limit, so deciding a request costs no extra shared-data access;
-//   - the latency samples of its requests since its last update (a
-//     limit.Samples batch), which it adds to the shared Gauge every
-//     LearnEvery, from the response path or the tick; each exchange also
-//     refreshes its copy. A worker with nothing to add refreshes its copy
-//     on the tick every RefreshEvery while it uses the rule.
+//   - the latency samples of its requests, gathered by admission in a
+//     limit.Sampler (a sample counts once the requests admitted with it
+//     are all back, so a round's mean is not that of its fastest
+//     answers), which it adds to the shared Gauge every LearnEvery, or at
+//     once when they complete the round, from the response path or the
+//     tick; each exchange also refreshes its copy. A worker with nothing
+//     to add refreshes its copy on the tick every RefreshEvery while it
+//     uses the rule.
 //
 // A sample is the time from the request's forwarding (after any wait in
 // Sluice) to the upstream's response headers; what is not the upstream's
@@ -64,9 +67,10 @@ type learnKey struct {
 
 // learner is this worker's view of one Gauge.
 type learner struct {
-	g      limit.Gauge
-	seen   int64 // when this worker first saw round g.Round
-	batch  limit.Samples
+	g limit.Gauge
+	// smp gathers this worker's samples of round g.Round (of the requests
+	// admitted since it saw the round); smp.Ready is what it adds next.
+	smp    limit.Sampler
 	synced int64 // last exchange with shared data
 	used   int64
 	// inFlight counts this worker's requests holding the rule's slot for
@@ -166,8 +170,9 @@ func (e *Engine) learnerFor(i int, fp uint64, now int64) *learner {
 		if len(e.learners) >= MaxLearners {
 			e.forgetLearners(now, true)
 		}
-		l = &learner{seen: now}
+		l = &learner{}
 		l.g = e.cfg.Rules[i].Limit.Gauge(limit.State{})
+		l.smp.Reset(l.g.Round, now)
 		e.learners[k] = l
 		e.syncGauge(k, l, now)
 	}
@@ -180,25 +185,28 @@ func (e *Engine) learnerFor(i int, fp uint64, now int64) *learner {
 func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 	r := &e.cfg.Rules[k.rule]
 	op := &e.gop
-	*op = gaugeOp{lim: &r.Limit, batch: l.batch, learn: l.batch.N > 0}
+	*op = gaugeOp{lim: &r.Limit, batch: l.smp.Ready, learn: l.smp.Ready.N > 0}
 	l.synced = now
 	_, err := e.table.Modify(k.fp, e.gaugeRegion[k.rule], false, now, op)
 	if err != nil {
 		// Keep learning on this worker's copy until shared data is back.
 		e.Stats.GaugeErrors++
 		l.noShare = true
-		_, op.out = r.Limit.Learn(limit.EncodeGauge(l.g), now, l.batch)
+		_, op.out = r.Limit.Learn(limit.EncodeGauge(l.g), now, l.smp.Ready)
 	} else {
 		l.noShare = false
-	}
-	if op.out.Round != l.g.Round {
-		l.seen = now
 	}
 	if op.learn && err == nil && op.out.Round != op.prev.Round && e.RoundEnded != nil {
 		e.RoundEnded(k.rule, op.prev, op.out)
 	}
+	if op.out.Round != l.g.Round {
+		// A new round: the requests in flight were admitted under the
+		// old limit.
+		l.smp.Reset(op.out.Round, now)
+	} else {
+		l.smp.Ready = limit.Samples{Round: l.g.Round}
+	}
 	l.g = op.out
-	l.batch = limit.Samples{Round: l.g.Round}
 	e.lastGauge[k.rule] = l.g
 }
 
@@ -222,21 +230,41 @@ func gaugeRegions(cfg *config.Config) []int {
 // request in flight.
 func (e *Engine) forgetLearners(now int64, force bool) {
 	for k, l := range e.learners {
-		if l.batch.N == 0 && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
+		if l.smp.Ready.N == 0 && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
 			delete(e.learners, k)
 		}
 	}
 }
 
-// learnerHolds counts one more (delta 1) or one fewer (-1) request of this
-// worker holding a slot of rule i for key fp, for an adaptive rule: its
-// view is kept while any does (see MaxLearners).
-func (e *Engine) learnerHolds(i int, fp uint64, delta int) {
+// learnerAdmits counts a request of this worker admitted at now to a slot
+// of rule i for key fp, for an adaptive rule: its view is kept while any
+// holds one (see MaxLearners), and its sample will count in the Sampler
+// window of the ticket returned (0: none).
+func (e *Engine) learnerAdmits(i int, fp uint64, now int64) uint32 {
 	if !IsAdaptive(&e.cfg.Rules[i]) {
+		return 0
+	}
+	l := e.learners[learnKey{rule: i, fp: fp}]
+	if l == nil {
+		return 0
+	}
+	l.inFlight++
+	span, _ := l.g.SamplerTiming()
+	return l.smp.Admit(now, span)
+}
+
+// learnerReleases counts the release of slot s: one request fewer in
+// flight, and done for the Sampler if it gave no sample (Sluice or
+// another filter answered it, or it never reached the upstream).
+func (e *Engine) learnerReleases(s *SlotRef) {
+	if !IsAdaptive(&e.cfg.Rules[s.Rule]) {
 		return
 	}
-	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
-		l.inFlight = max(l.inFlight+delta, 0)
+	if l := e.learners[learnKey{rule: s.Rule, fp: s.FP}]; l != nil {
+		l.inFlight = max(l.inFlight-1, 0)
+		if !s.Sampled {
+			l.smp.Done(s.Ticket, 0, false, false)
+		}
 	}
 }
 
@@ -287,34 +315,37 @@ func (e *Engine) overLimit(i int, fp uint64) {
 		return
 	}
 	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
-		l.batch.Saturated = true
+		l.smp.Ready.Saturated = true
 	}
 }
 
 // Sample feeds the Gauges of the adaptive rules among slots with one
 // request's latency: sent is when it was forwarded to the upstream (at or
 // after its admission), now when kind happened. Requests that Sluice or
-// another filter answered never reach here; a request admitted before this
-// worker saw its Gauge's current round is not counted (it ran under an
-// older limit).
+// another filter answered never reach here (their release counts them
+// done); a request admitted before this worker saw its Gauge's current
+// round is not counted (it ran under an older limit). It marks the slots
+// sampled.
 func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
-	for _, s := range slots {
-		if !IsAdaptive(&e.cfg.Rules[s.Rule]) {
+	for i := range slots {
+		s := &slots[i]
+		if !IsAdaptive(&e.cfg.Rules[s.Rule]) || s.Sampled {
 			continue
 		}
+		s.Sampled = true
 		k := learnKey{rule: s.Rule, fp: s.FP}
 		l := e.learners[k]
-		if l == nil || s.Since < l.seen {
+		if l == nil {
 			continue
 		}
 		lat := time.Duration(now - max(sent, s.Since))
 		lat -= min(e.LoopLag(), lat*3/4)
-		if kind != SampleResponse && (l.g.Base <= 0 || float64(lat) <= float64(l.g.Base)*(1+limit.Tolerance)) {
+		counts := kind == SampleResponse || (l.g.Base > 0 && float64(lat) > float64(l.g.Base)*(1+limit.Tolerance))
+		if !l.smp.Done(s.Ticket, lat, counts, s.Saturated) {
 			continue
 		}
-		l.batch.Add(lat, s.Saturated)
 		l.used = now
-		if now-l.synced >= int64(LearnEvery) {
+		if l.smp.Ready.N > 0 && (now-l.synced >= int64(LearnEvery) || l.g.Completes(l.smp.Ready)) {
 			e.syncGauge(k, l, now)
 		}
 	}
@@ -327,10 +358,13 @@ func (e *Engine) Learn(now int64) {
 		return
 	}
 	for k, l := range e.learners {
+		span, wait := l.g.SamplerTiming()
+		l.smp.Close(now, span)
+		l.smp.Expire(now, wait)
 		switch {
-		case l.batch.N > 0 && now-l.synced >= int64(LearnEvery):
+		case l.smp.Ready.N > 0 && now-l.synced >= int64(LearnEvery):
 			e.syncGauge(k, l, now)
-		case l.batch.N == 0 && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
+		case l.smp.Ready.N == 0 && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
 			e.syncGauge(k, l, now)
 		}
 	}

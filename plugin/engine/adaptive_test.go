@@ -83,7 +83,7 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 		t.Fatalf("first request: %+v", v)
 	}
 	l := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}]
-	if l == nil || l.batch.Saturated {
+	if l == nil || l.smp.Ready.Saturated {
 		t.Fatalf("learner after one admission under the limit: %+v", l)
 	}
 	var held [][]SlotRef
@@ -94,7 +94,7 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 		}
 		held = append(held, w.Slots)
 	}
-	if !l.batch.Saturated {
+	if !l.smp.Ready.Saturated {
 		t.Fatalf("a refusal at the limit (%d held) left the round unsaturated", len(held)+1)
 	}
 	for _, s := range append(held, v.Slots) {
@@ -187,5 +187,41 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 	e.Ticked(t0+int64(time.Hour), period)
 	if lag := e.LoopLag(); lag > MaxLoopLag/4 {
 		t.Errorf("one tick an hour late: loop lag %v", lag)
+	}
+}
+
+// A request whose stream ends without a sample (another filter answered
+// it, or it never reached the upstream) is done for its Sampler window at
+// its release: the window's other samples still count. A request sampled
+// is not counted twice at its release.
+func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	now := t0
+	var held [][]SlotRef
+	for range 4 {
+		v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), now)
+		if v.Outcome != Allow || v.Slots[0].Ticket == 0 {
+			t.Fatalf("admission: %+v", v)
+		}
+		held = append(held, v.Slots)
+	}
+	l := e.learners[learnKey{rule: 0, fp: held[0][0].FP}]
+	end := now + int64(20*time.Millisecond)
+	for _, s := range held[:3] {
+		e.Sample(s, now, end, SampleResponse)
+		if !s[0].Sampled {
+			t.Fatal("Sample did not mark the slot sampled")
+		}
+		e.Release(s, end)
+	}
+	l.smp.Close(end, time.Millisecond)
+	e.Learn(end + int64(LearnEvery))
+	if l.smp.Ready.N != 0 || e.LearntGauge(0).N != 0 {
+		t.Fatalf("a window with a request out counted: %+v, %+v", l.smp.Ready, e.LearntGauge(0))
+	}
+	e.Release(held[3], end) // no sample: answered by another filter
+	e.Learn(end + 2*int64(LearnEvery))
+	if g := e.LearntGauge(0); g.N != 3 || g.Mean != 20*time.Millisecond {
+		t.Fatalf("the complete window gave the Gauge %+v, want its 3 samples of 20ms", g)
 	}
 }

@@ -38,6 +38,10 @@ type SlotRef struct {
 	// Waited is how long the request waited in the rule's queue for the
 	// slot (0: taken at once); counted once the request is admitted.
 	Waited time.Duration
+	// Ticket is an adaptive rule's limit.Sampler ticket for the request's
+	// sample; Sampled, that the sample was given (Engine.Sample).
+	Ticket  uint32
+	Sampled bool
 }
 
 type holdKey struct {
@@ -308,8 +312,7 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 	r := &e.cfg.Rules[hk.rule]
 	e.hold1(hk, d.Epoch)
 	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now,
-		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
-	e.learnerHolds(hk.rule, hk.fp, 1)
+		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight), Ticket: e.learnerAdmits(hk.rule, hk.fp, now)})
 	rem := lim.Limit() - d.InFlight
 	// A shadow rule reports nothing but x-ratelimit-shadow (when it would
 	// refuse): its slots are not the client's limit.
@@ -385,6 +388,7 @@ func (e *Engine) releaseAll(v *Verdict, now int64) {
 func (e *Engine) Release(slots []SlotRef, now int64) {
 	e.renewDue(now)
 	for _, s := range slots {
+		e.learnerReleases(&s)
 		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow}
 		h := e.holdings[hk]
 		if h == nil {
@@ -404,7 +408,6 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 		if h.n--; h.n <= 0 {
 			delete(e.holdings, hk)
 		}
-		e.learnerHolds(s.Rule, s.FP, -1)
 		if d := now - s.Since; d > 0 {
 			if e.hold[s.Rule] == 0 {
 				e.hold[s.Rule] = d
@@ -589,8 +592,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}, op.out.Epoch)
 	v := &w.verdict
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r),
-		Waited: time.Duration(max(now-w.arrived, 1))})
-	e.learnerHolds(w.rule, w.fp, 1)
+		Waited: time.Duration(max(now-w.arrived, 1)), Ticket: e.learnerAdmits(w.rule, w.fp, now)})
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting, w.fp, w.overflow, true}
 	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -52,9 +53,12 @@ func (l Limit) At(n int64) Limit {
 //
 // The Gauge works in rounds. A round gathers about Limit samples (latency
 // from admission to the upstream's response headers) of requests admitted
-// under the round's limit, then decides once:
+// under the round's limit, counted by admission (see Sampler: the first
+// answers of a round are its fastest), then decides once:
 //
-//   - Mean within (1+Tolerance) of Base: no queue worth the name. Grow: in
+//   - Mean within (1+Tolerance) of Base (see tolerance: more for a round
+//     of fewer than MinRound samples, less for a large one): no queue
+//     worth the name. Grow: in
 //     slow start (from cold, or after the upstream's own latency changed)
 //     by half per round trip, otherwise by max(1, Limit/16) per round
 //     trip (a probe). Growth needs the round to have used its limit
@@ -110,6 +114,9 @@ type Gauge struct {
 	// round's N samples (both saturate at MaxLatency).
 	Base, Mean time.Duration
 	N          int64
+	// BaseN counts the samples behind Base (saturates at 127): a Base
+	// from fewer than MinRound is as likely off as a small round.
+	BaseN int64
 	// Round identifies the round: its start (ms, modulo 2^26).
 	Round uint32
 	// Calm counts the saturated round trips since the last backoff
@@ -151,6 +158,7 @@ const (
 
 	roundMask = 1<<26 - 1
 	maxCalm   = 1<<6 - 1
+	maxBaseN  = 1<<7 - 1
 )
 
 // Samples is a batch of latency samples for one Gauge round.
@@ -199,6 +207,7 @@ func EncodeGauge(g Gauge) State {
 	if g.Stalled {
 		b |= 1 << 56
 	}
+	b |= uint64(min(max(g.BaseN, 0), maxBaseN)) << 57
 	return State{A: int64(a), B: int64(b)}
 }
 
@@ -214,6 +223,7 @@ func DecodeGauge(st State) Gauge {
 		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
 		Round: uint32(b >> 24 & roundMask),
 		Calm:  int64(b >> 50 & maxCalm),
+		BaseN: int64(b >> 57 & maxBaseN),
 
 		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0, Stalled: b>>56&1 != 0,
 	}
@@ -260,6 +270,11 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	return EncodeGauge(g), g
 }
 
+// Completes reports whether the batch b completes g's round (as g was
+// last read: other workers' samples may complete it sooner): a worker adds
+// such a batch at once, before it admits requests under the old limit.
+func (g Gauge) Completes(b Samples) bool { return b.Round == g.Round && g.N+b.N >= g.need() }
+
 // need returns how many samples the round decides on: about a round trip's
 // worth (Limit), at least MinRound to see a rise of Tolerance through the
 // noise, but fewer to measure Base or to grow in slow start (a coarse
@@ -283,13 +298,14 @@ func (l Limit) endRound(g Gauge) Gauge {
 	lo, hi := float64(l.MinLimit()), float64(l.limit)
 	clamp := func(x float64) float64 { return min(max(x, lo), hi) }
 	mean := max(g.Mean, time.Microsecond)
-	rise := float64(mean) > float64(g.Base)*(1+Tolerance)
-	mild := float64(mean) <= float64(g.Base)*(1+2*Tolerance)
+	tol := g.tolerance()
+	rise := float64(mean) > float64(g.Base)*(1+tol)
+	mild := float64(mean) <= float64(g.Base)*(1+2*tol)
 	switch {
-	case g.Measure && !g.Warned && g.Base > 0 && rise && !mild:
+	case g.Measure && !g.Warned && !g.Stalled && g.Base > 0 && rise && !mild:
 		// The limit it backed off to still queues: the round it backed
-		// off from ended soon after the limit grew (slow start's), and
-		// the mean of its first answers understated the queue. This
+		// off from ended soon after the limit grew (slow start's), before
+		// the queue the growth built reached all its requests. This
 		// round's requests were admitted after the queue drained, a
 		// steady state: back off from it, once, and measure again. At
 		// 1.5x Base or more, the upstream itself may have slowed down
@@ -305,7 +321,7 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.measured(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
 		g = g.slowStartRise(mean, mild, clamp)
-	case g.SlowStart && !rise && g.N >= MinRound/2 && float64(mean) > float64(g.Base)*(1+Tolerance/2):
+	case g.SlowStart && !rise && g.N >= MinRound/2 && float64(mean) > float64(g.Base)*(1+tol/2):
 		g = g.slowStartEdge(mean, clamp)
 	case g.holding():
 		g = g.held(mean, rise, mild, clamp)
@@ -322,28 +338,45 @@ func (l Limit) endRound(g Gauge) Gauge {
 	return g
 }
 
+// based counts the round's samples as behind Base.
+func (g Gauge) based() Gauge {
+	g.BaseN = min(g.BaseN+g.N, maxBaseN)
+	return g
+}
+
+// tolerance returns the rise over Base a round of N samples reads as a
+// queue: Tolerance for a round of MinRound samples, scaled as the noise
+// of a mean (1/sqrt(N)): up to 1.5x for slow start's small rounds (4
+// latencies that vary by a factor of two average within about 10%), down
+// to half for rounds of 64 and more (on 128 workers, Tolerance is a queue
+// of 13 that a round of 128 samples sees through its noise of 3%).
+func (g Gauge) tolerance() float64 {
+	return Tolerance * min(max(math.Sqrt(MinRound/float64(max(g.N, 1))), 0.5), 1.5)
+}
+
 // calm decides a round without a rise (see endRound). Base follows the
 // round: at once when the upstream got clearly faster; in slow start a
 // quarter of the way down, or halfway up (under the knee still, each round
-// refines a Base measured on few samples); probing, an eighth of the way
-// down and a sixteenth up. A Base that followed only down would drift
-// under the mean (a round's mean is noisy, and every round under Base
-// lowers it) and read noise as a queue; one that followed up as fast
-// would take in a queue a probe builds. A saturated round grows the limit.
+// refines a Base measured on few samples); probing, an eighth of the way,
+// from rounds within Tolerance/2 above it or anywhere under it. A Base
+// that followed only down would drift under the mean (a round's mean is
+// noisy, and every round under Base lowers it) and read noise as a queue;
+// one that followed every round up would take in the queue each probe
+// builds, and probe past the knee by a little more each time. A saturated
+// round grows the limit.
 func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 	g.Warned = false
 	switch {
 	case mean*3/2 < g.Base:
-		g.Base = mean
+		g.Base, g.BaseN = mean, 0
 	case g.SlowStart && mean < g.Base:
 		g.Base -= (g.Base - mean) / 4
 	case g.SlowStart:
 		g.Base = (g.Base + mean) / 2
-	case mean < g.Base:
-		g.Base -= (g.Base - mean) / 8
-	default:
-		g.Base += (mean - g.Base) / 16
+	case float64(mean) <= float64(g.Base)*(1+Tolerance/2):
+		g.Base += (mean - g.Base) / 8
 	}
+	g = g.based()
 	switch {
 	case !g.Saturated:
 	case g.SlowStart:
@@ -379,8 +412,10 @@ func (g Gauge) slowStartEdge(mean time.Duration, clamp func(float64) float64) Ga
 // slowStartRise decides a slow-start round that rose mildly, or rose in
 // a round too small to tell a rise from noise: hold, and stop growing by
 // half if the next round shows it too (no knee measured: grow from here
-// as a probe). Base, from one small round, is as likely off as this
-// round: average them (a clean measurement follows any backoff). A small
+// as a probe). A Base from fewer than MinRound samples is as likely off
+// as this round: average them (a clean measurement follows any backoff);
+// one from more stays (the rise is more likely a queue, of other Envoys
+// or of the last growth, than noise in Base). A small
 // round over (1+3×Tolerance) is not noise, though (the chance of that in
 // a round of 4 latencies that vary by a factor of two is about 2%): it
 // leaves Base alone, and a second one backs off. Averaging it in would
@@ -398,7 +433,10 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 		g.SlowStart, g.Calm = false, ProbeAfter
 	}
 	g.Warned = !g.Warned
-	g.Base = (g.Base + mean) / 2
+	if g.BaseN < MinRound {
+		g.Base = (g.Base + mean) / 2
+		g = g.based()
+	}
 	return g
 }
 
@@ -421,10 +459,11 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 	case rise:
 		g.Warned = false
 	case mean*3/2 < g.Base:
-		g.Base, g.Warned = mean, false // clearly faster: the upstream sped up
+		g.Base, g.BaseN, g.Warned = mean, g.N, false // clearly faster: the upstream sped up
 	default:
 		g.Base += (mean - g.Base) / 8
 		g.Warned = false
+		g = g.based()
 	}
 	if g.Saturated {
 		// Hold just under the knee: every probe past it queues at the
@@ -479,16 +518,24 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 // averaged with the previous measurement unless the upstream's latency
 // clearly moved; a Base 1.5x the old one, in the second round measuring
 // it (see endRound), means the upstream itself slowed down (not a queue):
-// slow start again. A cold rule's first round
+// slow start again. After a stall (the limit halved), a round under 1.5x
+// the old Base is no queue either (the limit had none before the stall):
+// slow start again, from it. A cold rule's first round
 // (saturated) also doubles the limit: it had no Base to compare with.
 func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
-	old, stalled := g.Base, g.Stalled
-	g.Base, g.Measure, g.Warned, g.Stalled = mean, false, false, false
+	old, stalled, oldN := g.Base, g.Stalled, g.BaseN
+	g.Base, g.BaseN, g.Measure, g.Warned, g.Stalled = mean, g.N, false, false, false
 	switch {
 	case stalled && float64(mean) <= float64(old)*(1+Tolerance):
 		// The stall is over: latency is back where it was. Grow as from
 		// cold, from half the limit, rather than probe back up.
-		g.SlowStart, g.Base = true, old
+		g.SlowStart, g.Base, g.BaseN = true, old, oldN
+		g = g.based()
+	case stalled && mean*2 < old*3:
+		// Back near it, at half a limit that had no queue before the
+		// stall: this is the upstream's latency (the old Base, from slow
+		// start's few samples, may be low).
+		g.SlowStart, g.Base = true, (old+mean)/2
 	case old == 0:
 		if g.Saturated {
 			g.Limit = clamp(g.Limit * 2) // a cold start: the first doubling
@@ -496,7 +543,8 @@ func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 	case mean > old*3/2:
 		g.SlowStart = true
 	case mean*3/2 > old:
-		g.Base = (old + mean) / 2
+		g.Base, g.BaseN = (old+mean)/2, oldN
+		g = g.based()
 	}
 	return g
 }

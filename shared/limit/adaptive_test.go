@@ -38,8 +38,7 @@ type upstreamSim struct {
 type simFront struct {
 	st       State
 	g        Gauge
-	seen     int64 // when this Envoy first saw round g.Round
-	batch    Samples
+	smp      Sampler
 	inFlight int64 // admitted, not yet answered
 	waiting  int   // clients waiting in Sluice's queue
 }
@@ -48,6 +47,7 @@ type simReq struct {
 	front            *simFront
 	admitted, finish int64
 	sat              bool
+	ticket           uint32
 }
 
 type simHeap []simReq
@@ -78,7 +78,7 @@ func newSim(t *testing.T, minL, maxL int64, slots, clients int, service func() t
 // addFront puts another Envoy, cold, with its clients, in front of s.
 func (s *upstreamSim) addFront(clients int) *simFront {
 	f := &simFront{g: s.lim.Gauge(State{}), waiting: clients}
-	f.batch.Round = f.g.Round
+	f.smp.Reset(f.g.Round, s.now)
 	s.fronts = append(s.fronts, f)
 	return f
 }
@@ -95,7 +95,8 @@ func (s *upstreamSim) admit() {
 		for f.waiting > 0 && f.inFlight < f.g.Current() {
 			f.waiting--
 			f.inFlight++
-			r := simReq{front: f, admitted: s.now, sat: f.g.AtLimit(f.inFlight)}
+			span, _ := f.g.SamplerTiming()
+			r := simReq{front: f, admitted: s.now, sat: f.g.AtLimit(f.inFlight), ticket: f.smp.Admit(s.now, span)}
 			s.arrivalQ = append(s.arrivalQ, len(s.queue))
 			if s.busy < s.slots {
 				s.start(r)
@@ -109,15 +110,19 @@ func (s *upstreamSim) admit() {
 func (s *upstreamSim) flush() {
 	s.lastFlush = s.now
 	for _, f := range s.fronts {
-		if f.batch.N == 0 {
+		span, wait := f.g.SamplerTiming()
+		f.smp.Close(s.now, span)
+		f.smp.Expire(s.now, wait)
+		if f.smp.Ready.N == 0 {
 			continue
 		}
 		round := f.g.Round
-		f.st, f.g = s.lim.Learn(f.st, s.now, f.batch)
+		f.st, f.g = s.lim.Learn(f.st, s.now, f.smp.Ready)
 		if f.g.Round != round {
-			f.seen = s.now
+			f.smp.Reset(f.g.Round, s.now)
+		} else {
+			f.smp.Ready = Samples{Round: f.g.Round}
 		}
-		f.batch = Samples{Round: f.g.Round}
 	}
 }
 
@@ -143,8 +148,9 @@ func (s *upstreamSim) run(d time.Duration) {
 			f := r.front
 			f.inFlight--
 			f.waiting++ // the client sends its next request at once
-			if r.admitted >= f.seen {
-				f.batch.Add(time.Duration(s.now-r.admitted), r.sat)
+			f.smp.Done(r.ticket, time.Duration(s.now-r.admitted), true, r.sat)
+			if f.g.Completes(f.smp.Ready) {
+				s.flush()
 			}
 		}
 		if s.now-s.lastFlush >= flushEvery {
@@ -272,7 +278,7 @@ func TestAdaptiveAnyUpstream(t *testing.T) {
 					"exponential":  func() time.Duration { return time.Duration(float64(svc) * min(rng.ExpFloat64(), 8)) },
 				}[dist]
 				s := newSim(t, 1, 1000, slots, max(64, 8*slots), service)
-				s.phase(15 * time.Second)
+				s.phase(max(15*time.Second, 20*svc))
 				x, p90 := s.phase(5 * time.Second)
 				share := x / (float64(slots) / svc.Seconds())
 				t.Logf("%3d slots x %v, %s: %.0f%% of the capacity, upstream queue p90 %d, limit %.1f", slots, svc, dist, 100*share, p90, s.g.Limit)
@@ -643,8 +649,14 @@ func TestAdaptiveStallHalvesAndRegrows(t *testing.T) {
 	if g.Limit != 4 || !g.Measure || !g.Stalled || !DecodeGauge(st).Stalled {
 		t.Fatalf("a round 3.2x Base in slow start: %+v, want limit 4 (half), measuring, stalled", g)
 	}
-	if _, o := roundOf(lim, st, &now, 8, 170*time.Millisecond); o.SlowStart || o.Limit >= 4 {
-		t.Errorf("the measure round still 1.3x Base: %+v, want another backoff", o)
+	// At half a limit that ran without a queue before the stall, a round
+	// 1.3x the old Base is the upstream's latency now, not a queue: slow
+	// start again, from a Base between the two.
+	if _, o := roundOf(lim, st, &now, 8, 170*time.Millisecond); !o.SlowStart || o.Limit != 4 || o.Base != 150*time.Millisecond {
+		t.Errorf("the measure round 1.3x Base: %+v, want slow start from 4, Base 150ms", o)
+	}
+	if _, o := roundOf(lim, st, &now, 8, 200*time.Millisecond); !o.SlowStart || o.Base != 200*time.Millisecond {
+		t.Errorf("the measure round 1.54x Base: %+v, want slow start from Base 200ms (the upstream slowed down)", o)
 	}
 	st, g = roundOf(lim, st, &now, 8, 135*time.Millisecond)
 	if !g.SlowStart || g.Stalled || g.Base != 130*time.Millisecond || g.Limit != 4 {

@@ -1,0 +1,150 @@
+package limit
+
+import "time"
+
+// Sampler gathers one worker's latency samples of a Gauge round so that
+// they say what the upstream's latency is, not how fast its fastest answers
+// are.
+//
+// A round decides on its first N samples. Counted as they arrive, those are
+// the round's fastest answers: a request admitted late in the round is
+// counted only if it was quick. Where service times vary (25-75 ms), the
+// first 16 answers of 16 in flight average 10-15% under the upstream's
+// mean, and less so the more round trips a round spans. A Base learnt in
+// rounds of one size then reads as a queue in rounds of another, and the
+// limit ratchets down on an upstream that has no queue at all.
+//
+// So samples are counted by admission, in windows: a window holds the
+// requests this worker admitted in a span of time, and its samples count
+// only once all of them are done, the slow ones with the quick. Whether a
+// request is counted then no longer depends on its latency. The price is
+// time: a round's samples reach the Gauge about one latency later.
+//
+// A request still not done wait after its window closed is counted at its
+// age then (a lower bound, as for a stream that ended without an answer):
+// a request that never answers does not stop learning, and one that takes
+// far longer than the others still counts as long.
+//
+// The zero Sampler is ready for use; Reset starts it on a round.
+type Sampler struct {
+	// Ready holds the samples of complete windows, not yet added to the
+	// Gauge (its Round is the round the Sampler was reset to).
+	Ready Samples
+	win   [samplerWindows]window
+	n     int    // windows in use; win[n-1] is open
+	next  uint32 // the ticket of the next window opened
+}
+
+// window is the requests admitted from a time on, until the next window
+// opened.
+type window struct {
+	ticket uint32
+	from   int64
+	out    int64 // admitted, not yet done
+	s      Samples
+}
+
+// samplerWindows bounds the windows in use: the open one stays open while
+// they all are.
+const samplerWindows = 8
+
+// Reset drops every window and sample, and starts gathering samples of
+// round at now: the requests admitted before are not counted.
+func (p *Sampler) Reset(round uint32, now int64) {
+	next := p.next
+	*p = Sampler{Ready: Samples{Round: round}, next: next}
+	p.open(now)
+}
+
+func (p *Sampler) open(now int64) {
+	p.next++
+	if p.next == 0 {
+		p.next = 1 // 0 is no ticket
+	}
+	p.win[p.n] = window{ticket: p.next, from: now}
+	p.n++
+}
+
+// Admit counts a request admitted at now and returns its ticket, for Done.
+// span is how long a window stays open to admissions (a new one opens when
+// the windows are not all in use).
+func (p *Sampler) Admit(now int64, span time.Duration) uint32 {
+	if p.n == 0 {
+		p.Reset(p.Ready.Round, now)
+	}
+	if now-p.win[p.n-1].from >= int64(span) && p.n < samplerWindows {
+		p.open(now)
+	}
+	w := &p.win[p.n-1]
+	w.out++
+	return w.ticket
+}
+
+// Done counts the end of the request Admit gave ticket: with its latency
+// when sample is set, or only as done (an answer that says nothing about
+// the upstream). It reports whether the request was still counted (not
+// admitted before a Reset, nor in a window given up on).
+func (p *Sampler) Done(ticket uint32, latency time.Duration, sample, saturated bool) bool {
+	for i := range p.n {
+		w := &p.win[i]
+		if w.ticket != ticket || ticket == 0 || w.out <= 0 {
+			continue
+		}
+		w.out--
+		if sample {
+			w.s.Add(latency, saturated)
+		}
+		p.complete()
+		return true
+	}
+	return false
+}
+
+// Close closes the open window at now when it has been open span or
+// longer: its samples count once its requests are done, without waiting
+// for the next admission.
+func (p *Sampler) Close(now int64, span time.Duration) {
+	if p.n == 0 || p.n == samplerWindows || now-p.win[p.n-1].from < int64(span) {
+		return
+	}
+	p.open(now)
+	p.complete()
+}
+
+// Expire gives up at now on the requests still out in windows that closed
+// wait or longer ago: each counts as a sample of its age (the time since
+// its window closed, a lower bound).
+func (p *Sampler) Expire(now int64, wait time.Duration) {
+	for p.n > 1 && now-p.win[1].from >= int64(wait) {
+		w := &p.win[0]
+		age := time.Duration(now - p.win[1].from)
+		for ; w.out > 0; w.out-- {
+			w.s.Add(age, false)
+		}
+		p.complete()
+	}
+}
+
+// complete moves the samples of the oldest windows whose requests are all
+// done to Ready (never the open window: it may admit more).
+func (p *Sampler) complete() {
+	for p.n > 1 && p.win[0].out <= 0 {
+		p.Ready.N += p.win[0].s.N
+		p.Ready.Sum += p.win[0].s.Sum
+		p.Ready.Saturated = p.Ready.Saturated || p.win[0].s.Saturated
+		copy(p.win[:], p.win[1:p.n])
+		p.n--
+		p.win[p.n] = window{}
+	}
+}
+
+// SamplerTiming returns how long a Sampler's windows stay open to
+// admissions (span: an eighth of Base, so that the windows in use cover
+// about one latency of admissions) and how long it waits for a window's
+// last requests (wait: three times Base, a second before Base is known).
+func (g Gauge) SamplerTiming() (span, wait time.Duration) {
+	if g.Base <= 0 {
+		return time.Millisecond, time.Second
+	}
+	return max(g.Base/8, time.Millisecond), 3 * g.Base
+}
