@@ -96,9 +96,10 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 // from cold, the rule still keeps the upstream busy with a short queue
 // (the learnt limit neither ratchets down on such rounds nor holds a
 // queue). The bound, 55% of the capacity, is under what the rule does
-// (62-98% in over 20 runs: after a backoff it may hold a limit of 10-14 for
-// several seconds before it probes) and over what a limit that ratchets
-// down does (42-45%).
+// (62-100% in 22 runs, median 91%: after a backoff it may hold a limit of
+// 10-14 for several seconds before it probes) and over what a limit that
+// ratchets down does (42-45%: when a round's mean was that of its fastest
+// answers, a Base learnt in small rounds read larger ones as a queue).
 func TestAdaptiveNoisyUpstream(t *testing.T) {
 	up := startSlotServer(t, 16, 50*time.Millisecond)
 	up.SetSpread(25 * time.Millisecond)

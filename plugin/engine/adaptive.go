@@ -199,11 +199,12 @@ func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 	if op.learn && err == nil && op.out.Round != op.prev.Round && e.RoundEnded != nil {
 		e.RoundEnded(k.rule, op.prev, op.out)
 	}
-	if op.out.Round != l.g.Round {
+	switch {
+	case op.out.Round != l.g.Round:
 		// A new round: the requests in flight were admitted under the
 		// old limit.
 		l.smp.Reset(op.out.Round, now)
-	} else {
+	case op.learn:
 		l.smp.Ready = limit.Samples{Round: l.g.Round}
 	}
 	l.g = op.out

@@ -257,7 +257,9 @@ func TestAdaptiveNoisyServiceHolds(t *testing.T) {
 
 // Upstreams of every size and speed: 1 to 128 slots, 2 ms to 1 s of
 // service, 8 clients per slot (at least 64), from cold, measured over 5 s
-// after 15. With a steady service time each runs at >= 75% of its
+// after 15 s or 20 round trips, whichever is longer (slow start from 4 to
+// 128 takes 9 rounds, each a round trip and its slowest answer). With a
+// steady service time each runs at >= 75% of its
 // capacity with a short queue (p90 <= 8); with service times uniform
 // within ±50%, all but at most 3 of the 35 run at >= 70%, none with a
 // longer queue. With -v it also logs exponential service times, where the
