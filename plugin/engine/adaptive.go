@@ -342,7 +342,14 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		lat := time.Duration(now - max(sent, s.Since))
 		lat -= min(e.LoopLag(), lat*3/4)
 		counts := kind == SampleResponse || (l.g.Base > 0 && float64(lat) > float64(l.g.Base)*(1+limit.Tolerance))
-		if !l.smp.Done(s.Ticket, lat, counts, s.Saturated) {
+		var ok bool
+		switch {
+		case kind == SampleEnded && !counts:
+			ok = l.smp.Cut(s.Ticket) // its window would count only the quick
+		default:
+			ok = l.smp.Done(s.Ticket, lat, counts, s.Saturated)
+		}
+		if !ok {
 			continue
 		}
 		l.used = now

@@ -99,26 +99,28 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 	if float64(served) < 0.7*capacity || up.maxQ > 6 || n < 5 || n > 12 {
 		t.Errorf("served %d (capacity %.0f), upstream queue up to %d, limit %d", served, capacity, up.maxQ, n)
 	}
-	// Each worker logs its decisions at debug level, ending at the
-	// learnt limit.
-	last := ""
+	// Each worker logs its decisions at debug level: one of them set the
+	// limit the last response reported. (Not necessarily the last one: a
+	// decision on the tick after it, from a window of samples completed
+	// then, may have moved it.)
+	decided := false
 	for _, vm := range vms {
 		for _, l := range vm.Logs() {
-			if strings.Contains(l.Message, "sluice: rule store learnt: limit ") {
-				last = l.Message
-			}
+			decided = decided || strings.Contains(l.Message, "sluice: rule store learnt: limit ") &&
+				strings.Contains(l.Message, "-> "+limit+" (round of ")
 		}
 	}
-	if !strings.Contains(last, "-> "+limit+" (round of ") {
-		t.Errorf("last debug line of a decision %q, want the learnt limit %s", last, limit)
+	if !decided {
+		t.Errorf("no debug line of a decision that set the learnt limit %s", limit)
 	}
 	// The draft policy says the learnt number, in concurrent requests.
 	if want := `"store";q=` + limit + `;qu="concurrent-requests"`; policy != want {
 		t.Errorf("RateLimit-Policy %q, want %q", policy, want)
 	}
-	// Every slot comes back when the clients go away (as for concurrency;
-	// at once: gone after less than the learnt latency, they teach the
-	// rule nothing, where a stall of a second would).
+	// Every slot comes back when the clients go away (as for concurrency).
+	// The samples of the requests answered before they left still count,
+	// so the limit may move once more (those gone after less than the
+	// learnt latency teach nothing, where a stall of a second would).
 	for _, s := range clients {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -127,8 +129,9 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 	// The metrics publish the learnt limit and latency.
 	h.AdvanceClock(1100 * time.Millisecond)
 	m := h.Metrics()
-	if l, lat := m.Gauge("sluice.rule.store.limit"), m.Gauge("sluice.rule.store.latency_us"); l != uint64(n) || lat < 19000 || lat > 25000 {
-		t.Errorf("gauges: limit %d (learnt %d), latency_us %d", l, n, lat)
+	l, lat := m.Gauge("sluice.rule.store.limit"), m.Gauge("sluice.rule.store.latency_us")
+	if l < 5 || l > 12 || lat < 19000 || lat > 25000 {
+		t.Errorf("gauges: limit %d (%d at the last response), latency_us %d", l, n, lat)
 	}
 	var again []*wasmhost.Stream
 	for i := 0; i < 20; i++ {
@@ -141,8 +144,8 @@ func TestAdaptiveLearnsUpstreamSlots(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != n {
-		t.Errorf("after every client left, %d of 20 admitted, want the learnt limit %d", admitted, n)
+	if uint64(admitted) != l {
+		t.Errorf("after every client left, %d of 20 admitted, want the learnt limit %d", admitted, l)
 	}
 }
 

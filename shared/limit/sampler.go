@@ -42,6 +42,9 @@ type window struct {
 	from   int64
 	out    int64 // admitted, not yet done
 	s      Samples
+	// cut: a request of the window ended before its answer, early (see
+	// Cut): the window's samples are those of the quick ones only.
+	cut bool
 }
 
 // samplerWindows bounds the windows in use: the open one stays open while
@@ -100,6 +103,21 @@ func (p *Sampler) Done(ticket uint32, latency time.Duration, sample, saturated b
 	return false
 }
 
+// Cut counts the end of the request Admit gave ticket before its answer
+// (its client gone), at an age that says nothing (under the latency
+// learnt): its window's other samples are then those of the requests that
+// answered before it, the quicker ones, and the window counts for
+// nothing. It reports whether the request was still counted.
+func (p *Sampler) Cut(ticket uint32) bool {
+	for i := range p.n {
+		if w := &p.win[i]; w.ticket == ticket && ticket != 0 && w.out > 0 {
+			w.cut = true
+			return p.Done(ticket, 0, false, false)
+		}
+	}
+	return false
+}
+
 // Close closes the open window at now when it has been open span or
 // longer: its samples count once its requests are done, without waiting
 // for the next admission.
@@ -129,9 +147,11 @@ func (p *Sampler) Expire(now int64, wait time.Duration) {
 // done to Ready (never the open window: it may admit more).
 func (p *Sampler) complete() {
 	for p.n > 1 && p.win[0].out <= 0 {
-		p.Ready.N += p.win[0].s.N
-		p.Ready.Sum += p.win[0].s.Sum
-		p.Ready.Saturated = p.Ready.Saturated || p.win[0].s.Saturated
+		if w := &p.win[0]; !w.cut {
+			p.Ready.N += w.s.N
+			p.Ready.Sum += w.s.Sum
+			p.Ready.Saturated = p.Ready.Saturated || w.s.Saturated
+		}
 		copy(p.win[:], p.win[1:p.n])
 		p.n--
 		p.win[p.n] = window{}

@@ -159,3 +159,22 @@ func TestGaugeCompletes(t *testing.T) {
 		t.Fatalf("Completes of a round of %d needing %d", g.N, g.need())
 	}
 }
+
+// A request cut short (its client gone before the answer, early) leaves
+// its window with the quick answers only: the window counts for nothing.
+func TestSamplerCutWindowCountsForNothing(t *testing.T) {
+	var p Sampler
+	p.Reset(1, 0)
+	span := 10 * time.Millisecond
+	a, b := p.Admit(0, span), p.Admit(0, span)
+	p.Done(a, 20*time.Millisecond, true, false)
+	if !p.Cut(b) || p.Cut(b) {
+		t.Fatal("Cut: the request was not counted once")
+	}
+	c := p.Admit(12*smpMs, span)
+	p.Done(c, 30*time.Millisecond, true, false)
+	p.Close(30*smpMs, span)
+	if p.Ready.N != 1 || p.Ready.Sum != 30*time.Millisecond {
+		t.Fatalf("ready %+v, want the second window's one sample only", p.Ready)
+	}
+}
