@@ -214,7 +214,7 @@ func TestAdaptiveFindsAndFollowsCapacity(t *testing.T) {
 // demo store's buy): >= 85% of the capacity, a short queue (p90 of the
 // waiters at arrival at most 8, the e2e test's bound, where no limit
 // gives about 480: a limit held a little over the knee, when slow start's
-// noisy rounds raised Base, queues up to 7 until it next backs off).
+// noisy rounds raised Base, queues a little until it next backs off).
 func TestAdaptiveColdStartNoisy(t *testing.T) {
 	for seed := int64(1); seed <= 50; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -252,6 +252,33 @@ func TestAdaptiveNoisyServiceHolds(t *testing.T) {
 				t.Errorf("16 x %v, seed %d: %.0f%% of the capacity, upstream queue p90 %d", svc, seed, 100*share, p90)
 			}
 		}
+	}
+}
+
+// The e2e test's noisy upstream (16 slots, 25-75 ms, 128 clients, from
+// cold, measured over 5 s after 7) over 300 seeds. When a round's mean was
+// that of its first answers, a Base learnt in slow start's small rounds
+// read the larger rounds after it as a queue and the limit ratcheted
+// down: 14 of 300 seeds ran under 60% of the capacity, the worst at 22%.
+// Counted by admission (Sampler), at most 10 do, none under 25%.
+func TestAdaptiveNoisyServiceRarelyRatchets(t *testing.T) {
+	low, worst := 0, 1.0
+	for seed := int64(1); seed <= 300; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		s := newSim(t, 1, 1000, 16, 128, func() time.Duration {
+			return 25*time.Millisecond + time.Duration(rng.Int63n(int64(50*time.Millisecond)))
+		})
+		s.phase(7 * time.Second)
+		x, _ := s.phase(5 * time.Second)
+		share := x / 320
+		worst = min(worst, share)
+		if share < 0.6 {
+			low++
+		}
+	}
+	t.Logf("300 seeds: %d under 60%% of the capacity, the worst at %.0f%%", low, 100*worst)
+	if low > 10 || worst < 0.25 {
+		t.Errorf("300 seeds: %d under 60%% of the capacity, the worst at %.0f%%", low, 100*worst)
 	}
 }
 
