@@ -237,21 +237,40 @@ func (e *Engine) forgetLearners(now int64, force bool) {
 	}
 }
 
-// learnerAdmits counts a request of this worker admitted at now to a slot
-// of rule i for key fp, for an adaptive rule: its view is kept while any
-// holds one (see MaxLearners), and its sample will count in the Sampler
-// window of the ticket returned (0: none).
-func (e *Engine) learnerAdmits(i int, fp uint64, now int64) uint32 {
+// learnerTakes counts a request of this worker holding a slot of rule i
+// for key fp, for an adaptive rule: its view is kept while any does (see
+// MaxLearners).
+func (e *Engine) learnerTakes(i int, fp uint64) {
 	if !IsAdaptive(&e.cfg.Rules[i]) {
-		return 0
+		return
 	}
-	l := e.learners[learnKey{rule: i, fp: fp}]
-	if l == nil {
-		return 0
+	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
+		l.inFlight++
 	}
-	l.inFlight++
-	span, _ := l.g.SamplerTiming()
-	return l.smp.Admit(now, span)
+}
+
+// admitSamples gives the adaptive rules' slots of v, a request forwarded
+// to the upstream at now, their Sampler tickets: its sample will count in
+// the window of its forwarding. Only a request forwarded as it is
+// decided (Allow) gets them. One that a rate rule holds, or that waits
+// for a global rule's call or in a later rule's queue, holding the slot
+// meanwhile, gives no sample: its window would wait for it (and count it
+// at its age when it gave up on it) while it had not reached the
+// upstream.
+func (e *Engine) admitSamples(v *Verdict, now int64) {
+	if v.Outcome != Allow {
+		return
+	}
+	for i := range v.Slots {
+		s := &v.Slots[i]
+		if !IsAdaptive(&e.cfg.Rules[s.Rule]) || s.Ticket != 0 {
+			continue
+		}
+		if l := e.learners[learnKey{rule: s.Rule, fp: s.FP}]; l != nil {
+			span, _ := l.g.SamplerTiming()
+			s.Ticket = l.smp.Admit(now, span)
+		}
+	}
 }
 
 // learnerReleases counts the release of slot s: one request fewer in

@@ -225,3 +225,41 @@ func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
 		t.Fatalf("the complete window gave the Gauge %+v, want its 3 samples of 20ms", g)
 	}
 }
+
+// A request that takes an adaptive slot and is then held by a rate rule
+// (or waits in a later rule's queue, or for a global rule's call) has not
+// reached the upstream: it gives no sample. Its window would otherwise
+// wait for it, and count it at its age (three times Base or more) once
+// it gave up on it; and its client leaving before the hold ends would
+// void the window of the requests answered beside it.
+func TestAdaptiveHeldRequestGivesNoSample(t *testing.T) {
+	doc := `{"rules":[
+	  {"name":"pace","match":{"path_prefix":"/slow"},"key":["client_ip"],"limit":1,"window":"1s","burst":1,"max_delay":"10s"},
+	  {"name":"a","algorithm":"adaptive_concurrency","key":["method"]}]}`
+	e := New(mustConfig(t, doc), newMemStore(), 1)
+	now := t0
+	for range 30 { // Base 10 ms
+		now += int64(50 * time.Millisecond)
+		adaptiveRound(e, now, 10*time.Millisecond, SampleResponse)
+	}
+	now += int64(time.Second)
+	e.Learn(now)
+	first := e.Decide(req("/slow", "POST", "10.0.0.9:1"), now)
+	held := e.Decide(req("/slow", "POST", "10.0.0.9:1"), now) // held about 1 s
+	if first.Outcome != Allow || first.Slots[0].Ticket == 0 || held.Outcome != Delay || held.Slots[0].Ticket != 0 {
+		t.Fatalf("first %v %+v, held %v %+v: want a ticket for the one forwarded only", first.Outcome, first.Slots, held.Outcome, held.Slots)
+	}
+	l := e.learners[learnKey{rule: 1, fp: first.Slots[0].FP}]
+	end := now + int64(10*time.Millisecond)
+	e.Sample(first.Slots, now, end, SampleResponse)
+	e.Release(first.Slots, end)
+	// The held client leaves before its hold ends (sent is in the future).
+	e.Sample(held.Slots, now+int64(held.Delay), end+int64(time.Millisecond), SampleEnded)
+	e.Release(held.Slots, end+int64(time.Millisecond))
+	for tick := end; tick <= end+int64(100*time.Millisecond); tick += int64(10 * time.Millisecond) {
+		e.Learn(tick)
+	}
+	if l.smp.Ready.N != 0 || e.LearntGauge(1).Mean > 12*time.Millisecond {
+		t.Fatalf("ready %+v, gauge %+v: want the 10ms sample added, none of the held request", l.smp.Ready, e.LearntGauge(1))
+	}
+}

@@ -39,7 +39,8 @@ type SlotRef struct {
 	// slot (0: taken at once); counted once the request is admitted.
 	Waited time.Duration
 	// Ticket is an adaptive rule's limit.Sampler ticket for the request's
-	// sample; Sampled, that the sample was given (Engine.Sample).
+	// sample (0: no sample: see admitSamples); Sampled, that the sample
+	// was given (Engine.Sample).
 	Ticket  uint32
 	Sampled bool
 }
@@ -312,7 +313,8 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 	r := &e.cfg.Rules[hk.rule]
 	e.hold1(hk, d.Epoch)
 	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now,
-		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight), Ticket: e.learnerAdmits(hk.rule, hk.fp, now)})
+		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
+	e.learnerTakes(hk.rule, hk.fp)
 	rem := lim.Limit() - d.InFlight
 	// A shadow rule reports nothing but x-ratelimit-shadow (when it would
 	// refuse): its slots are not the client's limit.
@@ -592,7 +594,8 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}, op.out.Epoch)
 	v := &w.verdict
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r),
-		Waited: time.Duration(max(now-w.arrived, 1)), Ticket: e.learnerAdmits(w.rule, w.fp, now)})
+		Waited: time.Duration(max(now-w.arrived, 1))})
+	e.learnerTakes(w.rule, w.fp)
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting, w.fp, w.overflow, true}
 	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0
@@ -624,6 +627,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
+	e.admitSamples(v, now)
 	return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.carry.since)})
 }
 

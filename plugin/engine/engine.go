@@ -385,6 +385,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	}
 	if rejected < 0 {
 		e.admit(&v, &ri)
+		e.admitSamples(&v, now)
 		return v
 	}
 	e.refuse(&v, &ri, rejected, now)
