@@ -274,17 +274,16 @@ func (e *Engine) admitSamples(v *Verdict, now int64) {
 }
 
 // learnerReleases counts the release of slot s: one request fewer in
-// flight, and done for the Sampler if it gave no sample (Sluice or
-// another filter answered it, or it never reached the upstream).
+// flight, and done for the Sampler if it gave no sample (its ticket is
+// still there: Sluice or another filter answered it, or it never reached
+// the upstream).
 func (e *Engine) learnerReleases(s *SlotRef) {
 	if !IsAdaptive(&e.cfg.Rules[s.Rule]) {
 		return
 	}
 	if l := e.learners[learnKey{rule: s.Rule, fp: s.FP}]; l != nil {
 		l.inFlight = max(l.inFlight-1, 0)
-		if !s.Sampled {
-			l.smp.Done(s.Ticket, 0, false, false)
-		}
+		l.smp.Done(s.Ticket, 0, false, false)
 	}
 }
 
@@ -344,15 +343,16 @@ func (e *Engine) overLimit(i int, fp uint64) {
 // after its admission), now when kind happened. Requests that Sluice or
 // another filter answered never reach here (their release counts them
 // done); a request admitted before this worker saw its Gauge's current
-// round is not counted (it ran under an older limit). It marks the slots
-// sampled.
+// round is not counted (it ran under an older limit). It uses up the
+// slots' tickets.
 func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 	for i := range slots {
 		s := &slots[i]
-		if !IsAdaptive(&e.cfg.Rules[s.Rule]) || s.Sampled {
+		ticket := s.Ticket
+		if ticket == 0 || !IsAdaptive(&e.cfg.Rules[s.Rule]) {
 			continue
 		}
-		s.Sampled = true
+		s.Ticket = 0
 		k := learnKey{rule: s.Rule, fp: s.FP}
 		l := e.learners[k]
 		if l == nil {
@@ -364,9 +364,9 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		var ok bool
 		switch {
 		case kind == SampleEnded && !counts:
-			ok = l.smp.Cut(s.Ticket) // its window would count only the quick
+			ok = l.smp.Cut(ticket) // its window would count only the quick
 		default:
-			ok = l.smp.Done(s.Ticket, lat, counts, s.Saturated)
+			ok = l.smp.Done(ticket, lat, counts, s.Saturated)
 		}
 		if !ok {
 			continue

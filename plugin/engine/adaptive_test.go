@@ -209,8 +209,8 @@ func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
 	end := now + int64(20*time.Millisecond)
 	for _, s := range held[:3] {
 		e.Sample(s, now, end, SampleResponse)
-		if !s[0].Sampled {
-			t.Fatal("Sample did not mark the slot sampled")
+		if s[0].Ticket != 0 {
+			t.Fatal("Sample did not use up the slot's ticket")
 		}
 		e.Release(s, end)
 	}

@@ -39,10 +39,9 @@ type SlotRef struct {
 	// slot (0: taken at once); counted once the request is admitted.
 	Waited time.Duration
 	// Ticket is an adaptive rule's limit.Sampler ticket for the request's
-	// sample (0: no sample: see admitSamples); Sampled, that the sample
-	// was given (Engine.Sample).
-	Ticket  uint32
-	Sampled bool
+	// sample (0: no sample, see admitSamples, or given already: Engine.Sample
+	// uses it up).
+	Ticket uint32
 }
 
 type holdKey struct {

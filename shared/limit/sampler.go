@@ -88,19 +88,26 @@ func (p *Sampler) Admit(now int64, span time.Duration) uint32 {
 // the upstream). It reports whether the request was still counted (not
 // admitted before a Reset, nor in a window given up on).
 func (p *Sampler) Done(ticket uint32, latency time.Duration, sample, saturated bool) bool {
-	for i := range p.n {
-		w := &p.win[i]
-		if w.ticket != ticket || ticket == 0 || w.out <= 0 {
-			continue
-		}
-		w.out--
-		if sample {
-			w.s.Add(latency, saturated)
-		}
-		p.complete()
-		return true
+	w := p.window(ticket)
+	if w == nil {
+		return false
 	}
-	return false
+	w.out--
+	if sample {
+		w.s.Add(latency, saturated)
+	}
+	p.complete()
+	return true
+}
+
+// window returns the window of ticket with a request still out, or nil.
+func (p *Sampler) window(ticket uint32) *window {
+	for i := range p.n {
+		if w := &p.win[i]; w.ticket == ticket && ticket != 0 && w.out > 0 {
+			return w
+		}
+	}
+	return nil
 }
 
 // Cut counts the end of the request Admit gave ticket before its answer
@@ -109,13 +116,10 @@ func (p *Sampler) Done(ticket uint32, latency time.Duration, sample, saturated b
 // answered before it, the quicker ones, and the window counts for
 // nothing. It reports whether the request was still counted.
 func (p *Sampler) Cut(ticket uint32) bool {
-	for i := range p.n {
-		if w := &p.win[i]; w.ticket == ticket && ticket != 0 && w.out > 0 {
-			w.cut = true
-			return p.Done(ticket, 0, false, false)
-		}
+	if w := p.window(ticket); w != nil {
+		w.cut = true
 	}
-	return false
+	return p.Done(ticket, 0, false, false)
 }
 
 // Close closes the open window at now when it has been open span or
