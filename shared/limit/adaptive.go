@@ -317,13 +317,6 @@ func (l Limit) endRound(g Gauge) Gauge {
 			g = g.backoff(mean, clamp)
 		}
 		g.Warned = true
-	case g.Measure && g.Stalled && !g.Warned && mean*2 >= g.Base*3 && mean < 2*g.Base:
-		// 1.5-2x the Base from before the stall: others stalled with it
-		// (other Envoys) may not have backed off yet, and their queue is
-		// not the upstream's latency. Measure once more at the halved
-		// limit (see measured). Twice Base or more is the upstream's
-		// own: no queue the halved limit leaves reads that high.
-		g.Warned = true
 	case g.Measure:
 		g = g.measured(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
@@ -527,8 +520,7 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 // it (see endRound), means the upstream itself slowed down (not a queue):
 // slow start again. After a stall (the limit halved), a round under 1.5x
 // the old Base is no queue either (the limit had none before the stall):
-// slow start again, from it; one at 1.5-2x was measured twice (see
-// endRound). A cold rule's first round
+// slow start again, from it. A cold rule's first round
 // (saturated) also doubles the limit: it had no Base to compare with.
 func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 	old, stalled, oldN := g.Base, g.Stalled, g.BaseN
