@@ -45,6 +45,7 @@ func TestCostFleet(t *testing.T) {
 	// timeout, and on_error would then decide the run's first requests.
 	// So each connects first, for a client of its own.
 	reported0, charged0 := warmCostFleet(t, f, up, fmt.Sprint("warm", time.Now().UnixNano()))
+	onError0 := f.sum(t, "wasmcustom.sluice.on_error.allowed") // the run's own are counted below
 	client := fmt.Sprint("c", time.Now().UnixNano())
 	minute := inOneWindow(t, 20*time.Second)
 	var admitted, refused, sent atomic.Int64
@@ -103,7 +104,7 @@ func TestCostFleet(t *testing.T) {
 	if bound := int64(maxCost-1) * (workers + 3); over > bound {
 		t.Errorf("charged %d past the limit, more than the bound %d", over, bound)
 	}
-	if n := f.sum(t, "wasmcustom.sluice.on_error.allowed"); n > 0 {
+	if n := f.sum(t, "wasmcustom.sluice.on_error.allowed") - onError0; n > 0 {
 		t.Errorf("%d requests decided by on_error", n)
 	}
 	// Admission has stopped on every Envoy.
@@ -136,7 +137,10 @@ func warmCostFleet(t *testing.T, f *fleet, up *tokenUpstream, client string) (re
 		}
 	}
 	reported = uint64(up.reported.Load())
-	return reported, settledCharge(t, f, reported)
+	if charged = settledCharge(t, f, reported); charged != reported {
+		t.Fatalf("warm-up: the fleet charged %d, the upstream reported %d", charged, reported)
+	}
+	return reported, charged
 }
 
 // settledCharge waits until the fleet's charge metric reaches want (the
