@@ -544,9 +544,8 @@ func ruleIdentity(f fields, r *Rule) error {
 		if err := strs(raw, &parts); err != nil {
 			return errf(f.name("key"), "must be a list of strings")
 		}
-		if len(parts) == 0 {
-			return errf(f.name("key"), "must not be empty")
-		}
+		// An empty list is the rule-wide key: one budget shared by every
+		// request the rule matches (the absent key stays client_ip).
 		r.Key = r.Key[:0]
 		for i, p := range parts {
 			kp, err := parseKeyPart(sprintf.Sprintf("%s.key[%d]", f.path, i), p)

@@ -103,7 +103,6 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `,"max_delay":"2m"}]}`, "rules[0].max_delay:"},
 		{`{"rules":[{` + ok + `,"max_delay":"1s","algorithm":"sliding_window"}]}`, "rules[0].max_delay:"},
 		{`{"rules":[{` + ok + `,"shadow":"yes"}]}`, "rules[0].shadow:"},
-		{`{"rules":[{` + ok + `,"key":[]}]}`, "rules[0].key:"},
 		{`{"rules":[{` + ok + `,"key":["cookie"]}]}`, "rules[0].key[0]:"},
 		{`{"rules":[{` + ok + `,"key":["client_ip","header:"]}]}`, "rules[0].key[1]:"},
 		{`{"rules":[{` + ok + `,"match":{"path":"/x"}}]}`, "rules[0].match.path: unknown field"},
