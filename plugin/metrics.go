@@ -55,6 +55,16 @@ type ruleMetrics struct {
 	activeStates gauge
 	overflowLast uint64
 	overflowSeen bool
+	// classes are the metrics of a rule's priority classes, the default
+	// one last (rules with classes only).
+	classes []classMetrics
+}
+
+// classMetrics are one priority class's: sluice.class.<rule>.<class>.<metric>.
+type classMetrics struct {
+	inFlight, queued gauge
+	refused          counter
+	refusedLast      uint64
 }
 
 // counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
@@ -103,6 +113,14 @@ func newRuleMetrics(r *config.Rule) ruleMetrics {
 		// as the last decision of the publishing worker saw them.
 		rm.inFlight = defineGauge(p + "in_flight")
 		rm.queued = defineGauge(p + "queued")
+	}
+	for k := 0; k <= len(r.Classes) && len(r.Classes) > 0; k++ {
+		// Requests of the class in flight and waiting, process-wide
+		// (like in_flight), and the ones refused (full, or timed out in
+		// the queue).
+		cp := "sluice.class." + r.Name + "." + r.ClassName(k) + "."
+		rm.classes = append(rm.classes, classMetrics{inFlight: defineGauge(cp + "in_flight"),
+			queued: defineGauge(cp + "queued"), refused: defineCounter(cp + "refused")})
 	}
 	if engine.IsAdaptive(r) {
 		// The learnt limit and the no-queue latency it is learnt from.
@@ -273,6 +291,13 @@ func (m *metrics) flushSlots(e *engine.Engine, i int) {
 	n, q := e.LastSlots(i, e.Now())
 	setGauge(rm.inFlight, n)
 	setGauge(rm.queued, q)
+	for k := range rm.classes {
+		c := &rm.classes[k]
+		n, q := e.ClassSlots(i, k)
+		setGauge(c.inFlight, n)
+		setGauge(c.queued, q)
+		addDelta(c.refused, e.ClassStats[i][k].Refused, &c.refusedLast)
+	}
 	if rm.limit != 0 {
 		if g := e.LearntGauge(i); g.Limit > 0 {
 			setGauge(rm.limit, g.Current())

@@ -22,6 +22,10 @@ import (
 var (
 	decisionProperty = []byte("sluice_decision")
 	ruleProperty     = []byte("sluice_rule")
+	// classProperty is wasm.sluice_class: the request's priority class in
+	// a rule with classes ("default" for the implicit one); not set for
+	// requests of no such rule.
+	classProperty = []byte("sluice_class")
 )
 
 // tell records v's decision in the stream's filter state; the stream must
@@ -37,6 +41,9 @@ func (p *pluginContext) tell(v *engine.Verdict) {
 		name = r.Name
 	}
 	setProperty(ruleProperty, name)
+	if v.Class != "" {
+		setProperty(classProperty, v.Class)
+	}
 }
 
 // rejectionBody returns the body of v's rejection and its content type,

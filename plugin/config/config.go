@@ -113,6 +113,9 @@ type Rule struct {
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
 	ID uint64
+	// Classes are a concurrency rule's priority classes, highest first;
+	// requests none selects are in the implicit default class (classes.go).
+	Classes []Class
 }
 
 // Match selects the requests a rule applies to. The zero Match applies to
@@ -436,7 +439,7 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "min_limit", "max_limit", "cost", "max_keys"); err != nil {
+	if err := known(field, m, "name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow", "scope", "min_limit", "max_limit", "cost", "max_keys", "classes"); err != nil {
 		return r, err
 	}
 	f := fields{path: field, m: m}
@@ -449,6 +452,14 @@ func parseRule(field string, raw *jsonlite.Value) (Rule, error) {
 	}
 	if m.Has("cost") && !costAlgorithm(alg) {
 		return r, errf(field+".cost", "not with %s: a cost applies to token_bucket, fixed_window, sliding_window and global rules (rates in units)", alg)
+	}
+	if raw := m.Get("classes"); raw != nil {
+		if alg != limit.Concurrency && alg != limit.AdaptiveConcurrency {
+			return r, errf(field+".classes", "not with %s: classes divide the slots of a concurrency or adaptive_concurrency rule", alg)
+		}
+		if r.Classes, err = parseClasses(field+".classes", raw); err != nil {
+			return r, err
+		}
 	}
 	if alg == limit.AdaptiveConcurrency {
 		return parseAdaptive(f, r)
@@ -831,6 +842,7 @@ func ruleID(r *Rule) uint64 {
 		h.Write([]byte(sprintf.Sprintf("%d:%s,", int(k.Kind), k.Header)))
 	}
 	h.Write([]byte(sprintf.Sprintf("|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())))
+	hashClasses(h, r)
 	if c := &r.Cost; c.Set() {
 		// Only rules with a cost hash it: the IDs of the others are kept.
 		h.Write([]byte(sprintf.Sprintf("|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)))

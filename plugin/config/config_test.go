@@ -188,6 +188,12 @@ func TestRuleIDUnchanged(t *testing.T) {
 				fmt.Fprintf(h, "%d:%s,", k.Kind, k.Header)
 			}
 			fmt.Fprintf(h, "|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())
+			if len(r.Classes) > 0 {
+				fmt.Fprint(h, "|classes")
+				for _, c := range r.Classes {
+					fmt.Fprintf(h, "|%s|%q|%q|%v|%v", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods, c.Reserve)
+				}
+			}
 			if c := r.Cost; c.Set() {
 				fmt.Fprintf(h, "|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)
 				for _, s := range c.OnStatus {

@@ -106,6 +106,18 @@ var invalidCorpus = map[string]invalidCase{
 	"match-method-space.json":     {field: "rules[0].match.methods[0]"},
 	"match-method-number.json":    {field: "rules[0].match.methods"},
 
+	"classes-token-bucket.json":  {field: "rules[0].classes"},
+	"classes-reserve-range.json": {field: "rules[0].classes[1].reserve"},
+	"classes-reserve-sum.json": {field: "rules[0].classes[1].reserve", semanticOnly: "the reserves of all classes must add up to " +
+		"less than 1: JSON Schema cannot sum over an array"},
+	"classes-duplicate.json": {field: "rules[0].classes[1].name", semanticOnly: "class names must be unique: JSON Schema's " +
+		"uniqueItems compares whole objects"},
+	"classes-default.json": {field: "rules[0].classes[0].name"},
+	"classes-empty.json":   {field: "rules[0].classes"},
+	"classes-unknown.json": {field: "rules[0].classes[0].weight"},
+	"classes-name.json":    {field: "rules[0].classes[0].name"},
+	"classes-match.json":   {field: "rules[0].classes[0].match.path_prefix"},
+
 	"key-string.json":         {field: "rules[0].key"},
 	"key-unknown.json":        {field: "rules[0].key[0]"},
 	"key-case.json":           {field: "rules[0].key[0]"},

@@ -150,7 +150,7 @@ func TestStructEdgeCases(t *testing.T) {
 		{append(doc(str("a"), 5), entry("status", num(500))...), ""},
 		{append(append(doc(str("a"), 5), entry("status", num(math.NaN()))...), entry("status", num(503))...), ""},
 		{doc(str("a\xffb"), 5), "rules[0].name: \"a\uFFFDb\" must match [a-z0-9_-]+ (at most 64 characters)"},
-		{doc(str("a"), 5, entry("x\xc3", str("y"))), `rules[0].x` + "\ufffd" + `: unknown field (known: name, match, key, algorithm, limit, window, burst, max_delay, shadow, scope, min_limit, max_limit, cost, max_keys)`},
+		{doc(str("a"), 5, entry("x\xc3", str("y"))), `rules[0].x` + "\ufffd" + `: unknown field (known: name, match, key, algorithm, limit, window, burst, max_delay, shadow, scope, min_limit, max_limit, cost, max_keys, classes)`},
 		{doc(str("a"), 1.5), `rules[0].limit: 1.5 is not a whole number`},
 		{doc(str("a"), 1e21), `rules[0].limit: 1e+21 is not a whole number`},
 		{doc(str("a"), 1e-7), `rules[0].limit: 1e-7 is not a whole number`},

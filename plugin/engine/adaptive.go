@@ -416,7 +416,7 @@ func (e *Engine) LastSlots(i int, now int64) (inFlight, queued int64) {
 	}
 	op := &e.op
 	*op = concOp{kind: opView, lim: e.releaseLimit(i, ls.fp)}
-	if _, err := e.table.Modify(ls.fp, i, ls.overflow, now, op); err != nil {
+	if err := e.concModify(ls.fp, i, ls.overflow, now, op); err != nil {
 		return ls.inFlight, ls.queued
 	}
 	return op.observed.InFlight(), op.observed.Queued()

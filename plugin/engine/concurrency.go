@@ -42,12 +42,15 @@ type SlotRef struct {
 	// sample (0: no sample, see admitSamples, or given already: Engine.Sample
 	// uses it up).
 	Ticket uint32
+	// Class is the slot's priority class (rules with classes).
+	Class uint8
 }
 
 type holdKey struct {
 	rule     int
 	fp       uint64
 	overflow bool
+	class    uint8
 }
 
 type holding struct {
@@ -57,8 +60,9 @@ type holding struct {
 
 // pendingConc is a concurrency rule still to be acquired by a request.
 type pendingConc struct {
-	rule int
-	fp   uint64
+	rule  int
+	fp    uint64
+	class uint8
 }
 
 // Waiter is a request waiting in a concurrency rule's queue.
@@ -69,6 +73,7 @@ type Waiter struct {
 	rule     int
 	fp       uint64
 	overflow bool
+	class    uint8
 	ticket   uint16
 	gone     bool // abandoned: the ticket must still leave the queue
 	rest     []pendingConc
@@ -106,6 +111,8 @@ type concOp struct {
 	ticket   uint16
 	queue    int64
 	out      limit.ConcDecision
+	free     int64 // what the class may still take (rules with classes)
+	class    uint8
 	left     bool
 	observed limit.Slots
 }
@@ -230,14 +237,14 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 		r := &e.cfg.Rules[p.rule]
 		lim := e.slotLimit(p.rule, p.fp, now)
 		op := e.acquireOp(p, lim)
-		if _, err := e.table.Modify(p.fp, p.rule, false, now, op); err != nil {
+		if err := e.concModify(p.fp, p.rule, false, now, op); err != nil {
 			if e.acquireFailed(v, p.rule, err, now) {
 				return p.rule
 			}
 			continue
 		}
 		d := op.out
-		hk := holdKey{rule: p.rule, fp: p.fp, overflow: op.overflow}
+		hk := holdKey{rule: p.rule, fp: p.fp, overflow: op.overflow, class: p.class}
 		if h := e.holdings[hk]; h != nil {
 			h.epoch = d.Epoch // renewed on the way
 		}
@@ -258,6 +265,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 			}
 		default:
 			e.overLimit(p.rule, p.fp)
+			e.ClassStats[p.rule][p.class].Refused++
 			st.Rejected++
 			e.rejectFull(v, p.rule, lim, d.Waiting, now)
 			return p.rule
@@ -273,14 +281,14 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 // already keeps MaxWaiters waiting.
 func (e *Engine) acquireOp(p pendingConc, lim *limit.Limit) *concOp {
 	op := &e.op
-	*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule, lim.Limit())}
+	*op = concOp{kind: opAcquire, lim: lim, queue: e.queueBound(p.rule, lim.Limit()), class: p.class}
 	if len(e.waiters) >= MaxWaiters {
 		op.queue = 0
 	}
-	if h := e.holdings[holdKey{rule: p.rule, fp: p.fp}]; h != nil {
+	if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, class: p.class}]; h != nil {
 		op.held, op.epoch = h.n, h.epoch
 	}
-	if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true}]; h != nil {
+	if h := e.holdings[holdKey{rule: p.rule, fp: p.fp, overflow: true, class: p.class}]; h != nil {
 		op.heldOv, op.epochOv = h.n, h.epoch
 	}
 	return op
@@ -311,10 +319,10 @@ func (e *Engine) acquireFailed(v *Verdict, i int, err error, now int64) bool {
 func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.ConcDecision, now int64) {
 	r := &e.cfg.Rules[hk.rule]
 	e.hold1(hk, d.Epoch)
-	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now,
+	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now, Class: hk.class,
 		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
 	e.learnerTakes(hk.rule, hk.fp)
-	rem := lim.Limit() - d.InFlight
+	rem := e.remaining(hk.rule, lim, d.InFlight)
 	// A shadow rule reports nothing but x-ratelimit-shadow (when it would
 	// refuse): its slots are not the client's limit.
 	if !r.Shadow && (v.Report == nil || rem < v.Remaining || (rem == v.Remaining && e.HoldEstimate(hk.rule) > v.Reset)) {
@@ -347,7 +355,7 @@ func (e *Engine) enqueue(id uint32, v *Verdict, hk holdKey, ticket uint16, rest 
 	r := &e.cfg.Rules[hk.rule]
 	w := &Waiter{
 		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, rule: hk.rule, fp: hk.fp,
-		overflow: hk.overflow, ticket: ticket, rest: append([]pendingConc(nil), rest...), verdict: *v,
+		overflow: hk.overflow, class: hk.class, ticket: ticket, rest: append([]pendingConc(nil), rest...), verdict: *v,
 		carry: carried{charges: append([]charge(nil), c.charges...), globals: append([]globalRef(nil), c.globals...),
 			keys: append([]byte(nil), c.keys...), since: c.since},
 	}
@@ -390,14 +398,14 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 	e.renewDue(now)
 	for _, s := range slots {
 		e.learnerReleases(&s)
-		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow}
+		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow, class: s.Class}
 		h := e.holdings[hk]
 		if h == nil {
 			continue
 		}
 		op := &e.op
-		*op = concOp{kind: opRelease, lim: e.releaseLimit(s.Rule, s.FP), held: 1, epoch: h.epoch}
-		if _, err := e.table.Modify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
+		*op = concOp{kind: opRelease, lim: e.releaseLimit(s.Rule, s.FP), held: 1, epoch: h.epoch, class: s.Class}
+		if err := e.concModify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
 			e.Stats.ReleaseErrors++
@@ -470,8 +478,8 @@ func (e *Engine) refund(w *Waiter, now int64) {
 // can then be dropped).
 func (e *Engine) leave(w *Waiter, now int64) bool {
 	op := &e.op
-	*op = concOp{kind: opLeave, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket}
-	if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err != nil {
+	*op = concOp{kind: opLeave, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket, class: w.class}
+	if err := e.concModify(w.fp, w.rule, w.overflow, now, op); err != nil {
 		return false
 	}
 	if op.left {
@@ -501,7 +509,7 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 	clear(e.blocked)
 	polls := 0
 	for _, w := range waiters {
-		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}
+		key := holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow, class: w.class}
 		if now >= w.Deadline {
 			out = e.timeOut(w, now, out)
 			continue
@@ -551,6 +559,7 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	}
 	w.gone = true
 	e.Stats.Rules[w.rule].Rejected++
+	e.ClassStats[w.rule][w.class].Refused++
 	v := w.verdict
 	e.refund(w, now)
 	e.releaseAll(&w.verdict, now)
@@ -567,12 +576,12 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 // (or shared data failed: it tries again on the next tick).
 func (e *Engine) claim(w *Waiter, now int64) *concOp {
 	op := &e.op
-	*op = concOp{kind: opClaim, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket}
-	h := e.holdings[holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}]
+	*op = concOp{kind: opClaim, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket, class: w.class}
+	h := e.holdings[holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow, class: w.class}]
 	if h != nil {
 		op.held, op.epoch = h.n, h.epoch
 	}
-	if _, err := e.table.Modify(w.fp, w.rule, w.overflow, now, op); err != nil {
+	if err := e.concModify(w.fp, w.rule, w.overflow, now, op); err != nil {
 		return nil
 	}
 	if h != nil {
@@ -590,13 +599,13 @@ func (e *Engine) claim(w *Waiter, now int64) *concOp {
 // happened to out.
 func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []ConcEvent {
 	r := &e.cfg.Rules[w.rule]
-	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow}, op.out.Epoch)
+	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow, class: w.class}, op.out.Epoch)
 	v := &w.verdict
-	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r),
+	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r), Class: w.class,
 		Waited: time.Duration(max(now-w.arrived, 1))})
 	e.learnerTakes(w.rule, w.fp)
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting, w.fp, w.overflow, true}
-	if rem := op.lim.Limit() - op.out.InFlight; v.Report == nil || rem < v.Remaining {
+	if rem := e.remaining(w.rule, op.lim, op.out.InFlight); v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0
 	}
 	if v.Delayer == nil {
@@ -647,8 +656,8 @@ func (e *Engine) renewDue(now int64) {
 // deadline passed).
 func (e *Engine) expire(w *Waiter, now int64) {
 	op := &e.op
-	*op = concOp{kind: opExpire, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket}
-	_, _ = e.table.Modify(w.fp, w.rule, w.overflow, now, op)
+	*op = concOp{kind: opExpire, lim: &e.cfg.Rules[w.rule].Limit, ticket: w.ticket, class: w.class}
+	_ = e.concModify(w.fp, w.rule, w.overflow, now, op)
 	w.ID = 0
 }
 
@@ -661,8 +670,8 @@ func (e *Engine) renew(now int64) {
 			continue
 		}
 		op := &e.op
-		*op = concOp{kind: opRenew, lim: &e.cfg.Rules[hk.rule].Limit, held: h.n, epoch: h.epoch}
-		if _, err := e.table.Modify(hk.fp, hk.rule, hk.overflow, now, op); err == nil {
+		*op = concOp{kind: opRenew, lim: &e.cfg.Rules[hk.rule].Limit, held: h.n, epoch: h.epoch, class: hk.class}
+		if err := e.concModify(hk.fp, hk.rule, hk.overflow, now, op); err == nil {
 			h.epoch = op.out.Epoch
 		}
 	}
@@ -673,7 +682,7 @@ func (e *Engine) renew(now int64) {
 func (e *Engine) InFlight(i int, fp uint64, now int64) (inFlight, waiting int64, err error) {
 	op := &e.op
 	*op = concOp{kind: opView, lim: &e.cfg.Rules[i].Limit}
-	if _, err := e.table.Modify(fp, i, false, now, op); err != nil {
+	if err := e.concModify(fp, i, false, now, op); err != nil {
 		return 0, 0, err
 	}
 	return op.observed.InFlight(), op.observed.Queued(), nil

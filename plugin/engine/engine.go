@@ -105,6 +105,9 @@ type Verdict struct {
 	// ReportLimit is the limit of an adaptive concurrency Report, as
 	// learnt when the request was decided.
 	ReportLimit int64
+	// Class is the request's priority class in the first matching rule
+	// with classes ("" when none has).
+	Class string
 	// post are the rules that charge the request once the upstream's
 	// response arrives (cost.go: Settle).
 	post postList
@@ -171,6 +174,7 @@ type Engine struct {
 	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
 	concurrencyRules // slots, their leases and the queue (concurrency.go)
 	adaptiveRules    // learnt limits (adaptive.go)
+	classRules       // priority classes of concurrency rules (classes.go)
 	// Now is the clock of answers to calls (nanoseconds since the epoch).
 	Now func() int64
 	// HoldsFull: the worker holds as many requests as it can (the plugin
@@ -234,6 +238,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 			lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
 			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
 		},
+		classRules: newClassRules(cfg),
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
@@ -242,6 +247,11 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		}
 		if r.Match.PathPrefix != "" || r.Match.PathExact != "" {
 			e.needPath = true
+		}
+		for k := range r.Classes {
+			m := &r.Classes[k].Match
+			e.needPath = e.needPath || m.PathPrefix != "" || m.PathExact != ""
+			e.needMethod = e.needMethod || len(m.Methods) > 0
 		}
 		for _, k := range r.Key {
 			switch k.Kind {
@@ -454,7 +464,11 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		if IsConcurrency(r) {
 			// Slots are taken after every rate rule has admitted the
 			// request: a request rejected by a rate never holds one.
-			e.pending = append(e.pending, pendingConc{rule: i, fp: fp})
+			p := pendingConc{rule: i, fp: fp, class: classOf(r, ri)}
+			if len(r.Classes) > 0 && v.Class == "" {
+				v.Class = r.ClassName(int(p.class))
+			}
+			e.pending = append(e.pending, p)
 			continue
 		}
 		d, n, err := e.decideLocal(v, r, i, fp, ri, now)

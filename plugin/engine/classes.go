@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"strconv"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/shared/limit"
+)
+
+// Priority classes (rule field `classes`) divide the slots of one key of a
+// concurrency rule. The caps of the classes bind them together (class k and
+// the classes below it hold at most Cap k), so a key's classes must change
+// together, atomically across workers: they live in one shared-data value
+// per key, one limit.Slots per class, updated with one compare-and-swap
+// (limit.ClassAcquire and friends decide). Everything else is as for a key
+// without classes: this worker's holdings are renewed every epoch (one per
+// class), released on the same paths, and the waiting requests poll their
+// ticket in their class's queue.
+//
+// The values are bounded like the state table's: a rule with classes keeps
+// them in its own region of buckets (one key each, the rule's share divided
+// by SlotsPerBucket, one bucket for a rule-wide key), each value marked
+// with the fingerprint of the key it holds and when it expires; a key whose
+// bucket is held by another active key is decided on the rule's overflow
+// value, with every other such key, as one key. So a flood of keys cannot
+// grow shared data, and the usual case, `"key": []`, is one value.
+//
+// Value: fingerprint uint64 | expiry int64 (ns) | one limit.State per class.
+
+// classSalt makes the ID of a rule's class region out of the rule's.
+const classSalt = 0x636c617373000000
+
+// classRegion is where the class values of one rule live.
+type classRegion struct {
+	prefix      string
+	buckets     uint64
+	overflowKey string
+	n           int // classes, the default one included
+	reserves    []float64
+}
+
+// classRules is the engine's working state for rules with classes.
+type classRules struct {
+	cregions []classRegion // indexed like the rules (n 0: no classes)
+	ss       [config.MaxClasses]limit.Slots
+	caps     [config.MaxClasses]int64
+	cbuf     [16 + 16*config.MaxClasses]byte
+	ckey     []byte
+	// seen is, per rule with classes, the in flight and queued of each
+	// class as this worker last saw them (the metrics).
+	seen [][config.MaxClasses][2]int64
+	// ClassStats counts decisions per rule and class.
+	ClassStats [][config.MaxClasses]ClassCounts
+}
+
+// ClassCounts counts the decisions of one class.
+type ClassCounts struct {
+	Refused uint64
+}
+
+func newClassRules(cfg *config.Config) classRules {
+	c := classRules{cregions: make([]classRegion, len(cfg.Rules)), ckey: make([]byte, 0, 64),
+		seen: make([][config.MaxClasses][2]int64, len(cfg.Rules)), ClassStats: make([][config.MaxClasses]ClassCounts, len(cfg.Rules))}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		if len(r.Classes) == 0 {
+			continue
+		}
+		p := "sluice.v2." + strconv.FormatUint(r.ID^classSalt, 16) + "."
+		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
+		if len(r.Key) == 0 {
+			n = 1 // one key: its bucket never moves when the shares change
+		}
+		c.cregions[i] = classRegion{prefix: p, buckets: n, overflowKey: p + "o", n: len(r.Classes) + 1, reserves: r.Reserves()}
+	}
+	return c
+}
+
+// HasClasses reports whether rule i has priority classes.
+func (e *Engine) HasClasses(i int) bool { return e.cregions[i].n > 0 }
+
+// classOf returns the class of the request being decided under rule r.
+func classOf(r *config.Rule, ri *requestInfo) uint8 {
+	if len(r.Classes) == 0 {
+		return 0
+	}
+	return uint8(r.ClassOf(ri.path, ri.method))
+}
+
+// concModify applies op to the slots of key fp of concurrency rule i (the
+// class op.class of it for a rule with classes) at now: the state table's
+// slot, or the key's class value.
+func (e *Engine) concModify(fp uint64, i int, onlyOverflow bool, now int64, op *concOp) error {
+	if e.cregions[i].n == 0 {
+		_, err := e.table.Modify(fp, i, onlyOverflow, now, op)
+		return err
+	}
+	return e.classModify(fp, i, onlyOverflow, now, op)
+}
+
+// classModify is concModify for a rule with classes: a CAS loop over the
+// key's class value.
+func (e *Engine) classModify(fp uint64, i int, onlyOverflow bool, now int64, op *concOp) error {
+	if fp == 0 || fp == overflowFP {
+		fp = 2 // 0 marks a free value, overflowFP the overflow value
+	}
+	cr := &e.cregions[i]
+	size := 16 + 16*cr.n
+	for attempt := 0; attempt < MaxCASRetries; attempt++ {
+		key, mark, val, cas, err := e.classLocate(cr, fp, onlyOverflow, size, now)
+		if err != nil {
+			return err
+		}
+		ss := e.ss[:cr.n]
+		live := getUint64(val) == mark && int64(getUint64(val[8:])) > now
+		for k := range ss {
+			ss[k] = limit.Slots{}
+			if live {
+				ss[k] = limit.DecodeSlots(limit.DecodeState(val[16+16*k:]))
+			}
+		}
+		caps := e.caps[:cr.n]
+		limit.ClassCaps(op.lim.Limit(), cr.reserves, caps)
+		prev := e.ss
+		write := op.modifyClasses(ss, caps, now, mark == overflowFP)
+		e.noteClasses(i, ss)
+		if !write || prev == e.ss {
+			return nil
+		}
+		expiry := now
+		for k := range ss {
+			limit.EncodeSlots(ss[k]).Encode(val[16+16*k:])
+			expiry = max(expiry, ss[k].Expiry(now))
+		}
+		putUint64(val, mark)
+		putUint64(val[8:], uint64(expiry))
+		mismatch, err := e.table.setCounted(key, val, cas)
+		if err != nil {
+			return err
+		}
+		if !mismatch {
+			return nil
+		}
+	}
+	e.table.Stats.CASExhausted++
+	return ErrContention
+}
+
+// classLocate reads the class value of key fp: its bucket's when the
+// bucket holds it or nobody active, else the rule's overflow value (mark
+// overflowFP).
+func (e *Engine) classLocate(cr *classRegion, fp uint64, onlyOverflow bool, size int, now int64) (key string, mark uint64, val []byte, cas uint32, err error) {
+	if !onlyOverflow {
+		e.ckey = append(e.ckey[:0], cr.prefix...)
+		e.ckey = strconv.AppendUint(e.ckey, jumpHash(fp, cr.buckets), 10)
+		key = unsafeString(e.ckey)
+		val, cas, err = e.classLoad(key, size)
+		if err != nil {
+			return "", 0, nil, 0, err
+		}
+		if m := getUint64(val); m == fp || m == 0 || int64(getUint64(val[8:])) <= now {
+			return key, fp, val, cas, nil
+		}
+	}
+	val, cas, err = e.classLoad(cr.overflowKey, size)
+	return cr.overflowKey, overflowFP, val, cas, err
+}
+
+// classLoad reads a class value of size bytes into e.cbuf (a missing or
+// damaged one reads as free).
+func (e *Engine) classLoad(key string, size int) ([]byte, uint32, error) {
+	t := e.table
+	var (
+		val   []byte
+		cas   uint32
+		found bool
+		err   error
+	)
+	if bs, ok := t.store.(BufferStore); ok {
+		val, cas, found, err = bs.GetInto(key, e.cbuf[:])
+	} else {
+		val, cas, found, err = t.store.Get(key)
+	}
+	if err != nil {
+		t.Stats.StoreErrors++
+		return nil, 0, err
+	}
+	if !found || len(val) != size {
+		if found {
+			t.Stats.Corrupt++
+		}
+		val, cas = e.cbuf[:size], createCAS
+		clear(val)
+	}
+	return val, cas, nil
+}
+
+// noteClasses keeps what rule i's classes hold, for the metrics.
+func (e *Engine) noteClasses(i int, ss []limit.Slots) {
+	for k := range ss {
+		e.seen[i][k] = [2]int64{ss[k].InFlight(), ss[k].Queued()}
+	}
+}
+
+// ClassSlots returns the requests in flight and queued of class k of rule
+// i as this worker last saw them (LastSlots refreshes them).
+func (e *Engine) ClassSlots(i, k int) (inFlight, queued int64) {
+	s := e.seen[i][k]
+	return s[0], s[1]
+}
+
+// modifyClasses is Modify for a rule with classes: o.class's transition on
+// the key's classes ss (caps at the rule's limit). It reports whether ss
+// changed.
+func (o *concOp) modifyClasses(ss []limit.Slots, caps []int64, now int64, overflow bool) bool {
+	o.overflow = overflow
+	c := int(o.class)
+	switch o.kind {
+	case opAcquire:
+		held, epoch := o.held, o.epoch
+		if overflow {
+			held, epoch = o.heldOv, o.epochOv
+		}
+		d := limit.ClassAcquire(ss, caps, c, now, held, epoch, o.queue)
+		o.out, o.free = d.ConcDecision, d.Free
+	case opClaim:
+		d := limit.ClassClaim(ss, caps, c, now, o.ticket, o.held, o.epoch)
+		o.out, o.free = d.ConcDecision, d.Free
+	case opLeave:
+		o.left = limit.ClassLeave(ss, caps, c, now, o.ticket)
+	case opExpire:
+		limit.ClassExpire(ss, c, now, o.ticket)
+	case opRelease:
+		limit.ClassRelease(ss, caps, c, now, o.held, o.epoch)
+	case opRenew:
+		o.out.Epoch = limit.ClassRenew(ss, c, now, o.held, o.epoch)
+	case opView:
+		var l limit.Limit
+		for k := range ss {
+			ss[k] = l.View(limit.EncodeSlots(ss[k]), now)
+		}
+	}
+	if o.kind == opRelease || o.kind == opView {
+		// The rule's gauges show the whole key: every class's slots.
+		var in, q int64
+		for k := range ss {
+			in += ss[k].InFlight()
+			q += ss[k].Queued()
+		}
+		o.observed = limit.Slots{Cur: uint16(min(in, limit.MaxConcurrency)), Tail: uint16(q)}
+	}
+	return o.kind != opView
+}
+
+// remaining is what a request admitted by concurrency rule i under lim
+// leaves free: the limit less the slots in flight, or for a rule with
+// classes what the request's class may still take (e.op.free, just
+// decided).
+func (e *Engine) remaining(i int, lim *limit.Limit, inFlight int64) int64 {
+	if e.cregions[i].n > 0 {
+		return e.op.free
+	}
+	return lim.Limit() - inFlight
+}

@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const classDoc = `{"rules":[{"name":"store","algorithm":"concurrency","limit":4,"key":[]%s,
+ "classes":[{"name":"login","match":{"path_prefix":"/login"},"reserve":0.25},{"name":"home","match":{"path_exact":"/"},"reserve":0.25}]}]}`
+
+func classEngines(t *testing.T, extra string, n int) []*Engine {
+	t.Helper()
+	cfg := mustConfig(t, strings.Replace(classDoc, "%s", extra, 1))
+	store := newMemStore()
+	var es []*Engine
+	for i := 0; i < n; i++ {
+		es = append(es, New(cfg, store, 5))
+	}
+	return es
+}
+
+// TestClassCaps: limit 4, login reserve 0.25 and home 0.25 above the
+// default class: the default class holds at most 2 (floor(4 x 0.5)), home
+// and default together 3, and login may use the last slot; across workers,
+// from any client.
+func TestClassCaps(t *testing.T) {
+	es := classEngines(t, "", 2)
+	var held []Verdict
+	try := func(i int, path string) bool {
+		v := es[i%2].Decide(req(path, "GET", "10.0.0."+string(rune('1'+i%9))+":1"), t0)
+		if v.Outcome == Allow {
+			held = append(held, v)
+		}
+		return v.Outcome == Allow
+	}
+	for i := 0; i < 2; i++ {
+		if !try(i, "/buy") {
+			t.Fatalf("buy %d refused under the default class's cap 2", i)
+		}
+	}
+	if try(2, "/buy") {
+		t.Fatal("a third buy admitted: the default class's cap is 2")
+	}
+	if !try(3, "/") {
+		t.Fatal("home refused: home and default together may hold 3")
+	}
+	if try(4, "/") {
+		t.Fatal("a second home admitted: home and default together hold at most 3")
+	}
+	if !try(5, "/login") {
+		t.Fatal("login refused: the highest class may use the whole limit")
+	}
+	if try(6, "/login") {
+		t.Fatal("a fifth request admitted over the limit 4")
+	}
+	v := es[0].Decide(req("/buy", "GET", "10.0.0.1:1"), t0)
+	if v.Outcome != Reject || v.Class != "default" || es[0].ClassStats[0][2].Refused == 0 {
+		t.Fatalf("refused buy: %+v, class stats %+v", v, es[0].ClassStats[0])
+	}
+	if held[0].Class != "default" || held[2].Class != "home" || held[3].Class != "login" {
+		t.Errorf("classes: %q %q %q", held[0].Class, held[2].Class, held[3].Class)
+	}
+	// A buy's slot freed: a buy may take it again, a login still has its.
+	es[1].Release(held[0].Slots, t0+1)
+	if !try(7, "/buy") {
+		t.Fatal("a freed buy slot not given to a buy")
+	}
+	if try(8, "/buy") {
+		t.Fatal("a buy over the cap after a release")
+	}
+}
+
+// TestClassQueuePriority: with max_delay, a freed slot goes to the highest
+// class waiting, on any worker, though a lower class waited longer; within
+// a class, arrival order.
+func TestClassQueuePriority(t *testing.T) {
+	es := classEngines(t, `,"max_delay":"5s"`, 2)
+	now := t0 + int64(time.Second)
+	sr := func(id uint32, path string) streamReq {
+		return streamReq{req(path, "GET", "10.0.0.9:1"), id}
+	}
+	var held []Verdict
+	for i, p := range []string{"/buy", "/buy", "/", "/login"} {
+		v := es[i%2].Decide(sr(uint32(100+i), p), now)
+		if v.Outcome != Allow {
+			t.Fatalf("request %d (%s): %v", i, p, v.Outcome)
+		}
+		held = append(held, v)
+	}
+	// Waiting, in arrival order: a buy and a home on worker 0, two logins
+	// on worker 1.
+	if es[0].Decide(sr(1, "/buy"), now).Outcome != Queue || es[0].Decide(sr(2, "/"), now+1).Outcome != Queue ||
+		es[1].Decide(sr(3, "/login"), now+2).Outcome != Queue || es[1].Decide(sr(4, "/login"), now+3).Outcome != Queue {
+		t.Fatal("requests over the limit do not queue")
+	}
+	order := []uint32{}
+	poll := func(at int64) {
+		for _, e := range es {
+			for _, ev := range e.Poll(at, nil) {
+				if ev.Verdict.Outcome != Allow {
+					t.Fatalf("waiter %d: %v", ev.ID, ev.Verdict.Outcome)
+				}
+				order = append(order, ev.ID)
+				held = append(held, ev.Verdict)
+			}
+		}
+	}
+	// Free the slots one by one (a buy's first: the logins take it).
+	for k, at := 0, now+int64(time.Millisecond); k < 4; k, at = k+1, at+int64(time.Millisecond) {
+		es[k%2].Release(held[k].Slots, at)
+		poll(at)
+		poll(at + 1)
+	}
+	want := []uint32{3, 4, 2, 1}
+	if len(order) != 4 || order[0] != 3 || order[1] != 4 || order[2] != 2 || order[3] != 1 {
+		t.Fatalf("admitted from the queues in order %v, want %v (logins, home, buy)", order, want)
+	}
+}
+
+// TestClassSlotsLeaseDrop: the slots of a worker that vanishes are dropped
+// within 2 epochs in every class; a live worker's are renewed.
+func TestClassSlotsLeaseDrop(t *testing.T) {
+	es := classEngines(t, "", 3)
+	for _, p := range []string{"/buy", "/buy", "/", "/login"} {
+		if es[0].Decide(req(p, "GET", "10.0.0.1:1"), t0).Outcome != Allow {
+			t.Fatal(p)
+		}
+	}
+	if es[1].Decide(req("/login", "GET", "10.0.0.2:1"), t0).Outcome == Allow {
+		t.Fatal("over the limit")
+	}
+	// Worker 0 vanishes (no tick, no release). Worker 1 keeps ticking.
+	at := t0
+	for k := 0; k < 25; k++ {
+		at += int64(100 * time.Millisecond)
+		es[1].Poll(at, nil)
+	}
+	var got []Verdict
+	for _, p := range []string{"/buy", "/buy", "/", "/login"} {
+		v := es[1].Decide(req(p, "GET", "10.0.0.2:1"), at)
+		if v.Outcome != Allow {
+			t.Fatalf("%s after a vanished worker's 2.5 s: %v", p, v.Outcome)
+		}
+		got = append(got, v)
+	}
+	// Worker 1 lives on: its slots are renewed, nothing is over the caps.
+	for k := 0; k < 30; k++ {
+		at += int64(100 * time.Millisecond)
+		es[1].Poll(at, nil)
+	}
+	// (Worker 0 stays away: a worker that comes back re-registers what it
+	// holds.) A third worker sees the live worker's slots.
+	if es[2].Decide(req("/login", "GET", "10.0.0.1:1"), at).Outcome == Allow {
+		t.Fatal("a live worker's slots lapsed")
+	}
+	for i := 0; i < 4; i++ {
+		if in, _ := es[1].ClassSlots(0, []int{2, 2, 1, 0}[i]); in == 0 {
+			t.Errorf("class of request %d shows nothing in flight", i)
+		}
+	}
+	es[1].Release(got[3].Slots, at)
+	if es[2].Decide(req("/login", "GET", "10.0.0.1:1"), at).Outcome != Allow {
+		t.Fatal("a released login slot not free")
+	}
+}
