@@ -293,9 +293,10 @@ func (m *metrics) flushSlots(e *engine.Engine, i int) {
 	setGauge(rm.queued, q)
 	for k := range rm.classes {
 		c := &rm.classes[k]
-		n, q := e.ClassSlots(i, k)
-		setGauge(c.inFlight, n)
-		setGauge(c.queued, q)
+		if n, q, ok := e.ClassSlots(i, k); ok {
+			setGauge(c.inFlight, n)
+			setGauge(c.queued, q)
+		}
 		addDelta(c.refused, e.ClassStats[i][k].Refused, &c.refusedLast)
 	}
 	if rm.limit != 0 {

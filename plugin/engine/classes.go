@@ -203,10 +203,12 @@ func (e *Engine) noteClasses(i int, ss []limit.Slots) {
 }
 
 // ClassSlots returns the requests in flight and queued of class k of rule
-// i as this worker last saw them (LastSlots refreshes them).
-func (e *Engine) ClassSlots(i, k int) (inFlight, queued int64) {
+// i as this worker last saw them (LastSlots refreshes them); ok is false
+// when this worker has not seen the rule's slots yet (an idle worker must
+// not publish zeros over the figures of the others).
+func (e *Engine) ClassSlots(i, k int) (inFlight, queued int64, ok bool) {
 	s := e.seen[i][k]
-	return s[0], s[1]
+	return s[0], s[1], e.lastSlots[i].known
 }
 
 // modifyClasses is Modify for a rule with classes: o.class's transition on

@@ -155,7 +155,7 @@ func TestClassSlotsLeaseDrop(t *testing.T) {
 		t.Fatal("a live worker's slots lapsed")
 	}
 	for i := 0; i < 4; i++ {
-		if in, _ := es[1].ClassSlots(0, []int{2, 2, 1, 0}[i]); in == 0 {
+		if in, _, _ := es[1].ClassSlots(0, []int{2, 2, 1, 0}[i]); in == 0 {
 			t.Errorf("class of request %d shows nothing in flight", i)
 		}
 	}
