@@ -77,6 +77,11 @@ type learner struct {
 	// this key: their samples are still to come.
 	inFlight int
 	noShare  bool // shared data failed: decide on the copy alone
+	// useSum and useN gather the share of the limit in flight at each
+	// admission since the last batch, for a rule with classes (see
+	// limit.Gauge.Use).
+	useSum float64
+	useN   int
 }
 
 // gaugeOp is the Modifier of Gauge transitions.
@@ -186,6 +191,10 @@ func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 	r := &e.cfg.Rules[k.rule]
 	op := &e.gop
 	*op = gaugeOp{lim: &r.Limit, batch: l.smp.Ready, learn: l.smp.Ready.N > 0}
+	if op.learn && l.useN > 0 {
+		op.batch.Use = l.useSum / float64(l.useN)
+		l.useSum, l.useN = 0, 0
+	}
 	l.synced = now
 	_, err := e.table.Modify(k.fp, e.gaugeRegion[k.rule], false, now, op)
 	if err != nil {

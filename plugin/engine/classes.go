@@ -264,3 +264,17 @@ func (e *Engine) remaining(i int, lim *limit.Limit, inFlight int64) int64 {
 	}
 	return lim.Limit() - inFlight
 }
+
+// noteUse counts, for an adaptive rule with classes, the share of the
+// limit lim in flight (inFlight, all classes) at an admission of key fp:
+// the Gauge estimates the upstream's capacity from what was really in
+// flight (see limit.Gauge.Use).
+func (e *Engine) noteUse(i int, fp uint64, inFlight int64, lim *limit.Limit) {
+	if e.cregions[i].n == 0 || !IsAdaptive(&e.cfg.Rules[i]) {
+		return
+	}
+	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
+		l.useSum += min(float64(inFlight)/float64(max(lim.Limit(), 1)), 1)
+		l.useN++
+	}
+}

@@ -322,6 +322,7 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now, Class: hk.class,
 		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
 	e.learnerTakes(hk.rule, hk.fp)
+	e.noteUse(hk.rule, hk.fp, d.InFlight, lim)
 	rem := e.remaining(hk.rule, lim, d.InFlight)
 	// A shadow rule reports nothing but x-ratelimit-shadow (when it would
 	// refuse): its slots are not the client's limit.
@@ -604,6 +605,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r), Class: w.class,
 		Waited: time.Duration(max(now-w.arrived, 1))})
 	e.learnerTakes(w.rule, w.fp)
+	e.noteUse(w.rule, w.fp, op.out.InFlight, op.lim)
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting, w.fp, w.overflow, true}
 	if rem := e.remaining(w.rule, op.lim, op.out.InFlight); v.Report == nil || rem < v.Remaining {
 		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.rule), op.lim.Limit(), 0

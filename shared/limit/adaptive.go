@@ -130,6 +130,13 @@ type Gauge struct {
 	// Stalled: the last backoff was from a round at twice Base or more (see
 	// backoff).
 	SlowStart, Measure, Saturated, Warned, Stalled bool
+	// Use is the share of Limit the round's requests held in flight, for
+	// a rule whose priority classes keep part of the limit from lower
+	// classes (0: not measured, a rule without classes: all of it). A
+	// backoff estimates the upstream's capacity from the requests really
+	// in flight: with only the lower classes sending, Limit × Use is what
+	// the latency was measured at (see backoff).
+	Use float64
 }
 
 // Constants of the adaptive estimator.
@@ -156,7 +163,10 @@ const (
 	// key starts cold again).
 	GaugeTTL = 10 * time.Minute
 
-	roundMask = 1<<26 - 1
+	// roundMask: a round is identified by its start in ms modulo 2^20
+	// (17 minutes: a batch is added within seconds of its round).
+	roundMask = 1<<20 - 1
+	useSteps  = 1<<6 - 1
 	maxCalm   = 1<<6 - 1
 	maxBaseN  = 1<<7 - 1
 )
@@ -167,6 +177,9 @@ type Samples struct {
 	N         int64
 	Sum       time.Duration
 	Saturated bool // the round used its limit (see Gauge.Saturated)
+	// Use is the mean share of the limit in flight when the batch's
+	// requests were admitted (see Gauge.Use; 0: not measured).
+	Use float64
 }
 
 // Add counts one request's latency; saturated: it was admitted at its
@@ -203,7 +216,8 @@ func EncodeGauge(g Gauge) State {
 		f |= 8
 	}
 	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
-	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | uint64(min(max(g.Calm, 0), maxCalm))<<50
+	use := uint64(math.Round(min(max(g.Use, 0), 1) * useSteps))
+	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | use<<44 | uint64(min(max(g.Calm, 0), maxCalm))<<50
 	if g.Stalled {
 		b |= 1 << 56
 	}
@@ -222,6 +236,7 @@ func DecodeGauge(st State) Gauge {
 		N:     int64(a >> 44 & (1<<16 - 1)),
 		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
 		Round: uint32(b >> 24 & roundMask),
+		Use:   float64(b>>44&useSteps) / useSteps,
 		Calm:  int64(b >> 50 & maxCalm),
 		BaseN: int64(b >> 57 & maxBaseN),
 
@@ -253,6 +268,13 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		return st, g
 	}
 	total := min(g.N+b.N, 1<<16-1)
+	if b.Use > 0 {
+		u := g.Use
+		if u <= 0 {
+			u = b.Use
+		}
+		g.Use = (u*float64(g.N) + b.Use*float64(b.N)) / float64(g.N+b.N)
+	}
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
@@ -262,7 +284,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		return EncodeGauge(g), g
 	}
 	g = l.endRound(g)
-	g.N, g.Mean, g.Saturated = 0, 0, false
+	g.N, g.Mean, g.Saturated, g.Use = 0, 0, false, 0
 	g.Round = msAt(now) & roundMask
 	if g.Round == 0 {
 		g.Round = 1 // 0 is a cold gauge's round
@@ -505,6 +527,13 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	stalled := mean >= 2*g.Base
 	if !g.SlowStart || stalled {
 		cut = max(cut, 0.5)
+	}
+	// The latency was measured at Limit × Use in flight (lower classes
+	// alone hold only part of the limit): the capacity estimate is from
+	// that, or the limit would settle at capacity / Use, and the reserve
+	// of the classes above would sit past the knee.
+	if g.Use > 0 && g.Use < 1 {
+		cut *= g.Use
 	}
 	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled = true, false, false, 0, stalled
