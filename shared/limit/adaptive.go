@@ -490,8 +490,15 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 	if g.Saturated {
 		// Hold just under the knee: every probe past it queues at the
 		// upstream, and what else the upstream serves waits behind the
-		// probe. ProbeAfter counts round trips.
-		g.Calm += int64(max(1, g.trips()))
+		// probe. ProbeAfter counts round trips: rounds, though, while
+		// lower priority classes alone hold the limit (Use), whose probe
+		// must lift the limit to the knee / Use, the reserve of the
+		// classes above with it, to see the knee at all.
+		step := int64(max(1, g.trips()))
+		if g.Use > 0 && g.Use < 0.9 {
+			step = 1
+		}
+		g.Calm += step
 	}
 	return g
 }
@@ -525,15 +532,16 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	// again (see measured), crossing the knee once, instead of probing
 	// back up from a fraction of it, a quarter per round at most.
 	stalled := mean >= 2*g.Base
-	if !g.SlowStart || stalled {
-		cut = max(cut, 0.5)
-	}
 	// The latency was measured at Limit × Use in flight (lower classes
 	// alone hold only part of the limit): the capacity estimate is from
 	// that, or the limit would settle at capacity / Use, and the reserve
-	// of the classes above would sit past the knee.
+	// of the classes above would sit past the knee. The limit still
+	// halves at most (a stall is no estimate).
 	if g.Use > 0 && g.Use < 1 {
 		cut *= g.Use
+	}
+	if !g.SlowStart || stalled {
+		cut = max(cut, 0.5)
 	}
 	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled = true, false, false, 0, stalled
