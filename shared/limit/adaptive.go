@@ -490,15 +490,15 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 	if g.Saturated {
 		// Hold just under the knee: every probe past it queues at the
 		// upstream, and what else the upstream serves waits behind the
-		// probe. ProbeAfter counts round trips: rounds, though, while
-		// lower priority classes alone hold the limit (Use), whose probe
+		// probe. ProbeAfter counts round trips, twice as many while
+		// lower priority classes alone hold the limit (Use): their probe
 		// must lift the limit to the knee / Use, the reserve of the
 		// classes above with it, to see the knee at all.
-		step := int64(max(1, g.trips()))
+		trips := g.trips()
 		if g.Use > 0 && g.Use < 0.9 {
-			step = 1
+			trips /= 2
 		}
-		g.Calm += step
+		g.Calm += int64(max(1, trips))
 	}
 	return g
 }
