@@ -10,13 +10,14 @@ import (
 	"github.com/sluicehq/sluice/e2e/envoytest"
 )
 
-// The shop-wide buy rule is adaptive_concurrency: nobody told Sluice that
-// the store has 20 slots or how long a buy takes. The demo reads what the
+// The store-wide rule is adaptive_concurrency with priority classes (the
+// login and the home page above everything else, the buys included):
+// nobody told Sluice that the store has 20 slots or how long a buy takes. The demo reads what the
 // rule learnt from Envoy's stats while the load runs and shows it next to
 // the store's own slots.
 
 // learntRule is the adaptive rule whose limit the demo follows.
-const learntRule = "buy_capacity"
+const learntRule = "store"
 
 // LimitSample is what the adaptive rule had learnt at one moment of a run.
 type LimitSample struct {

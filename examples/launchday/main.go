@@ -22,12 +22,13 @@
 // X-Forwarded-For addresses) press Buy within one second, then twice more,
 // impatiently. Every request has a 10 s timeout.
 //
-// sluice.json limits POST /buy twice over: per client (2 per 10 s, which
-// stops the impatient re-presses) and for the whole shop by what the store
-// really has, worker slots, without saying how many: the rule
-// adaptive_concurrency (keyed by path) learns how many buys the store can
-// hold in flight from their latency, and answers the others 429 at once
-// with a Retry-After. The demo prints what it learnt, second by second,
+// sluice.json limits POST /buy per client (2 per 10 s, which stops the
+// impatient re-presses), and the whole store by what it really has, worker
+// slots, without saying how many: the rule adaptive_concurrency (key [],
+// one limit for the store) learns how many requests the store can hold in
+// flight from their latency, keeps a part of it for the login and the home
+// page (priority classes above the rest), and answers the others 429 at
+// once with a Retry-After. The demo prints what it learnt, second by second,
 // next to the store's slots, and draws it on the chart. No max_delay: with
 // thousands of presses a second, the next press takes a freed slot within
 // milliseconds, so a queue at Envoy adds no orders; it only keeps
