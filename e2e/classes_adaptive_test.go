@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,16 @@ const adaptiveClassesConfig = `{"rules":[{"name":"buy","key":[],"algorithm":"ada
 // the upstream's capacity.
 func TestClassesAdaptiveInEnvoy(t *testing.T) {
 	up := startSlotServer(t, 8, 50*time.Millisecond)
-	e := startSluice(t, 2, adaptiveClassesConfig, func(o *envoytest.Options) { o.Upstream = up.addr })
+	e := startSluice(t, 2, adaptiveClassesConfig, func(o *envoytest.Options) { o.Upstream, o.WasmDebug = up.addr, true })
+	defer func() {
+		if t.Failed() {
+			for _, l := range strings.Split(e.Logs(), "\n") {
+				if j := strings.Index(l, "rule buy learnt"); j >= 0 {
+					t.Logf("%s", l[j:])
+				}
+			}
+		}
+	}()
 
 	x, q := up.load(t, "only buys, from cold", "/buy", 64, 10*time.Second, 4*time.Second, e)
 	lim, err := e.Stat("wasmcustom.sluice.rule.buy.limit")
