@@ -4,6 +4,7 @@ import (
 	"hash"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
@@ -58,7 +59,11 @@ func parseClasses(field string, raw *jsonlite.Value) ([]Class, error) {
 		}
 		sum += c.Reserve
 		if sum >= 1-1e-9 {
-			return nil, errf(cf+".reserve", "the reserves of %s[0..%d] add up to %s: they must stay below 1 (the lowest class keeps part of the limit)", field, i, strconv.FormatFloat(sum, 'g', 6, 64))
+			// In thousandths: strconv's float formatting would add tens of
+			// kilobytes to the module for this one message.
+			m := int64(math.Round(sum * 1000))
+			return nil, errf(cf+".reserve", "the reserves of %s[0..%d] add up to %d.%s: they must stay below 1 (the lowest class keeps part of the limit)",
+				field, i, m/1000, strings.TrimRight(strconv.Itoa(int(1000+m%1000))[1:], "0"))
 		}
 		classes = append(classes, c)
 	}
@@ -148,6 +153,6 @@ func hashClasses(h hash.Hash64, r *Rule) {
 	h.Write([]byte("|classes"))
 	for _, c := range r.Classes {
 		h.Write([]byte(sprintf.Sprintf("|%s|%q|%q|%v|", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods)))
-		h.Write([]byte(strconv.FormatFloat(c.Reserve, 'g', -1, 64)))
+		h.Write([]byte(strconv.FormatUint(math.Float64bits(c.Reserve), 16)))
 	}
 }

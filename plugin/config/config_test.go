@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,7 +192,7 @@ func TestRuleIDUnchanged(t *testing.T) {
 			if len(r.Classes) > 0 {
 				fmt.Fprint(h, "|classes")
 				for _, c := range r.Classes {
-					fmt.Fprintf(h, "|%s|%q|%q|%v|%v", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods, c.Reserve)
+					fmt.Fprintf(h, "|%s|%q|%q|%v|%x", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods, math.Float64bits(c.Reserve))
 				}
 			}
 			if c := r.Cost; c.Set() {
