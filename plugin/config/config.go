@@ -21,7 +21,7 @@ import (
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
