@@ -94,9 +94,9 @@ func TestFmtNotReachableInPlugin(t *testing.T) {
 	}
 }
 
-// shared/ holds what more than one part of the repository uses (the header
-// protocol, the rate-limit algorithms); what only the plugin uses lives in
-// plugin/internal/, where nothing else can import it.
+// shared/ holds what more than one part of the root module uses (the
+// rate-limit algorithms; the header protocol is the SDK module's); what only
+// the plugin uses lives in plugin/internal/, where nothing else can import it.
 func TestSharedIsShared(t *testing.T) {
 	deps := func(pkg string, env ...string) []string {
 		cmd := exec.Command("go", "list", "-deps", pkg)
@@ -109,7 +109,7 @@ func TestSharedIsShared(t *testing.T) {
 	}
 	parts := map[string][]string{
 		"plugin":     deps("..", "GOOS=wasip1", "GOARCH=wasm"),
-		"sdk":        deps("../../sdk"),
+		"sdk":        deps("github.com/sluicehq/sluice/sdk"),
 		"cmd/sluice": deps("../../cmd/sluice"),
 	}
 	shared, err := filepath.Glob("../../shared/*")
