@@ -51,7 +51,9 @@ WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstrea
   proxy_on_response_trailers,proxy_on_queue_ready,proxy_on_log,proxy_on_done,proxy_on_delete
 WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate
 
-$(WASM): $(shell find plugin shared sdk/header internal/wasmexports -name '*.go' -not -name '*_test.go') go.mod go.sum sdk/go.mod
+# Folders are prerequisites too: removing a source file changes its folder's
+# time, so the module is rebuilt without it.
+$(WASM): $(shell find plugin shared sdk/header internal/wasmexports -name '*.go' -not -name '*_test.go') $(shell find plugin shared sdk/header internal/wasmexports -type d) go.mod go.sum sdk/go.mod
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="-s -w" -buildmode=c-shared -o $@.tmp ./plugin
 	@$(MAKE) -s wasm-edit FILE=$@.tmp
