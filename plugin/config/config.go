@@ -11,7 +11,6 @@ package config
 import (
 	"bytes"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,29 +112,6 @@ type Rule struct {
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
 	ID uint64
-}
-
-// Match selects the requests a rule applies to. The zero Match applies to
-// every request.
-type Match struct {
-	PathPrefix string
-	PathExact  string
-	Methods    []string // upper-case; empty = any
-}
-
-// Applies reports whether a request with this path and method matches.
-// The query string is not part of the path for matching.
-func (m *Match) Applies(path, method string) bool {
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
-	if m.PathExact != "" && path != m.PathExact {
-		return false
-	}
-	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
-		return false
-	}
-	return len(m.Methods) == 0 || slices.Contains(m.Methods, method)
 }
 
 // KeyKind is one part of a client key.
@@ -677,51 +653,6 @@ func parseAdaptive(f fields, r Rule) (Rule, error) {
 	return r, nil
 }
 
-func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
-	obj, err := object(field, raw, nil)
-	if err != nil {
-		return err
-	}
-	if err := known(field, obj, "path_prefix", "path_exact", "methods"); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"path_prefix", &m.PathPrefix}, {"path_exact", &m.PathExact}} {
-		raw := obj.Get(f.name)
-		if raw == nil {
-			continue
-		}
-		if err := str(raw, f.dst); err != nil {
-			return errf(field+"."+f.name, "must be a string")
-		}
-		if !strings.HasPrefix(*f.dst, "/") {
-			return errf(field+"."+f.name, "%q must start with /", *f.dst)
-		}
-		// Requests are matched by their clean path (CleanPath): a path
-		// written otherwise ("/%7Euser", "/a//b") is cleaned the same way.
-		var buf []byte
-		*f.dst = CleanPath(&buf, *f.dst)
-	}
-	if m.PathPrefix != "" && m.PathExact != "" {
-		return errf(field+".path_exact", "use either path_prefix or path_exact, not both")
-	}
-	if raw := obj.Get("methods"); raw != nil {
-		if err := strs(raw, &m.Methods); err != nil {
-			return errf(field+".methods", "must be a list of strings")
-		}
-		for i, x := range m.Methods {
-			up := strings.ToUpper(strings.TrimSpace(x))
-			if up == "" || strings.ContainsAny(up, " \t\r\n") {
-				return errf(sprintf.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
-			}
-			m.Methods[i] = up
-		}
-	}
-	return nil
-}
-
 func parseKeyPart(field, s string) (KeyPart, error) {
 	switch s {
 	case "client_ip":
@@ -832,6 +763,14 @@ func ruleID(r *Rule) uint64 {
 		h.Write([]byte(sprintf.Sprintf("%d:%s,", int(k.Kind), k.Header)))
 	}
 	h.Write([]byte(sprintf.Sprintf("|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())))
+	// Like the cost, what a rule could not say before is hashed only when
+	// set, so that the IDs of rules without it are kept.
+	if r.Match.IgnoreCase {
+		h.Write([]byte("|ci"))
+	}
+	for _, rt := range r.Match.Routes {
+		h.Write([]byte(sprintf.Sprintf("|route|%q", rt)))
+	}
 	if c := &r.Cost; c.Set() {
 		// Only rules with a cost hash it: the IDs of the others are kept.
 		h.Write([]byte(sprintf.Sprintf("|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)))
