@@ -186,10 +186,10 @@ type Engine struct {
 // localRules is what a decision keeps between rules: which matched, what
 // each charged (refunded if a later rule rejects), the key being built.
 type localRules struct {
-	needs      needs
-	matched    []int
-	charged    []charge
-	keyBuf     []byte
+	needs   needs
+	matched []int
+	charged []charge
+	keyBuf  []byte
 	// kept are the reservations given back (Unhold, a waiter's or a
 	// refused request's refund) while later ones were held behind them
 	// (limit.RefundHeld): they are given back once those are, or
