@@ -140,9 +140,12 @@ const (
 	DefaultIPv6Prefix = 64
 	// maxCount is the largest limit or burst (states count in 32 bits).
 	maxCount = 1<<32 - 1
-	// MaxRules bounds the rules of one configuration: every matching rule
-	// costs shared-data round trips on the request path.
-	MaxRules = 64
+	// MaxRules bounds the rules of one configuration. A request costs
+	// what the rules that match it cost (the Index finds them without a
+	// scan); what grows with the rules is start-up (parsing, one region
+	// and its layout record per rule, the per-rule metrics: see
+	// rule_metrics) and each rule's share of max_keys.
+	MaxRules = 2048
 )
 
 // FieldError is a configuration error about one field.

@@ -81,7 +81,7 @@ var invalidCorpus = map[string]invalidCase{
 	"rules-empty.json":        {field: "rules"},
 	"rules-object.json":       {field: "rules"},
 	"rules-null.json":         {field: "rules"},
-	"rules-65.json":           {field: "rules"},
+	"rules-2049.json":         {field: "rules"},
 	"unknown-top-field.json":  {field: "bogus"},
 	"schema-member.json":      {field: "$schema"},
 	"rule-null.json":          {field: "rules[0]"},

@@ -77,11 +77,10 @@ type Verdict struct {
 	// concurrency rule, whose Reset estimates a hold and does not count
 	// down. Forwarded uses it.
 	measured int64
-	// Violated has bit i set for every rule i (config order, at most
-	// config.MaxRules) that refused the request (Outcome Reject): the
-	// one that rejected it and those that would have too. The lowest is
-	// the rule that refused it.
-	Violated uint64
+	// Violated lists the rules (config order, the first maxViolated) that
+	// refused the request (Outcome Reject): the one that rejected it and
+	// those that would have too. The first is the rule that refused it.
+	Violated violatedSet
 	// Delayer is the rule that held the request (a max_delay, or a
 	// concurrency queue it waited in).
 	Delayer *config.Rule
