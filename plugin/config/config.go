@@ -46,6 +46,9 @@ type Config struct {
 	// Global is the rate-limit service of global rules (nil when the
 	// configuration has no "global" object).
 	Global *Global
+	// Index finds the rules that may match a request (built by Parse; a
+	// Config built otherwise gets one from BuildIndex).
+	Index *Index
 }
 
 // Global names the rate-limit service that keeps the budgets of global
@@ -190,6 +193,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err := shareTable(c); err != nil {
 		return nil, err
 	}
+	c.Index = BuildIndex(c)
 	if c.Global == nil {
 		for i := range c.Rules {
 			if c.Rules[i].Global {

@@ -186,6 +186,7 @@ type Engine struct {
 // each charged (refunded if a later rule rejects), the key being built.
 type localRules struct {
 	needs   needs
+	index   *config.Index
 	matched []int
 	charged []charge
 	keyBuf  []byte
@@ -234,6 +235,9 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 		},
 	}
 	e.needs = needsOf(cfg)
+	if e.index = cfg.Index; e.index == nil {
+		e.index = config.BuildIndex(cfg)
+	}
 	e.table.AdoptLayouts(time.Now().UnixNano())
 	return e
 }

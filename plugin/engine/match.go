@@ -68,11 +68,17 @@ func (e *Engine) matchRules(req Request) requestInfo {
 			ri.t.Route = rr.RouteName()
 		}
 	}
-	e.matched = e.matched[:0]
-	for i := range e.cfg.Rules {
+	// The index lists the rules filed under the request's route, method
+	// and path (and those that match every request); each is checked in
+	// full. The cost follows the rules that may match, not all the rules.
+	m := e.index.Candidates(&ri.t, e.matched[:0])
+	k := 0
+	for _, i := range m {
 		if e.cfg.Rules[i].Match.AppliesTo(&ri.t) {
-			e.matched = append(e.matched, i)
+			m[k] = i
+			k++
 		}
 	}
+	e.matched = m[:k]
 	return ri
 }
