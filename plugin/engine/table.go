@@ -103,6 +103,7 @@ type Table struct {
 	store   Store
 	regions []region
 	total   int              // buckets of all regions
+	starts  []int            // where each region's entries start in Key's enumeration
 	key     []byte           // scratch for the key of a bucket
 	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
 	oldKey  []byte           // the same two for a bucket of the previous layout
@@ -129,6 +130,7 @@ func NewTable(store Store, regions []Region) *Table {
 	t := &Table{store: store, Overflow: make([]uint64, len(regions))}
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
+		t.starts = append(t.starts, t.total+len(t.starts))
 		p := "sluice.v2." + strconv.FormatUint(r.ID, 16) + "."
 		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o", life: r.Life})
 		t.total += int(n)
@@ -161,17 +163,25 @@ func (t *Table) RegionCapacity(r int) int { return int(t.regions[r].buckets)*Slo
 // (for the census): every region's buckets, then its overflow key. It
 // returns the region and whether the key is an overflow key.
 func (t *Table) Key(i int) (key string, r int, overflow bool) {
-	for r := range t.regions {
-		rg := &t.regions[r]
-		if i < int(rg.buckets) {
-			return rg.prefix + strconv.Itoa(i), r, false
+	// Region r's entries start at r plus the buckets before it: a binary
+	// search, not a walk over a thousand regions per key.
+	lo, hi := 0, len(t.regions)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t.starts[mid]+int(t.regions[mid].buckets)+1 <= i {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
-		if i -= int(rg.buckets); i == 0 {
-			return rg.overflowKey, r, true
-		}
-		i--
 	}
-	return "", -1, false
+	if lo == len(t.regions) || i < 0 {
+		return "", -1, false
+	}
+	rg, j := &t.regions[lo], i-t.starts[lo]
+	if j < int(rg.buckets) {
+		return rg.prefix + strconv.Itoa(j), lo, false
+	}
+	return rg.overflowKey, lo, true
 }
 
 // Keys returns the number of entries of the enumeration of Key.
