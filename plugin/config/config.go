@@ -49,6 +49,9 @@ type Config struct {
 	// Index finds the rules that may match a request (built by Parse; a
 	// Config built otherwise gets one from BuildIndex).
 	Index *Index
+	// OtherMetrics: rule_metrics leaves some rules without metrics of
+	// their own (Rule.NoMetrics); they are counted together.
+	OtherMetrics bool
 }
 
 // Global names the rate-limit service that keeps the budgets of global
@@ -111,6 +114,10 @@ type Rule struct {
 	// Cost is what the rule charges a request (the zero Cost: one unit
 	// at admission); see cost.go.
 	Cost Cost
+	// NoMetrics: rule_metrics does not list the rule, so its decisions
+	// are counted with the other unlisted rules', not in metrics of its
+	// own.
+	NoMetrics bool
 	// ID identifies the rule's semantics: two rules with the same ID count
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
@@ -175,7 +182,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body"); err != nil {
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body", "rule_metrics"); err != nil {
 		return nil, err
 	}
 	c := &Config{
@@ -304,12 +311,43 @@ func parseTop(f fields, c *Config) error {
 	} else if ok {
 		c.TextBody = s == "text"
 	}
+	if raw := f.m.Get("rule_metrics"); raw != nil {
+		if err := parseRuleMetrics(raw, c); err != nil {
+			return err
+		}
+	}
 	if raw := f.m.Get("global"); raw != nil {
 		g, err := parseGlobal(raw)
 		if err != nil {
 			return err
 		}
 		c.Global = g
+	}
+	return nil
+}
+
+// parseRuleMetrics reads rule_metrics: the names of the rules that keep
+// metrics of their own (sluice.rule.<name>.*); the others are counted
+// together (sluice.rules_other.*). Absent: every rule has its own.
+func parseRuleMetrics(raw *jsonlite.Value, c *Config) error {
+	var names []string
+	if err := strs(raw, &names); err != nil {
+		return errf("rule_metrics", "must be a list of rule names (the rules that keep metrics of their own)")
+	}
+	byName := make(map[string]int, len(c.Rules))
+	for i := range c.Rules {
+		byName[c.Rules[i].Name] = i
+		c.Rules[i].NoMetrics = true
+	}
+	for k, n := range names {
+		i, ok := byName[n]
+		if !ok {
+			return errf(sprintf.Sprintf("rule_metrics[%d]", k), "no rule is named %q", n)
+		}
+		c.Rules[i].NoMetrics = false
+	}
+	for i := range c.Rules {
+		c.OtherMetrics = c.OtherMetrics || c.Rules[i].NoMetrics
 	}
 	return nil
 }

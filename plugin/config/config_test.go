@@ -123,6 +123,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `}],"on_error":"ignore"}`, "on_error:"},
 		{`{"rules":[{` + ok + `}],"body":"json"}`, "body:"},
 		{`{"rules":[{` + ok + `}],"body":true}`, "body:"},
+		{`{"rules":[{` + ok + `}],"rule_metrics":"r"}`, "rule_metrics:"},
+		{`{"rules":[{` + ok + `}],"rule_metrics":["r","nope"]}`, "rule_metrics[1]: no rule is named \"nope\""},
 		{`{"rules":[{` + ok + `}],"status":null}`, "status:"},
 	}
 	for _, c := range cases {

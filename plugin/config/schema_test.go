@@ -938,6 +938,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"max_keys":     {[]string{absent, `1`, `100000000`, `1e5`}, []string{`0`, `100000001`, `null`}},
 		"on_error":     {[]string{absent, `"allow"`, `"deny"`}, []string{`"ignore"`, `true`, `null`}},
 		"body":         {[]string{absent, `"problem+json"`, `"text"`}, []string{`"json"`, `""`, `true`, `null`}},
+		"rule_metrics": {[]string{absent, `[]`}, []string{`"a"`, `[1]`, `null`, `["A"]`}},
 		"zz_unknown":   {[]string{absent}, []string{`1`}},
 	}
 	sortedKeys := func(m map[string]pool) []string {
