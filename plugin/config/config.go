@@ -52,6 +52,11 @@ type Config struct {
 	// OtherMetrics: rule_metrics leaves some rules without metrics of
 	// their own (Rule.NoMetrics); they are counted together.
 	OtherMetrics bool
+	// Pool is the part of max_keys that a configuration of more than
+	// PoolFrom rules keeps as a spill pool (0 otherwise): a rule without
+	// its own max_keys whose share is full keeps new clients' states
+	// there (see shareTable).
+	Pool int
 }
 
 // Global names the rate-limit service that keeps the budgets of global
@@ -776,6 +781,10 @@ func shareTable(c *Config) error {
 	if rest > 0 && left/rest < restMin {
 		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state; twice that for adaptive_concurrency); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), restMin, c.MaxKeys-left+rest*restMin)
 	}
+	if len(c.Rules) > PoolFrom {
+		c.Pool = poolOf(left, rest, restMin)
+		left -= c.Pool
+	}
 	for i := range c.Rules {
 		r := &c.Rules[i]
 		r.Share = r.MaxKeys
@@ -784,6 +793,28 @@ func shareTable(c *Config) error {
 		}
 	}
 	return nil
+}
+
+// PoolFrom is the number of rules above which the rules without their own
+// max_keys share a spill pool: with many rules, an equal part of max_keys
+// each would leave a busy route a few dozen states while quiet routes keep
+// theirs unused. (Configurations of up to PoolFrom rules, all there were
+// before, keep their shares exactly.)
+const PoolFrom = 64
+
+// poolOf is the spill pool of what the rules without their own max_keys
+// share (left, among rest rules each keeping at least restMin): half of
+// it, less if their own shares would then be under restMin; none when
+// every rule has its own max_keys (no rule spills).
+func poolOf(left, rest, restMin int) int {
+	if rest == 0 {
+		return 0
+	}
+	pool := left / 2
+	if (left-pool)/rest < restMin {
+		pool = left - rest*restMin
+	}
+	return max(pool, 0)
 }
 
 // minShare is the fewest states rule r's share may hold: MinMaxKeys per

@@ -238,6 +238,9 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	if e.index = cfg.Index; e.index == nil {
 		e.index = config.BuildIndex(cfg)
 	}
+	if cfg.Pool > 0 {
+		e.table.EnablePool(cfg.Pool)
+	}
 	e.table.AdoptLayouts(time.Now().UnixNano())
 	return e
 }
@@ -250,7 +253,7 @@ func Regions(cfg *config.Config) []Region {
 	rs := make([]Region, len(cfg.Rules))
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay)}
+		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay), Spill: cfg.Pool > 0 && r.MaxKeys == 0}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
 			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
