@@ -73,6 +73,16 @@ func TestManyRules(t *testing.T) {
 	if got := send(10, "/other", 12); got != 10 {
 		t.Errorf("catch-all: %d of 12 admitted, want 10", got)
 	}
+	// A busy route: 400 clients, where the route's own share of max_keys
+	// (100000 over 1001 rules, half of it kept as the spill pool) is 49
+	// states. Each client's first request must be decided on a state of its
+	// own (admitted), not on the rule's overflow state with the others.
+	busy := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Path: "/r/0600/x", Requests: 400, Concurrency: 8,
+		XForwardedFor: func(i int) string { return envoytest.ClientIP(1000 + i) }})
+	t.Logf("busy route: %v for 400 clients' first requests", busy.Status)
+	if busy.Count(200) < 380 {
+		t.Errorf("busy route: %d of 400 clients admitted, want nearly all (states in the spill pool)", busy.Count(200))
+	}
 	// State to keep: client 20 has 1 left on route 250, client 21 has 9
 	// left on the catch-all.
 	if send(20, "/r/0250/x", 2) != 2 || send(21, "/r/0777/y", 1) != 1 {
