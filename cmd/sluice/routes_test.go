@@ -45,3 +45,33 @@ func TestRouteWarningsAgree(t *testing.T) {
 		t.Errorf("warnings %q, want one, for rule b (/other is case-sensitive, its route /Other is not)", w)
 	}
 }
+
+// TestCoversCaseAndRoutes: a client_ip rule covers a header-keyed rule's
+// requests only if it matches them in every letter case the other does,
+// and on every route the other names.
+func TestCoversCaseAndRoutes(t *testing.T) {
+	m := func(doc string) *config.Match {
+		c, err := config.Parse([]byte(`{"rules":[{"name":"r","match":` + doc + `,"limit":1,"window":"1s"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c.Rules[0].Match
+	}
+	for _, c := range []struct {
+		cover, rule string
+		want        bool
+	}{
+		{`{"path_prefix":"/api"}`, `{"path_prefix":"/api/x"}`, true},
+		{`{"path_prefix":"/API","case_sensitive":false}`, `{"path_prefix":"/api/x"}`, true},
+		{`{"path_prefix":"/api"}`, `{"path_prefix":"/api/x","case_sensitive":false}`, false},
+		{`{}`, `{"path_prefix":"/api/x","case_sensitive":false}`, true},
+		{`{"route":["a","b"]}`, `{"route":["a"]}`, true},
+		{`{"route":["a"]}`, `{"route":["a","c"]}`, false},
+		{`{"route":["a"]}`, `{"path_prefix":"/x"}`, false},
+		{`{"path_prefix":"/x"}`, `{"route":["a"],"path_prefix":"/x/y"}`, true},
+	} {
+		if got := covers(m(c.cover), m(c.rule)); got != c.want {
+			t.Errorf("covers(%s, %s) = %v, want %v", c.cover, c.rule, got, c.want)
+		}
+	}
+}
