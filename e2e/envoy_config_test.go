@@ -203,7 +203,7 @@ func TestShippedEnvoyConfig(t *testing.T) {
 		t.Errorf("configuration @type = %q", v)
 	}
 
-	// The example Sluice configuration: valid JSON with CONTRACT's field names.
+	// The example Sluice configuration: valid JSON with the documented field names.
 	var cfg map[string]any
 	if err := json.Unmarshal([]byte(yamlStr(t, wasm, "configuration", "value")), &cfg); err != nil {
 		t.Fatalf("plugin configuration is not JSON: %v", err)
@@ -212,7 +212,7 @@ func TestShippedEnvoyConfig(t *testing.T) {
 	ruleFields := []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "max_delay", "shadow"}
 	for k := range cfg {
 		if !slices.Contains(top, k) {
-			t.Errorf("configuration field %q is not in CONTRACT.md", k)
+			t.Errorf("configuration field %q is not documented in docs/configuration.md", k)
 		}
 	}
 	var names []string
@@ -220,7 +220,7 @@ func TestShippedEnvoyConfig(t *testing.T) {
 		rule := r.(map[string]any)
 		for k := range rule {
 			if !slices.Contains(ruleFields, k) {
-				t.Errorf("rules[%d].%s is not in CONTRACT.md", i, k)
+				t.Errorf("rules[%d].%s is not documented in docs/configuration.md", i, k)
 			}
 		}
 		names = append(names, rule["name"].(string))

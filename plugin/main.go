@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 func main() {}
@@ -527,6 +527,17 @@ func (h *httpContext) SourceAddress() string {
 	}
 	// A view of a buffer the next request's address overwrites: the engine
 	// only parses it (engine.Request), so a string view saves a copy.
+	return unsafe.String(&b[0], len(b))
+}
+
+// RouteName implements engine.RouteRequest: read only when some rule
+// matches on Envoy routes, once per request.
+func (h *httpContext) RouteName() string {
+	b := getRouteName()
+	if len(b) == 0 {
+		return ""
+	}
+	// A view, as SourceAddress's: matching only compares it.
 	return unsafe.String(&b[0], len(b))
 }
 

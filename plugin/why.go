@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/sluicehq/sluice/plugin/engine"
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // Telling operators and clients why a request was refused, delayed or let

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package sdk
 
 import (
@@ -10,14 +12,12 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // bareServer admits 20 requests a second (a token bucket of 20) and answers
 // a bare 429 beyond: no Retry-After, no rate-limit header.
 type bareServer struct {
-	lim  *rate.Limiter
+	lim  *testBucket
 	mu   sync.Mutex
 	hits []hit
 }
@@ -42,7 +42,7 @@ func (s *bareServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refused and the successes per second.
 func adaptiveFigures(t *testing.T, warm, measure time.Duration, opts ...Option) (refused float64, okPerSec float64, attempts int) {
 	t.Helper()
-	s := &bareServer{lim: rate.NewLimiter(20, 20)}
+	s := &bareServer{lim: newTestBucket(20, 20)}
 	srv := serve(t, s)
 	c := &http.Client{Transport: NewTransport(srv.Client().Transport, opts...)}
 	start := time.Now()
@@ -172,7 +172,7 @@ func TestAdaptiveRateCurve(t *testing.T) {
 func TestAdaptiveRateRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		lim := rate.NewLimiter(10, 10)
+		lim := newTestBucket(10, 10)
 		var mu sync.Mutex
 		var okAt, noAt []time.Duration
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

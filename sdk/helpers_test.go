@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package sdk
 
 import (
@@ -12,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // fakeClock is an instant clock: a timer fires at once and moves the clock
@@ -407,4 +409,31 @@ func hammer(c *http.Client, url string, callers int, d, pause time.Duration) int
 	}
 	wg.Wait()
 	return calls.Load()
+}
+
+// testBucket is a token bucket for test servers: rate tokens a second up
+// to burst, full at the start (x/time/rate's semantics, without making the
+// SDK module require it).
+type testBucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newTestBucket(rate, burst float64) *testBucket {
+	return &testBucket{rate: rate, burst: burst, tokens: burst}
+}
+
+// AllowN reports whether n tokens are available at now and takes them.
+func (b *testBucket) AllowN(now time.Time, n int) bool {
+	if !b.last.IsZero() && now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	if b.last.IsZero() || now.After(b.last) {
+		b.last = now
+	}
+	if b.tokens < float64(n) {
+		return false
+	}
+	b.tokens -= float64(n)
+	return true
 }

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // maxHosts is how many hosts a Transport remembers. A new host that finds

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package sdk
 
 import (
@@ -12,7 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // flipServer answers 200 until bare is set, then a bare 429 to the next

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // maxProblem is how much of a refusal's body the Transport reads to find

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package sdk
 
 import (
@@ -9,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // problem answers a refusal as Sluice does with `"body": "problem"`:

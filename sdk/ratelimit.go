@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // RateLimit is what a response's headers say about the client's limit.
@@ -47,7 +47,7 @@ func fromInfo(in header.Info) RateLimit {
 //
 // When several policies are listed, the result describes the most
 // constrained one. The parser is shared with the Sluice plugin
-// (package shared/header), so the two cannot disagree.
+// (package sdk/header), so the two cannot disagree.
 func ParseRateLimit(h http.Header, now time.Time) (RateLimit, bool) {
 	in, ok := header.Parse(h, now)
 	return fromInfo(in), ok

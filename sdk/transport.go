@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // Transport is an http.RoundTripper that retries what a rate-limited or

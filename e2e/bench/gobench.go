@@ -11,9 +11,10 @@ import (
 )
 
 // gobenchPackages are the packages whose Go benchmarks the report shows:
-// the algorithms (shared/limit), the header parser (shared/header) and the
+// the algorithms (shared/limit), the header parser (sdk/header, a package of
+// the SDK module the root module requires) and the
 // engine's whole decision (plugin/engine).
-var gobenchPackages = []string{"./shared/...", "./plugin/engine"}
+var gobenchPackages = []string{"./shared/...", "github.com/sluicehq/sluice/sdk/header", "./plugin/engine"}
 
 // gobenchSection runs go test -bench natively and tabulates the results.
 func gobenchSection(ctx context.Context, root, benchtime string) (string, error) {

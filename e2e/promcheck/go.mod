@@ -34,3 +34,5 @@ require (
 )
 
 replace github.com/sluicehq/sluice => ../..
+
+replace github.com/sluicehq/sluice/sdk => ../../sdk

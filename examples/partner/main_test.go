@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // store is a stand-in for the demo store behind Sluice: POST /buy, a fixed

@@ -33,8 +33,8 @@ const MaxClasses = 8
 // stay below 1, so that the lowest class keeps part of the limit.
 //
 // A class's match is parsed as a rule's (parseMatch) and follows the
-// rule's own match settings.
-func parseClasses(field string, raw *jsonlite.Value) ([]Class, error) {
+// rule's case_sensitive (ignoreCase: the rule's match ignores case).
+func parseClasses(field string, raw *jsonlite.Value, ignoreCase bool) ([]Class, error) {
 	if raw.Kind != jsonlite.Array {
 		return nil, errf(field, "must be a list of classes, highest priority first")
 	}
@@ -48,7 +48,7 @@ func parseClasses(field string, raw *jsonlite.Value) ([]Class, error) {
 	sum := 0.0
 	for i := range raw.Elems {
 		cf := sprintf.Sprintf("%s[%d]", field, i)
-		c, err := parseClass(cf, &raw.Elems[i])
+		c, err := parseClass(cf, &raw.Elems[i], ignoreCase)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +70,7 @@ func parseClasses(field string, raw *jsonlite.Value) ([]Class, error) {
 	return classes, nil
 }
 
-func parseClass(field string, raw *jsonlite.Value) (Class, error) {
+func parseClass(field string, raw *jsonlite.Value, ignoreCase bool) (Class, error) {
 	var c Class
 	m, err := object(field, raw, nil)
 	if err != nil {
@@ -93,10 +93,14 @@ func parseClass(field string, raw *jsonlite.Value) (Class, error) {
 		return c, errf(f.name("name"), "%q is the implicit lowest class (requests no class matches): choose another name", DefaultClass)
 	}
 	if mraw := m.Get("match"); mraw != nil {
+		if mraw.Kind == jsonlite.Object && mraw.Has("case_sensitive") {
+			return c, errf(f.name("match")+".case_sensitive", "a class follows its rule's case_sensitive: set it in the rule's match")
+		}
 		if err := parseMatch(f.name("match"), mraw, &c.Match); err != nil {
 			return c, err
 		}
 	}
+	c.Match.SetCaseSensitive(!ignoreCase)
 	if rraw := m.Get("reserve"); rraw != nil {
 		if rraw.Kind != jsonlite.Number {
 			return c, errf(f.name("reserve"), "must be a number, 0 <= reserve < 1")
@@ -110,12 +114,12 @@ func parseClass(field string, raw *jsonlite.Value) (Class, error) {
 	return c, nil
 }
 
-// ClassOf returns the index of the class of a request with this path and
-// method among r's classes: the first whose match applies, else
-// len(r.Classes), the implicit default class.
-func (r *Rule) ClassOf(path, method string) int {
+// ClassOf returns the index of the class of the request t describes among
+// r's classes: the first whose match applies, else len(r.Classes), the
+// implicit default class.
+func (r *Rule) ClassOf(t *Target) int {
 	for k := range r.Classes {
-		if r.Classes[k].Match.Applies(path, method) {
+		if r.Classes[k].Match.AppliesTo(t) {
 			return k
 		}
 	}
@@ -152,7 +156,7 @@ func hashClasses(h hash.Hash64, r *Rule) {
 	}
 	h.Write([]byte("|classes"))
 	for _, c := range r.Classes {
-		h.Write([]byte(sprintf.Sprintf("|%s|%q|%q|%v|", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods)))
+		h.Write([]byte(sprintf.Sprintf("|%s|%q|%q|%v|%v|", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods, c.Match.Routes)))
 		h.Write([]byte(strconv.FormatUint(math.Float64bits(c.Reserve), 16)))
 	}
 }

@@ -19,7 +19,7 @@ func TestClassesParse(t *testing.T) {
 		path, method string
 		want         string
 	}{{"/login", "GET", "login"}, {"/buy/1", "POST", "buy"}, {"/buy/1", "GET", "default"}, {"/", "GET", "default"}} {
-		if got := r.ClassName(r.ClassOf(tc.path, tc.method)); got != tc.want {
+		if got := r.ClassName(r.ClassOf(&Target{Path: tc.path, Method: tc.method})); got != tc.want {
 			t.Errorf("%s %s: class %q, want %q", tc.method, tc.path, got, tc.want)
 		}
 	}
@@ -77,5 +77,30 @@ func TestClassesChangeTheRule(t *testing.T) {
 			t.Errorf("%q and %q: the same rule ID", prev, cl)
 		}
 		ids[id(cl)] = cl
+	}
+}
+
+// TestClassesFollowTheRulesCase: a class's match ignores case when its
+// rule's does, and may not set case_sensitive itself.
+func TestClassesFollowTheRulesCase(t *testing.T) {
+	c, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"concurrency","limit":4,"key":[],"match":{"case_sensitive":false},
+	 "classes":[{"name":"login","match":{"path_prefix":"/Login"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &c.Rules[0]
+	for _, p := range []string{"/login", "/LOGIN", "/LoGiN/x"} {
+		if k := r.ClassOf(&Target{Path: p, Folded: FoldPath(p)}); k != 0 {
+			t.Errorf("%s: class %d, want login (the rule ignores case)", p, k)
+		}
+	}
+	_, err = Parse([]byte(`{"rules":[{"name":"r","algorithm":"concurrency","limit":4,
+	 "classes":[{"name":"login","match":{"path_prefix":"/login","case_sensitive":false}}]}]}`))
+	if err == nil || !strings.HasPrefix(err.Error(), "rules[0].classes[0].match.case_sensitive:") {
+		t.Errorf("case_sensitive in a class: %v", err)
+	}
+	c, _ = Parse([]byte(`{"rules":[{"name":"r","algorithm":"concurrency","limit":4,"classes":[{"name":"login","match":{"path_prefix":"/login"}}]}]}`))
+	if k := c.Rules[0].ClassOf(&Target{Path: "/LOGIN", Folded: FoldPath("/LOGIN")}); k != 1 {
+		t.Errorf("a case-sensitive rule's class matched /LOGIN")
 	}
 }

@@ -31,7 +31,7 @@ func keyedRound(e *Engine, ip string, now int64, latency time.Duration) int {
 // TestKeyedRetryAfterUsesOwnKeysLimit: with a keyed adaptive rule each
 // key has its own learnt limit ("the limit is learnt per key"); a refused
 // request's Retry-After is "whole seconds until this client would be
-// admitted" (CONTRACT.md), i.e. for a concurrency rule the slots of *its*
+// admitted" (docs/configuration.md), i.e. for a concurrency rule the slots of *its*
 // key freeing: (waiting+1) × hold / limit of that key. It must not depend on
 // which other client's Gauge this worker exchanged last.
 func TestKeyedRetryAfterUsesOwnKeysLimit(t *testing.T) {

@@ -84,7 +84,7 @@ func classOf(r *config.Rule, ri *requestInfo) uint8 {
 	if len(r.Classes) == 0 {
 		return 0
 	}
-	return uint8(r.ClassOf(ri.path, ri.method))
+	return uint8(r.ClassOf(&ri.t))
 }
 
 // concModify applies op to the slots of key fp of concurrency rule i (the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 type fakeRequest struct {

@@ -116,7 +116,7 @@ func (s *ruleService) deliver() {
 // the service never counts it and the client is admitted again although
 // its response cost 1,000 on a limit of 10.
 //
-// docs/operations.md: "to every other rule: nothing"; CONTRACT "A charge
+// docs/operations.md: "to every other rule: nothing"; docs/cost.md "A charge
 // may take the balance below zero: the client is refused until refill has
 // paid the debt back".
 func TestGlobalCostFloodKeepsOtherRulesCharges(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/header"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // MaxHeaders is the most headers a HeaderSet holds: Retry-After, three

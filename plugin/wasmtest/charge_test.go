@@ -1,7 +1,7 @@
 package wasmtest
 
 // Costs, outcomes and "telling why" (docs/cost.md,
-// docs/configuration.md#responses, CONTRACT.md "Cost and outcome",
+// docs/configuration.md#responses, docs/cost.md,
 // "Telling operators and clients why", "Responses"), on the compiled plugin.
 
 import (
@@ -304,7 +304,7 @@ func TestChargeShadow(t *testing.T) {
 }
 
 // request_header: over max costs max; missing, empty, zero, negative,
-// garbled cost 1 (CONTRACT.md "request_header").
+// garbled cost 1 (docs/configuration.md "request_header").
 func TestChargeRequestHeader(t *testing.T) {
 	h := newHost(t)
 	vm := workers(t, h, 1, `{"rules":[{"name":"exp","key":["header:x-k"],"limit":100,"window":"1h","cost":{"request_header":"x-cost","max":50}}]}`)[0]

@@ -17,8 +17,14 @@ import (
 // moduleCeiling bounds build/sluice.wasm: about 5% above its size when
 // the ceiling was set (3,230,073 bytes, with cost, adaptive concurrency,
 // per-rule tables and problem+json bodies). A feature that needs more
-// raises it on purpose, saying in the commit what the bytes buy.
-const moduleCeiling = 3_390_000
+// raises it on purpose, saying in the commit what the bytes buy. Raised
+// from 3,390,000 for case-insensitive paths (Unicode case tables, about 17
+// KB of data), match.route, the rule index, the spill pool and
+// rule_metrics (about 46 KB of code): 3,439,696 bytes then. Raised for
+// priority classes and the rule-wide key (their parsing, the per-key class
+// values, the per-class metrics and the Gauge's Use: about 46 KB of code
+// and 20 KB of data): 3,510,812 bytes then.
+const moduleCeiling = 3_540_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
@@ -94,9 +100,9 @@ func TestFmtNotReachableInPlugin(t *testing.T) {
 	}
 }
 
-// shared/ holds what more than one part of the repository uses (the header
-// protocol, the rate-limit algorithms); what only the plugin uses lives in
-// plugin/internal/, where nothing else can import it.
+// shared/ holds what more than one part of the root module uses (the
+// rate-limit algorithms; the header protocol is the SDK module's); what only
+// the plugin uses lives in plugin/internal/, where nothing else can import it.
 func TestSharedIsShared(t *testing.T) {
 	deps := func(pkg string, env ...string) []string {
 		cmd := exec.Command("go", "list", "-deps", pkg)
@@ -109,7 +115,7 @@ func TestSharedIsShared(t *testing.T) {
 	}
 	parts := map[string][]string{
 		"plugin":     deps("..", "GOOS=wasip1", "GOARCH=wasm"),
-		"sdk":        deps("../../sdk"),
+		"sdk":        deps("github.com/sluicehq/sluice/sdk"),
 		"cmd/sluice": deps("../../cmd/sluice"),
 	}
 	shared, err := filepath.Glob("../../shared/*")

@@ -12,7 +12,7 @@ import (
 )
 
 // "Telling operators and clients why" on every decision path
-// (CONTRACT.md "Telling operators and clients why", "Responses";
+// (docs/configuration.md "Telling operators and clients why", "Responses";
 // docs/operations.md Metrics, Access log; docs/configuration.md Responses).
 
 // wantWhy checks the access-log filter state of s.
@@ -402,7 +402,7 @@ func TestWhyDelayedCountsOnlyAdmitted(t *testing.T) {
 }
 
 // TestWhyShadowConcurrencyHeaders: a shadow rule "count[s] and
-// report[s] but never reject[s] or delay[s]" (CONTRACT.md, Plugin
+// report[s] but never reject[s] or delay[s]" (docs/configuration.md, Plugin
 // configuration); what it reports is x-ratelimit-shadow (docs/
 // configuration.md, Responses). A shadow rate rule never appears in the
 // limit headers; a shadow concurrency rule does, telling an admitted client
