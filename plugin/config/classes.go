@@ -61,9 +61,8 @@ func parseClasses(field string, raw *jsonlite.Value, ignoreCase bool) ([]Class, 
 		if sum >= 1-1e-9 {
 			// In thousandths: strconv's float formatting would add tens of
 			// kilobytes to the module for this one message.
-			m := int64(math.Round(sum * 1000))
-			return nil, errf(cf+".reserve", "the reserves of %s[0..%d] add up to %d.%s: they must stay below 1 (the lowest class keeps part of the limit)",
-				field, i, m/1000, strings.TrimRight(strconv.Itoa(int(1000+m%1000))[1:], "0"))
+			return nil, errf(cf+".reserve", "the reserves of %s[0..%d] add up to %s: they must stay below 1 (the lowest class keeps part of the limit)",
+				field, i, thousandths(sum))
 		}
 		classes = append(classes, c)
 	}
@@ -159,4 +158,14 @@ func hashClasses(h hash.Hash64, r *Rule) {
 		h.Write([]byte(sprintf.Sprintf("|%s|%q|%q|%v|%v|", c.Name, c.Match.PathPrefix, c.Match.PathExact, c.Match.Methods, c.Match.Routes)))
 		h.Write([]byte(strconv.FormatUint(math.Float64bits(c.Reserve), 16)))
 	}
+}
+
+// thousandths formats x (>= 0) with up to three decimals ("1.1", "1").
+func thousandths(x float64) string {
+	m := int64(math.Round(x * 1000))
+	frac := strings.TrimRight(strconv.Itoa(int(1000 + m%1000))[1:], "0")
+	if frac == "" {
+		return strconv.Itoa(int(m / 1000))
+	}
+	return strconv.Itoa(int(m/1000)) + "." + frac
 }
