@@ -323,7 +323,7 @@ func (m *metrics) flushSlots(e *engine.Engine, i int) {
 			setGauge(c.inFlight, n)
 			setGauge(c.queued, q)
 		}
-		addDelta(c.refused, e.ClassStats[i][k].Refused, &c.refusedLast)
+		addDelta(c.refused, e.ClassRefused(i, k), &c.refusedLast)
 	}
 	if rm.limit != 0 {
 		if g := e.LearntGauge(i); g.Limit > 0 {

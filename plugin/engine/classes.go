@@ -30,39 +30,40 @@ import (
 // classSalt makes the ID of a rule's class region out of the rule's.
 const classSalt = 0x636c617373000000
 
-// classRegion is where the class values of one rule live.
+// classRegion is where the class values of one rule live, with what this
+// worker last saw of its classes and counted of them.
 type classRegion struct {
 	prefix      string
 	buckets     uint64
 	overflowKey string
 	n           int // classes, the default one included
 	reserves    []float64
+	// seen is the in flight and queued of each class as this worker last
+	// saw them (the metrics); refused counts the class's refusals.
+	seen    [config.MaxClasses][2]int64
+	refused [config.MaxClasses]uint64
 }
 
-// classRules is the engine's working state for rules with classes.
+// classRules is the engine's working state for rules with classes. A
+// configuration may have thousands of rules: per rule it keeps only an
+// index (cidx; -1: no classes), the rest per rule with classes.
 type classRules struct {
-	cregions []classRegion // indexed like the rules (n 0: no classes)
+	cidx     []int16
+	cregions []classRegion
 	ss       [config.MaxClasses]limit.Slots
 	caps     [config.MaxClasses]int64
 	cbuf     [16 + 16*config.MaxClasses]byte
 	ckey     []byte
-	// seen is, per rule with classes, the in flight and queued of each
-	// class as this worker last saw them (the metrics).
-	seen [][config.MaxClasses][2]int64
-	// ClassStats counts decisions per rule and class.
-	ClassStats [][config.MaxClasses]ClassCounts
 }
 
-// ClassCounts counts the decisions of one class.
-type ClassCounts struct {
-	Refused uint64
-}
+// noClasses is the region of a rule without classes (n 0).
+var noClasses = &classRegion{}
 
 func newClassRules(cfg *config.Config) classRules {
-	c := classRules{cregions: make([]classRegion, len(cfg.Rules)), ckey: make([]byte, 0, 64),
-		seen: make([][config.MaxClasses][2]int64, len(cfg.Rules)), ClassStats: make([][config.MaxClasses]ClassCounts, len(cfg.Rules))}
+	c := classRules{cidx: make([]int16, len(cfg.Rules))}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
+		c.cidx[i] = -1
 		if len(r.Classes) == 0 {
 			continue
 		}
@@ -71,13 +72,36 @@ func newClassRules(cfg *config.Config) classRules {
 		if len(r.Key) == 0 {
 			n = 1 // one key: its bucket never moves when the shares change
 		}
-		c.cregions[i] = classRegion{prefix: p, buckets: n, overflowKey: p + "o", n: len(r.Classes) + 1, reserves: r.Reserves()}
+		c.cidx[i] = int16(len(c.cregions))
+		c.cregions = append(c.cregions, classRegion{prefix: p, buckets: n, overflowKey: p + "o", n: len(r.Classes) + 1, reserves: r.Reserves()})
+	}
+	if len(c.cregions) > 0 {
+		c.ckey = make([]byte, 0, 64)
 	}
 	return c
 }
 
+// cregion returns rule i's class region (noClasses for a rule without).
+func (c *classRules) cregion(i int) *classRegion {
+	if k := c.cidx[i]; k >= 0 {
+		return &c.cregions[k]
+	}
+	return noClasses
+}
+
 // HasClasses reports whether rule i has priority classes.
-func (e *Engine) HasClasses(i int) bool { return e.cregions[i].n > 0 }
+func (e *Engine) HasClasses(i int) bool { return e.cidx[i] >= 0 }
+
+// ClassRefused returns how many requests of class k of rule i this worker
+// refused (at once, or after a wait in the queue).
+func (e *Engine) ClassRefused(i, k int) uint64 { return e.cregion(i).refused[k] }
+
+// classRefuse counts a refusal of class k of rule i.
+func (e *Engine) classRefuse(i int, k uint8) {
+	if c := e.cidx[i]; c >= 0 {
+		e.cregions[c].refused[k]++
+	}
+}
 
 // classOf returns the class of the request being decided under rule r.
 func classOf(r *config.Rule, ri *requestInfo) uint8 {
@@ -91,7 +115,7 @@ func classOf(r *config.Rule, ri *requestInfo) uint8 {
 // class op.class of it for a rule with classes) at now: the state table's
 // slot, or the key's class value.
 func (e *Engine) concModify(fp uint64, i int, onlyOverflow bool, now int64, op *concOp) error {
-	if e.cregions[i].n == 0 {
+	if e.cidx[i] < 0 {
 		_, err := e.table.Modify(fp, i, onlyOverflow, now, op)
 		return err
 	}
@@ -104,7 +128,7 @@ func (e *Engine) classModify(fp uint64, i int, onlyOverflow bool, now int64, op 
 	if fp == 0 || fp == overflowFP {
 		fp = 2 // 0 marks a free value, overflowFP the overflow value
 	}
-	cr := &e.cregions[i]
+	cr := e.cregion(i)
 	size := 16 + 16*cr.n
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
 		key, mark, val, cas, err := e.classLocate(cr, fp, onlyOverflow, size, now)
@@ -123,7 +147,7 @@ func (e *Engine) classModify(fp uint64, i int, onlyOverflow bool, now int64, op 
 		limit.ClassCaps(op.lim.Limit(), cr.reserves, caps)
 		prev := e.ss
 		write := op.modifyClasses(ss, caps, now, mark == overflowFP)
-		e.noteClasses(i, ss)
+		noteClasses(cr, ss)
 		if !write || prev == e.ss {
 			return nil
 		}
@@ -195,10 +219,10 @@ func (e *Engine) classLoad(key string, size int) ([]byte, uint32, error) {
 	return val, cas, nil
 }
 
-// noteClasses keeps what rule i's classes hold, for the metrics.
-func (e *Engine) noteClasses(i int, ss []limit.Slots) {
+// noteClasses keeps what a rule's classes hold, for the metrics.
+func noteClasses(cr *classRegion, ss []limit.Slots) {
 	for k := range ss {
-		e.seen[i][k] = [2]int64{ss[k].InFlight(), ss[k].Queued()}
+		cr.seen[k] = [2]int64{ss[k].InFlight(), ss[k].Queued()}
 	}
 }
 
@@ -207,7 +231,7 @@ func (e *Engine) noteClasses(i int, ss []limit.Slots) {
 // when this worker has not seen the rule's slots yet (an idle worker must
 // not publish zeros over the figures of the others).
 func (e *Engine) ClassSlots(i, k int) (inFlight, queued int64, ok bool) {
-	s := e.seen[i][k]
+	s := e.cregion(i).seen[k]
 	return s[0], s[1], e.lastSlots[i].known
 }
 
@@ -259,7 +283,7 @@ func (o *concOp) modifyClasses(ss []limit.Slots, caps []int64, now int64, overfl
 // classes what the request's class may still take (e.op.free, just
 // decided).
 func (e *Engine) remaining(i int, lim *limit.Limit, inFlight int64) int64 {
-	if e.cregions[i].n > 0 {
+	if e.cidx[i] >= 0 {
 		return e.op.free
 	}
 	return lim.Limit() - inFlight
@@ -270,7 +294,7 @@ func (e *Engine) remaining(i int, lim *limit.Limit, inFlight int64) int64 {
 // the Gauge estimates the upstream's capacity from what was really in
 // flight (see limit.Gauge.Use).
 func (e *Engine) noteUse(i int, fp uint64, inFlight int64, lim *limit.Limit) {
-	if e.cregions[i].n == 0 || !IsAdaptive(&e.cfg.Rules[i]) {
+	if e.cidx[i] < 0 || !IsAdaptive(&e.cfg.Rules[i]) {
 		return
 	}
 	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {

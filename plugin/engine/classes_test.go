@@ -55,8 +55,8 @@ func TestClassCaps(t *testing.T) {
 		t.Fatal("a fifth request admitted over the limit 4")
 	}
 	v := es[0].Decide(req("/buy", "GET", "10.0.0.1:1"), t0)
-	if v.Outcome != Reject || v.Class != "default" || es[0].ClassStats[0][2].Refused == 0 {
-		t.Fatalf("refused buy: %+v, class stats %+v", v, es[0].ClassStats[0])
+	if v.Outcome != Reject || v.Class != "default" || es[0].ClassRefused(0, 2) == 0 {
+		t.Fatalf("refused buy: %+v, refused %d", v, es[0].ClassRefused(0, 2))
 	}
 	if held[0].Class != "default" || held[2].Class != "home" || held[3].Class != "login" {
 		t.Errorf("classes: %q %q %q", held[0].Class, held[2].Class, held[3].Class)

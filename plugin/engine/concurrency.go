@@ -265,7 +265,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 			}
 		default:
 			e.overLimit(p.rule, p.fp)
-			e.ClassStats[p.rule][p.class].Refused++
+			e.classRefuse(p.rule, p.class)
 			st.Rejected++
 			e.rejectFull(v, p.rule, lim, d.Waiting, now)
 			return p.rule
@@ -560,7 +560,7 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	}
 	w.gone = true
 	e.Stats.Rules[w.rule].Rejected++
-	e.ClassStats[w.rule][w.class].Refused++
+	e.classRefuse(w.rule, w.class)
 	v := w.verdict
 	e.refund(w, now)
 	e.releaseAll(&w.verdict, now)
