@@ -274,7 +274,7 @@ func TestMetricsVMRestartNoDoubleCount(t *testing.T) {
 
 // --- names: docs, dashboard and alerts against plugin/metrics.go ---
 
-var metricDefRe = regexp.MustCompile(`define(Counter|Gauge)\((?:p \+ )?"([^"]+)"\)`)
+var metricDefRe = regexp.MustCompile(`define(Counter|Gauge)\((?:(c?p) \+ )?"([^"]+)"\)`)
 
 // metricDefined returns the metrics plugin/metrics.go defines, per-rule ones
 // as sluice.rule.<rule>.<x>, with their kind.
@@ -285,8 +285,11 @@ func metricDefined(t *testing.T) map[string]string {
 	}
 	out := map[string]string{}
 	for _, m := range metricDefRe.FindAllStringSubmatch(string(b), -1) {
-		name := m[2]
-		if !strings.HasPrefix(name, "sluice.") {
+		name := m[3]
+		switch {
+		case m[2] == "cp": // a priority class's (newRuleMetrics)
+			name = "sluice.class.<rule>.<class>." + name
+		case !strings.HasPrefix(name, "sluice."):
 			name = "sluice.rule.<rule>." + name
 		}
 		out[name] = strings.ToLower(m[1])
