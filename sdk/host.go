@@ -153,11 +153,12 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 // acquire admits one request now into every view of g (wait == 0), which
 // the caller must then report to observe, or says how long to wait before
 // asking again (the longest any view asks), which view asks it, whether
-// that view's limit refills continuously (a token bucket, see tokenEvery),
-// and a channel closed if an answer ends the hold early (see wakeLocked).
-// first says whether this is the request's first attempt, which earns the
-// host's retry budget its share. A view that would hold the request longer
-// than maxWait lets it through if its probe is due (see ProbeEvery).
+// that view's limit refills continuously (a token bucket, see
+// shape.tokenEvery), and a channel closed if an answer ends the hold early
+// (see view.wakeLocked). first says whether this is the request's first
+// attempt, which earns the host's retry budget its share. A view that
+// would hold the request longer than maxWait lets it through if its probe
+// is due (see ProbeEvery).
 func (h *host) acquire(g *governing, now time.Time, first bool, maxWait time.Duration) (wait time.Duration, holder *view, refills bool, woken <-chan struct{}) {
 	vs := g.vs[:g.n]
 	for _, v := range vs {
