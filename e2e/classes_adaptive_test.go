@@ -1,3 +1,10 @@
+//go:build quiet
+
+// This test measures an adaptive rule's learning in a real Envoy: a stall
+// of a loaded machine reads as the upstream's queueing and cuts the learnt
+// limit, so it runs on a quiet machine only, with `make e2e-quiet` (the
+// build tag quiet), not in `make test`.
+
 package e2e_test
 
 import (
