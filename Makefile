@@ -59,8 +59,11 @@ WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=pr
 # (docs/design/memory.md, "The first heap arena").
 WASM_LDFLAGS := -s -w
 WASMLAYOUT := $(GO) run ./internal/wasmlayout/cmd/wasmlayout
+WASM_SRC := plugin shared sdk/header internal/wasmexports internal/wasmlayout
 
-$(WASM): $(shell find plugin shared sdk/header internal/wasmexports internal/wasmlayout -name '*.go' -not -name '*_test.go') go.mod go.sum sdk/go.mod
+# Folders are prerequisites too: removing a source file changes its folder's
+# time, so the module is rebuilt without it.
+$(WASM): $(shell find $(WASM_SRC) -name '*.go' -not -name '*_test.go') $(shell find $(WASM_SRC) -type d) go.mod go.sum sdk/go.mod
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="$(WASM_LDFLAGS)" -buildmode=c-shared -o $@.tmp ./plugin
 	@D=$$($(WASMLAYOUT) -data-addr $@.tmp) || exit 1; if [ -n "$$D" ]; then \

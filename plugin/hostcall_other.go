@@ -23,6 +23,16 @@ func getSourceAddress() []byte {
 	return b
 }
 
+var routeNamePathList = []string{"xds", "route_name"}
+
+func getRouteName() []byte {
+	b, err := proxywasm.GetProperty(routeNamePathList)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
 	return proxywasm.SendHttpResponse(status, headers, body, -1)
 }

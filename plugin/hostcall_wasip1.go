@@ -61,6 +61,29 @@ func getSourceAddress() []byte {
 	return unsafe.Slice(ret, size)
 }
 
+// routeNamePath is the property path xds.route_name (the name of the
+// Envoy route that routed the request), prepared once.
+var routeNamePath = []byte("xds\x00route_name")
+
+// routeNameBuf receives xds.route_name as sourceAddressBuf does
+// source.address: a longer name gets a buffer of its own.
+var routeNameBuf [128]byte
+
+// getRouteName returns xds.route_name (empty when the request was not
+// routed by a named route), in routeNameBuf when it fits: valid until the
+// next call.
+func getRouteName() []byte {
+	var ret *byte
+	var size int32
+	allocInto = routeNameBuf[:]
+	st := proxyGetProperty(&routeNamePath[0], int32(len(routeNamePath)), unsafe.Pointer(&ret), &size)
+	allocInto = nil
+	if st != 0 || ret == nil {
+		return nil
+	}
+	return unsafe.Slice(ret, size)
+}
+
 // localResponseBuf is reused by every local response of this VM (the host
 // copies the headers during the call).
 var localResponseBuf []byte

@@ -530,6 +530,17 @@ func (h *httpContext) SourceAddress() string {
 	return unsafe.String(&b[0], len(b))
 }
 
+// RouteName implements engine.RouteRequest: read only when some rule
+// matches on Envoy routes, once per request.
+func (h *httpContext) RouteName() string {
+	b := getRouteName()
+	if len(b) == 0 {
+		return ""
+	}
+	// A view, as SourceAddress's: matching only compares it.
+	return unsafe.String(&b[0], len(b))
+}
+
 // contextIDSalt distinguishes workers started in the same nanosecond.
 func contextIDSalt() int64 {
 	var b [8]byte

@@ -55,6 +55,9 @@ type ruleMetrics struct {
 	activeStates gauge
 	overflowLast uint64
 	overflowSeen bool
+	// off: the rule has no metrics of its own (rule_metrics); its
+	// counters are the shared sluice.rules_other.* ones.
+	off bool
 }
 
 // counter and gauge are Envoy metrics by id (defined in hostcall_*.go).
@@ -65,7 +68,15 @@ type (
 
 func newMetrics(cfg *config.Config) *metrics {
 	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}
+	var other ruleMetrics
+	if cfg.OtherMetrics {
+		other = newOtherMetrics()
+	}
 	for i := range cfg.Rules {
+		if cfg.Rules[i].NoMetrics {
+			m.rules = append(m.rules, other)
+			continue
+		}
 		m.rules = append(m.rules, newRuleMetrics(&cfg.Rules[i]))
 	}
 	m.defineProcess()
@@ -110,6 +121,21 @@ func newRuleMetrics(r *config.Rule) ruleMetrics {
 		rm.latencyUS = defineGauge(p + "latency_us")
 	}
 	return rm
+}
+
+// newOtherMetrics defines sluice.rules_other.<outcome>: the counters that
+// the rules rule_metrics does not list share (each adds its own deltas to
+// them). They have no gauges (off).
+func newOtherMetrics() ruleMetrics {
+	p := "sluice.rules_other."
+	return ruleMetrics{
+		allowed:        defineCounter(p + "allowed"),
+		rejected:       defineCounter(p + "rejected"),
+		delayed:        defineCounter(p + "delayed"),
+		shadowRejected: defineCounter(p + "shadow_rejected"),
+		overflow:       defineCounter(p + "overflow"),
+		off:            true,
+	}
 }
 
 // defineProcess defines the metrics that are not a rule's: sluice.<name>
@@ -295,6 +321,9 @@ func (m *metrics) recordActiveStates(n int, c *engine.Census) {
 	g := m.global.activeStates
 	g.Add(int64(n) - g.Value())
 	for i := range m.rules {
+		if m.rules[i].off {
+			continue
+		}
 		g := m.rules[i].activeStates
 		g.Add(int64(c.Rule(i)) - g.Value())
 	}

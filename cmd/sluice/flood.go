@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -81,12 +82,39 @@ func perClientRate(r *config.Rule) bool {
 
 // covers reports whether every request that m matches is matched by c.
 func covers(c, m *config.Match) bool {
+	mExact, mPrefix := m.PathExact, m.PathPrefix
 	switch {
-	case c.PathExact != "" && m.PathExact != c.PathExact:
+	case c.HasPath() && m.IgnoreCase && !c.IgnoreCase:
+		// m matches spellings in every case, c only one.
 		return false
-	case c.PathPrefix != "" && !strings.HasPrefix(m.PathExact, c.PathPrefix) && !strings.HasPrefix(m.PathPrefix, c.PathPrefix):
+	case c.IgnoreCase && !m.IgnoreCase:
+		// c's paths are folded: compare m's folded too.
+		mExact, mPrefix = config.FoldPath(mExact), config.FoldPath(mPrefix)
+	}
+	switch {
+	case c.PathExact != "" && mExact != c.PathExact:
+		return false
+	case c.PathPrefix != "" && !strings.HasPrefix(mExact, c.PathPrefix) && !strings.HasPrefix(mPrefix, c.PathPrefix):
 		return false
 	}
+	if len(c.Routes) > 0 && (len(m.Routes) == 0 || !subset(m.Routes, c.Routes)) {
+		return false
+	}
+	return subsetMethods(c, m)
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// subsetMethods reports whether c's methods include all of m's.
+func subsetMethods(c, m *config.Match) bool {
 	if len(c.Methods) == 0 {
 		return true
 	}
@@ -116,6 +144,12 @@ func exampleRule(r *config.Rule) string {
 	}
 	if len(r.Match.Methods) > 0 {
 		match = append(match, fmt.Sprintf(`"methods": ["%s"]`, strings.Join(r.Match.Methods, `", "`)))
+	}
+	if len(r.Match.Routes) > 0 {
+		match = append(match, fmt.Sprintf(`"route": ["%s"]`, strings.Join(r.Match.Routes, `", "`)))
+	}
+	if r.Match.IgnoreCase && r.Match.HasPath() {
+		match = append(match, `"case_sensitive": false`)
 	}
 	m := ""
 	if len(match) > 0 {

@@ -223,6 +223,12 @@ func (v *validator) envoyFilter(label string, f envoyconf.Filter) {
 		}
 		fmt.Fprintf(v.out, "%s: %s: %s\n", where, kind, j.Text)
 	}
+	if routes, ok := f.Routes(); ok {
+		for _, w := range routeWarnings(c, routes) {
+			v.warned = true
+			fmt.Fprintf(v.out, "%s: warning: %s\n", where, w)
+		}
+	}
 }
 
 func plural(n int, what string) string {

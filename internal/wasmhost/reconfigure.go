@@ -31,3 +31,29 @@ func (vm *VM) Reconfigure(pluginConfig []byte) error {
 		return nil
 	})
 }
+
+// TouchedBytes returns how much of the guest's linear memory holds data: the
+// 4 KiB pages (the host's page size, what Envoy's resident memory counts)
+// with a byte that is not zero. A page the guest wrote and freed still
+// counts, as it stays resident in Envoy; one it reserved and never wrote
+// does not. Together with MemorySize (the reservation) it is what a VM
+// costs an Envoy worker.
+func (vm *VM) TouchedBytes() uint64 {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.closed {
+		return 0
+	}
+	const page = 4096
+	mem, _ := vm.mem.Read(0, vm.mem.Size())
+	var n uint64
+	for off := 0; off < len(mem); off += page {
+		for _, b := range mem[off:min(off+page, len(mem))] {
+			if b != 0 {
+				n += page
+				break
+			}
+		}
+	}
+	return n
+}

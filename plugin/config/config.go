@@ -11,7 +11,6 @@ package config
 import (
 	"bytes"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +46,17 @@ type Config struct {
 	// Global is the rate-limit service of global rules (nil when the
 	// configuration has no "global" object).
 	Global *Global
+	// Index finds the rules that may match a request (built by Parse; a
+	// Config built otherwise gets one from BuildIndex).
+	Index *Index
+	// OtherMetrics: rule_metrics leaves some rules without metrics of
+	// their own (Rule.NoMetrics); they are counted together.
+	OtherMetrics bool
+	// Pool is the part of max_keys that a configuration of more than
+	// PoolFrom rules keeps as a spill pool (0 otherwise): a rule without
+	// its own max_keys whose share is full keeps new clients' states
+	// there (see shareTable).
+	Pool int
 }
 
 // Global names the rate-limit service that keeps the budgets of global
@@ -109,33 +119,14 @@ type Rule struct {
 	// Cost is what the rule charges a request (the zero Cost: one unit
 	// at admission); see cost.go.
 	Cost Cost
+	// NoMetrics: rule_metrics does not list the rule, so its decisions
+	// are counted with the other unlisted rules', not in metrics of its
+	// own.
+	NoMetrics bool
 	// ID identifies the rule's semantics: two rules with the same ID count
 	// the same way, so client state survives a configuration update that
 	// leaves the rule unchanged, and a changed rule starts clean.
 	ID uint64
-}
-
-// Match selects the requests a rule applies to. The zero Match applies to
-// every request.
-type Match struct {
-	PathPrefix string
-	PathExact  string
-	Methods    []string // upper-case; empty = any
-}
-
-// Applies reports whether a request with this path and method matches.
-// The query string is not part of the path for matching.
-func (m *Match) Applies(path, method string) bool {
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
-	if m.PathExact != "" && path != m.PathExact {
-		return false
-	}
-	if m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
-		return false
-	}
-	return len(m.Methods) == 0 || slices.Contains(m.Methods, method)
 }
 
 // KeyKind is one part of a client key.
@@ -164,9 +155,12 @@ const (
 	DefaultIPv6Prefix = 64
 	// maxCount is the largest limit or burst (states count in 32 bits).
 	maxCount = 1<<32 - 1
-	// MaxRules bounds the rules of one configuration: every matching rule
-	// costs shared-data round trips on the request path.
-	MaxRules = 64
+	// MaxRules bounds the rules of one configuration. A request costs
+	// what the rules that match it cost (the Index finds them without a
+	// scan); what grows with the rules is start-up (parsing, one region
+	// and its layout record per rule, the per-rule metrics: see
+	// rule_metrics) and each rule's share of max_keys.
+	MaxRules = 2048
 )
 
 // FieldError is a configuration error about one field.
@@ -193,7 +187,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body"); err != nil {
+	if err := known("", top, "rules", "client_ip", "exempt_cidrs", "headers", "status", "max_keys", "on_error", "global", "body", "rule_metrics"); err != nil {
 		return nil, err
 	}
 	c := &Config{
@@ -211,6 +205,7 @@ func Parse(doc []byte) (*Config, error) {
 	if err := shareTable(c); err != nil {
 		return nil, err
 	}
+	c.Index = BuildIndex(c)
 	if c.Global == nil {
 		for i := range c.Rules {
 			if c.Rules[i].Global {
@@ -321,12 +316,43 @@ func parseTop(f fields, c *Config) error {
 	} else if ok {
 		c.TextBody = s == "text"
 	}
+	if raw := f.m.Get("rule_metrics"); raw != nil {
+		if err := parseRuleMetrics(raw, c); err != nil {
+			return err
+		}
+	}
 	if raw := f.m.Get("global"); raw != nil {
 		g, err := parseGlobal(raw)
 		if err != nil {
 			return err
 		}
 		c.Global = g
+	}
+	return nil
+}
+
+// parseRuleMetrics reads rule_metrics: the names of the rules that keep
+// metrics of their own (sluice.rule.<name>.*); the others are counted
+// together (sluice.rules_other.*). Absent: every rule has its own.
+func parseRuleMetrics(raw *jsonlite.Value, c *Config) error {
+	var names []string
+	if err := strs(raw, &names); err != nil {
+		return errf("rule_metrics", "must be a list of rule names (the rules that keep metrics of their own)")
+	}
+	byName := make(map[string]int, len(c.Rules))
+	for i := range c.Rules {
+		byName[c.Rules[i].Name] = i
+		c.Rules[i].NoMetrics = true
+	}
+	for k, n := range names {
+		i, ok := byName[n]
+		if !ok {
+			return errf(sprintf.Sprintf("rule_metrics[%d]", k), "no rule is named %q", n)
+		}
+		c.Rules[i].NoMetrics = false
+	}
+	for i := range c.Rules {
+		c.OtherMetrics = c.OtherMetrics || c.Rules[i].NoMetrics
 	}
 	return nil
 }
@@ -677,51 +703,6 @@ func parseAdaptive(f fields, r Rule) (Rule, error) {
 	return r, nil
 }
 
-func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
-	obj, err := object(field, raw, nil)
-	if err != nil {
-		return err
-	}
-	if err := known(field, obj, "path_prefix", "path_exact", "methods"); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"path_prefix", &m.PathPrefix}, {"path_exact", &m.PathExact}} {
-		raw := obj.Get(f.name)
-		if raw == nil {
-			continue
-		}
-		if err := str(raw, f.dst); err != nil {
-			return errf(field+"."+f.name, "must be a string")
-		}
-		if !strings.HasPrefix(*f.dst, "/") {
-			return errf(field+"."+f.name, "%q must start with /", *f.dst)
-		}
-		// Requests are matched by their clean path (CleanPath): a path
-		// written otherwise ("/%7Euser", "/a//b") is cleaned the same way.
-		var buf []byte
-		*f.dst = CleanPath(&buf, *f.dst)
-	}
-	if m.PathPrefix != "" && m.PathExact != "" {
-		return errf(field+".path_exact", "use either path_prefix or path_exact, not both")
-	}
-	if raw := obj.Get("methods"); raw != nil {
-		if err := strs(raw, &m.Methods); err != nil {
-			return errf(field+".methods", "must be a list of strings")
-		}
-		for i, x := range m.Methods {
-			up := strings.ToUpper(strings.TrimSpace(x))
-			if up == "" || strings.ContainsAny(up, " \t\r\n") {
-				return errf(sprintf.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
-			}
-			m.Methods[i] = up
-		}
-	}
-	return nil
-}
-
 func parseKeyPart(field, s string) (KeyPart, error) {
 	switch s {
 	case "client_ip":
@@ -767,58 +748,6 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// shareTable divides max_keys between the rules: a rule with its own
-// max_keys takes that many states, the others share what is left equally
-// (rounded down). Every rule keeps its states apart from the others' (a
-// flood of new keys on one rule fills only its own share), so every share
-// must hold at least one bucket and the rule's overflow state (MinMaxKeys;
-// twice that for adaptive_concurrency, whose keys keep two states, slots
-// and the learnt Gauge, in two regions), and the shares never add up to
-// more than max_keys.
-func shareTable(c *Config) error {
-	left, rest, restMin := c.MaxKeys, 0, 0
-	for i := range c.Rules {
-		if r := &c.Rules[i]; r.MaxKeys == 0 {
-			rest++
-			restMin = max(restMin, minShare(r))
-		}
-	}
-	for i := range c.Rules {
-		r := &c.Rules[i]
-		if r.MaxKeys == 0 {
-			continue
-		}
-		field := sprintf.Sprintf("rules[%d].max_keys", i)
-		if r.MaxKeys < minShare(r) {
-			return errf(field, "%d is too small for adaptive_concurrency: each key keeps two states (its slots and its learnt limit), each region at least %d; use %d or more", r.MaxKeys, MinMaxKeys, minShare(r))
-		}
-		if r.MaxKeys > left-rest*restMin {
-			return errf(field, "%d does not fit: max_keys %d leaves %d states for this rule after the rules before it took theirs and each rule without max_keys keeps %d", r.MaxKeys, c.MaxKeys, left-rest*restMin, restMin)
-		}
-		left -= r.MaxKeys
-	}
-	if rest > 0 && left/rest < restMin {
-		return errf("max_keys", "%d is too small for %d rules: every rule keeps its own share of at least %d states (a bucket of the state table and its overflow state; twice that for adaptive_concurrency); raise max_keys to %d or more", c.MaxKeys, len(c.Rules), restMin, c.MaxKeys-left+rest*restMin)
-	}
-	for i := range c.Rules {
-		r := &c.Rules[i]
-		r.Share = r.MaxKeys
-		if r.MaxKeys == 0 {
-			r.Share = left / rest
-		}
-	}
-	return nil
-}
-
-// minShare is the fewest states rule r's share may hold: MinMaxKeys per
-// region of the state table it keeps.
-func minShare(r *Rule) int {
-	if r.Limit.Algorithm() == limit.AdaptiveConcurrency {
-		return 2 * MinMaxKeys
-	}
-	return MinMaxKeys
-}
-
 // ruleID hashes everything that changes how a rule counts. The name is
 // included: renaming a rule is a new rule.
 //
@@ -832,6 +761,14 @@ func ruleID(r *Rule) uint64 {
 		h.Write([]byte(sprintf.Sprintf("%d:%s,", int(k.Kind), k.Header)))
 	}
 	h.Write([]byte(sprintf.Sprintf("|%d|%d|%d", r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst())))
+	// Like the cost, what a rule could not say before is hashed only when
+	// set, so that the IDs of rules without it are kept.
+	if r.Match.IgnoreCase {
+		h.Write([]byte("|ci"))
+	}
+	for _, rt := range r.Match.Routes {
+		h.Write([]byte(sprintf.Sprintf("|route|%q", rt)))
+	}
 	if c := &r.Cost; c.Set() {
 		// Only rules with a cost hash it: the IDs of the others are kept.
 		h.Write([]byte(sprintf.Sprintf("|cost|%s|%s|%d", c.RequestHeader, c.ResponseHeader, c.Max)))

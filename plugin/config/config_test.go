@@ -109,6 +109,10 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `,"match":{"path":"/x"}}]}`, "rules[0].match.path: unknown field"},
 		{`{"rules":[{` + ok + `,"match":{"path_prefix":"x"}}]}`, "rules[0].match.path_prefix:"},
 		{`{"rules":[{` + ok + `,"match":{"methods":["GET",""]}}]}`, "rules[0].match.methods[1]:"},
+		{`{"rules":[{` + ok + `,"match":{"case_sensitive":"no"}}]}`, "rules[0].match.case_sensitive:"},
+		{`{"rules":[{` + ok + `,"match":{"route":[]}}]}`, "rules[0].match.route:"},
+		{`{"rules":[{` + ok + `,"match":{"route":"checkout"}}]}`, "rules[0].match.route:"},
+		{`{"rules":[{` + ok + `,"match":{"route":["a",""]}}]}`, "rules[0].match.route[1]:"},
 		{`{"rules":[{` + ok + `}],"client_ip":{"xff_trusted_hops":-1}}`, "client_ip.xff_trusted_hops:"},
 		{`{"rules":[{` + ok + `}],"client_ip":{"ipv6_prefix":129}}`, "client_ip.ipv6_prefix:"},
 		{`{"rules":[{` + ok + `}],"client_ip":{"hops":1}}`, "client_ip.hops: unknown field"},
@@ -119,6 +123,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `}],"on_error":"ignore"}`, "on_error:"},
 		{`{"rules":[{` + ok + `}],"body":"json"}`, "body:"},
 		{`{"rules":[{` + ok + `}],"body":true}`, "body:"},
+		{`{"rules":[{` + ok + `}],"rule_metrics":"r"}`, "rule_metrics:"},
+		{`{"rules":[{` + ok + `}],"rule_metrics":["r","nope"]}`, "rule_metrics[1]: no rule is named \"nope\""},
 		{`{"rules":[{` + ok + `}],"status":null}`, "status:"},
 	}
 	for _, c := range cases {
@@ -194,6 +200,14 @@ func TestRuleIDUnchanged(t *testing.T) {
 				for _, s := range c.OnStatus {
 					fmt.Fprintf(h, ",%d", s)
 				}
+			}
+			// Match fields added later are hashed only when set: rules
+			// without them keep their IDs.
+			if r.Match.IgnoreCase {
+				fmt.Fprint(h, "|ci")
+			}
+			for _, rt := range r.Match.Routes {
+				fmt.Fprintf(h, "|route|%q", rt)
 			}
 			if r.ID != h.Sum64() {
 				t.Errorf("%s: rule %s: ID %x, fmt gives %x", f, r.Name, r.ID, h.Sum64())

@@ -81,7 +81,7 @@ var invalidCorpus = map[string]invalidCase{
 	"rules-empty.json":        {field: "rules"},
 	"rules-object.json":       {field: "rules"},
 	"rules-null.json":         {field: "rules"},
-	"rules-65.json":           {field: "rules"},
+	"rules-2049.json":         {field: "rules"},
 	"unknown-top-field.json":  {field: "bogus"},
 	"schema-member.json":      {field: "$schema"},
 	"rule-null.json":          {field: "rules[0]"},
@@ -919,7 +919,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 	// time spans), then invalid ones.
 	rulePools := map[string]pool{
 		"name":      {[]string{`"a"`, `"b"`, `"a-b_c9"`, `"` + strings.Repeat("x", 64) + `"`}, []string{`"A"`, `""`, `"a b"`, `"` + strings.Repeat("x", 65) + `"`, `1`, `null`, absent}},
-		"match":     {[]string{absent, `{}`, `{"path_prefix":"/x"}`, `{"path_exact":"/x"}`, `{"methods":["GET"]}`, `{"methods":[]}`, `{"methods":[" get "]}`}, []string{`{"path_prefix":"/x","path_exact":"/y"}`, `{"path_prefix":"x"}`, `{"path_exact":""}`, `{"methods":"GET"}`, `{"methods":["G T"]}`, `{"methods":[null]}`, `{"other":1}`, `null`, `[]`, `"x"`}},
+		"match":     {[]string{absent, `{}`, `{"path_prefix":"/x"}`, `{"path_exact":"/x"}`, `{"methods":["GET"]}`, `{"methods":[]}`, `{"methods":[" get "]}`, `{"path_prefix":"/X","case_sensitive":false}`, `{"path_exact":"/x","case_sensitive":true}`, `{"route":["r1","r 2"]}`}, []string{`{"path_prefix":"/x","path_exact":"/y"}`, `{"route":[]}`, `{"route":[""]}`, `{"route":"r1"}`, `{"route":[1]}`, `{"case_sensitive":"false"}`, `{"case_sensitive":null}`, `{"path_prefix":"x"}`, `{"path_exact":""}`, `{"methods":"GET"}`, `{"methods":["G T"]}`, `{"methods":[null]}`, `{"other":1}`, `null`, `[]`, `"x"`}},
 		"key":       {[]string{absent, `["client_ip"]`, `["path","method"]`, `["header:x-a"]`, `["header::path"]`}, []string{`["header:"]`, `["header:a b"]`, `["cookie"]`, `[]`, `"client_ip"`, `[1]`, `null`}},
 		"algorithm": {[]string{absent, `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"leaky_bucket"`}, []string{`"gcra"`, `""`, `null`, `1`}},
 		"limit":     {[]string{`1`, `10`, `10.0`, `1e3`, `4294967295`}, []string{`4294967296`, `0`, `-1`, `1.5`, `"1"`, `null`, absent}},
@@ -938,6 +938,7 @@ func TestSchemaAgreesOnGeneratedDocuments(t *testing.T) {
 		"max_keys":     {[]string{absent, `1`, `100000000`, `1e5`}, []string{`0`, `100000001`, `null`}},
 		"on_error":     {[]string{absent, `"allow"`, `"deny"`}, []string{`"ignore"`, `true`, `null`}},
 		"body":         {[]string{absent, `"problem+json"`, `"text"`}, []string{`"json"`, `""`, `true`, `null`}},
+		"rule_metrics": {[]string{absent, `[]`}, []string{`"a"`, `[1]`, `null`, `["A"]`}},
 		"zz_unknown":   {[]string{absent}, []string{`1`}},
 	}
 	sortedKeys := func(m map[string]pool) []string {

@@ -203,6 +203,7 @@ func dump(c *Config) string {
 	}
 	d := *c
 	d.Global = nil
+	d.Index = nil // derived from the rules
 	return fmt.Sprintf("%+v global=%s", d, g)
 }
 

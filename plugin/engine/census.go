@@ -48,7 +48,9 @@ func (c *Census) Step(t *Table, now int64, n int) (int, error) {
 			}
 		}
 		c.total += cnt - int(c.counts[i])
-		c.rules[r] += cnt - int(c.counts[i])
+		if r < len(c.rules) { // not the spill pool's
+			c.rules[r] += cnt - int(c.counts[i])
+		}
 		c.counts[i] = uint16(cnt)
 		if c.next++; c.next == len(c.counts) {
 			c.next = 0

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -78,11 +77,10 @@ type Verdict struct {
 	// concurrency rule, whose Reset estimates a hold and does not count
 	// down. Forwarded uses it.
 	measured int64
-	// Violated has bit i set for every rule i (config order, at most
-	// config.MaxRules) that refused the request (Outcome Reject): the
-	// one that rejected it and those that would have too. The lowest is
-	// the rule that refused it.
-	Violated uint64
+	// Violated lists the rules (config order, the first maxViolated) that
+	// refused the request (Outcome Reject): the one that rejected it and
+	// those that would have too. The first is the rule that refused it.
+	Violated violatedSet
 	// Delayer is the rule that held the request (a max_delay, or a
 	// concurrency queue it waited in).
 	Delayer *config.Rule
@@ -162,6 +160,7 @@ type charge struct {
 type Engine struct {
 	cfg     *config.Config
 	pathBuf []byte // config.CleanPath's scratch
+	foldBuf []byte // config.AppendFold's
 	table   *Table
 	seed    uint64
 	Stats   Stats
@@ -186,11 +185,11 @@ type Engine struct {
 // localRules is what a decision keeps between rules: which matched, what
 // each charged (refunded if a later rule rejects), the key being built.
 type localRules struct {
-	needMethod bool
-	needPath   bool
-	matched    []int
-	charged    []charge
-	keyBuf     []byte
+	needs   needs
+	index   *config.Index
+	matched []int
+	charged []charge
+	keyBuf  []byte
 	// kept are the reservations given back (Unhold, a waiter's or a
 	// refused request's refund) while later ones were held behind them
 	// (limit.RefundHeld): they are given back once those are, or
@@ -235,22 +234,12 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
 		},
 	}
-	for i := range cfg.Rules {
-		r := &cfg.Rules[i]
-		if len(r.Match.Methods) > 0 {
-			e.needMethod = true
-		}
-		if r.Match.PathPrefix != "" || r.Match.PathExact != "" {
-			e.needPath = true
-		}
-		for _, k := range r.Key {
-			switch k.Kind {
-			case config.KeyMethod:
-				e.needMethod = true
-			case config.KeyPath:
-				e.needPath = true
-			}
-		}
+	e.needs = needsOf(cfg)
+	if e.index = cfg.Index; e.index == nil {
+		e.index = config.BuildIndex(cfg)
+	}
+	if cfg.Pool > 0 {
+		e.table.EnablePool(cfg.Pool)
 	}
 	e.table.AdoptLayouts(time.Now().UnixNano())
 	return e
@@ -264,7 +253,7 @@ func Regions(cfg *config.Config) []Region {
 	rs := make([]Region, len(cfg.Rules))
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay)}
+		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay), Spill: cfg.Pool > 0 && r.MaxKeys == 0}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
 			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
@@ -281,9 +270,11 @@ func (e *Engine) Table() *Table { return e.table }
 
 // requestInfo caches what one decision read from the request.
 type requestInfo struct {
-	req    Request
-	path   string
-	method string
+	req Request
+	// t is what the rules match on: the clean path, its folded form (when
+	// some rule ignores case), the method and the Envoy route (when some
+	// rule needs them).
+	t config.Target
 	// own is the client's address (after X-Forwarded-For), which
 	// exempt_cidrs are matched against; client is own grouped by
 	// ipv6_prefix, the identity rules key on.
@@ -390,29 +381,6 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	}
 	e.refuse(&v, &ri, rejected, now)
 	return v
-}
-
-// matchRules reads what the rules need of req and lists the rules that
-// apply in e.matched. Every header read is a host call that copies into
-// the guest: it reads only what some rule uses.
-func (e *Engine) matchRules(req Request) requestInfo {
-	ri := requestInfo{req: req}
-	if e.needPath {
-		// Rules match and key on the clean path, whatever the connection
-		// manager's normalize_path and merge_slashes (config.CleanPath).
-		raw, _ := req.Header(":path")
-		ri.path = config.CleanPath(&e.pathBuf, raw)
-	}
-	if e.needMethod {
-		ri.method, _ = req.Header(":method")
-	}
-	e.matched = e.matched[:0]
-	for i := range e.cfg.Rules {
-		if e.cfg.Rules[i].Match.Applies(ri.path, ri.method) {
-			e.matched = append(e.matched, i)
-		}
-	}
-	return ri
 }
 
 // exempt reports (and counts) a client in exempt_cidrs. The client's own
@@ -673,13 +641,15 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 		case config.KeyClientIP:
 			b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
 		case config.KeyPath:
-			p := ri.path
-			if i := strings.IndexByte(p, '?'); i >= 0 {
-				p = p[:i]
+			p := ri.t.Path
+			if r.Match.IgnoreCase {
+				// Every spelling the upstream takes for one path is one
+				// client key.
+				p = ri.t.Folded
 			}
 			b = append(append(b, 'p'), p...)
 		case config.KeyMethod:
-			b = append(append(b, 'm'), ri.method...)
+			b = append(append(b, 'm'), ri.t.Method...)
 		case config.KeyHeader:
 			if val, ok := ri.keyHeader(k.Header); ok {
 				b = append(append(b, 'h'), val...)

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -322,5 +324,26 @@ func TestTwoLiveLayoutsAnyAdoptionOrder(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTableKeyEnumeration: Key's enumeration lists every region's buckets,
+// then its overflow key, region after region.
+func TestTableKeyEnumeration(t *testing.T) {
+	regions := []Region{{ID: 1, Share: 9}, {ID: 2, Share: 50}, {ID: 3, Share: 17}}
+	tb := NewTable(newMemStore(), regions)
+	var got []string
+	for i := 0; i < tb.Keys(); i++ {
+		k, r, o := tb.Key(i)
+		got = append(got, fmt.Sprintf("%s/%d/%t", k, r, o))
+	}
+	want := "sluice.v2.1.0/0/false sluice.v2.1.o/0/true " +
+		"sluice.v2.2.0/1/false sluice.v2.2.1/1/false sluice.v2.2.2/1/false sluice.v2.2.3/1/false sluice.v2.2.4/1/false sluice.v2.2.5/1/false sluice.v2.2.o/1/true " +
+		"sluice.v2.3.0/2/false sluice.v2.3.1/2/false sluice.v2.3.o/2/true"
+	if strings.Join(got, " ") != want {
+		t.Errorf("enumeration\n%s\nwant\n%s", strings.Join(got, " "), want)
+	}
+	if k, r, _ := tb.Key(tb.Keys()); k != "" || r != -1 {
+		t.Errorf("Key past the end: %q %d", k, r)
 	}
 }

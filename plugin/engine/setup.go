@@ -56,6 +56,11 @@ func Summary(c *config.Config, t *Table) string {
 	var b strings.Builder
 	b.WriteString(sprintf.Sprintf("%d rule(s):", len(c.Rules)))
 	for i := range c.Rules {
+		if i == summaryRules && len(c.Rules) > config.PoolFrom {
+			// One log line: a thousand rules would make it 100 KB.
+			b.WriteString(sprintf.Sprintf(" and %d more rules;", len(c.Rules)-i))
+			break
+		}
 		r := &c.Rules[i]
 		if IsAdaptive(r) {
 			b.WriteString(sprintf.Sprintf(" %s=adaptive_concurrency %d..%d in flight", r.Name, r.Limit.MinLimit(), r.Limit.Limit()))
@@ -82,5 +87,12 @@ func Summary(c *config.Config, t *Table) string {
 	}
 	b.WriteString(sprintf.Sprintf(" headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes and %d overflow states of %d) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
 		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, t.Regions(), slotSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt)))
+	if n := t.PoolBuckets(); n > 0 {
+		b.WriteString(sprintf.Sprintf(" spill pool=%d states (%d shared-data keys) for the rules without their own max_keys", n*SlotsPerBucket, n))
+	}
 	return b.String()
 }
+
+// summaryRules is how many rules Summary lists by name when there are
+// more than config.PoolFrom.
+const summaryRules = 16

@@ -77,9 +77,14 @@ type Region struct {
 	// Life is the longest a state of the rule stays active: how long the
 	// previous layout is still looked at after the share changed.
 	Life time.Duration
+	// Spill: the rule keeps clients whose bucket is full in the table's
+	// spill pool, if it has one (pool.go).
+	Spill bool
 }
 
 type region struct {
+	id          uint64
+	spill       bool
 	prefix      string
 	buckets     uint64
 	overflowKey string
@@ -103,6 +108,7 @@ type Table struct {
 	store   Store
 	regions []region
 	total   int              // buckets of all regions
+	starts  []int            // where each region's entries start in Key's enumeration
 	key     []byte           // scratch for the key of a bucket
 	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
 	oldKey  []byte           // the same two for a bucket of the previous layout
@@ -110,6 +116,8 @@ type Table struct {
 	Stats   TableStats
 	// Overflow counts, per region, the decisions made on its overflow state.
 	Overflow []uint64
+	// pool is the spill pool (pool.go), nil without one.
+	pool *pool
 }
 
 // TableStats counts what the table did, for metrics.
@@ -129,8 +137,9 @@ func NewTable(store Store, regions []Region) *Table {
 	t := &Table{store: store, Overflow: make([]uint64, len(regions))}
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
+		t.starts = append(t.starts, t.total+len(t.starts))
 		p := "sluice.v2." + strconv.FormatUint(r.ID, 16) + "."
-		t.regions = append(t.regions, region{prefix: p, buckets: n, overflowKey: p + "o", life: r.Life})
+		t.regions = append(t.regions, region{id: r.ID, spill: r.Spill, prefix: p, buckets: n, overflowKey: p + "o", life: r.Life})
 		t.total += int(n)
 		if cap(t.key) < len(p)+20 {
 			t.key, t.oldKey = make([]byte, 0, len(p)+20), make([]byte, 0, len(p)+20)
@@ -161,21 +170,38 @@ func (t *Table) RegionCapacity(r int) int { return int(t.regions[r].buckets)*Slo
 // (for the census): every region's buckets, then its overflow key. It
 // returns the region and whether the key is an overflow key.
 func (t *Table) Key(i int) (key string, r int, overflow bool) {
-	for r := range t.regions {
-		rg := &t.regions[r]
-		if i < int(rg.buckets) {
-			return rg.prefix + strconv.Itoa(i), r, false
+	// Region r's entries start at r plus the buckets before it: a binary
+	// search, not a walk over a thousand regions per key.
+	lo, hi := 0, len(t.regions)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t.starts[mid]+int(t.regions[mid].buckets)+1 <= i {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
-		if i -= int(rg.buckets); i == 0 {
-			return rg.overflowKey, r, true
-		}
-		i--
 	}
-	return "", -1, false
+	if i < 0 {
+		return "", -1, false
+	}
+	if lo == len(t.regions) {
+		// Past the regions: the spill pool's buckets, as region
+		// len(regions) (their states are several rules').
+		j := i - t.total - len(t.regions)
+		if t.pool == nil || j >= int(t.pool.buckets) {
+			return "", -1, false
+		}
+		return t.pool.prefix + strconv.Itoa(j), lo, false
+	}
+	rg, j := &t.regions[lo], i-t.starts[lo]
+	if j < int(rg.buckets) {
+		return rg.prefix + strconv.Itoa(j), lo, false
+	}
+	return rg.overflowKey, lo, true
 }
 
 // Keys returns the number of entries of the enumeration of Key.
-func (t *Table) Keys() int { return t.total + len(t.regions) }
+func (t *Table) Keys() int { return t.total + len(t.regions) + t.PoolBuckets() }
 
 // Op is what Update does to a state.
 type Op uint8
@@ -232,6 +258,12 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	// buffers.)
 	if ok, err := t.elsewhere(rg, &sp, now); err != nil || ok {
 		return sp, err
+	}
+	if rg.spill && t.pool != nil {
+		// In the pool, or to be put there (pool.go).
+		if ps, ok, err := t.spill(rg, fp, now, sp.i < 0); err != nil || ok {
+			return ps, err
+		}
 	}
 	if sp.i >= 0 {
 		return sp, nil

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"math/bits"
-
 	"github.com/sluicehq/sluice/plugin/config"
 )
 
@@ -37,18 +35,48 @@ func (d Decision) String() string {
 	return ""
 }
 
+// maxViolated bounds the rules a verdict names as having refused its
+// request (the problem body's violated-policies): the first ones in
+// configuration order. A fixed array keeps a Verdict free of pointers
+// into the engine's buffers and of garbage.
+const maxViolated = 16
+
+// violatedSet is the rules (configuration indices, ascending) that refused
+// a request, at most maxViolated of them.
+type violatedSet struct {
+	n   uint8
+	idx [maxViolated]uint16
+}
+
 // violate records that rule i refused the request.
 func (v *Verdict) violate(i int) {
-	if i >= 0 && i < 64 {
-		v.Violated |= 1 << uint(i)
+	s := &v.Violated
+	if i < 0 || i > 0xffff {
+		return
 	}
+	k := int(s.n)
+	for k > 0 && int(s.idx[k-1]) >= i {
+		if int(s.idx[k-1]) == i {
+			return
+		}
+		k--
+	}
+	if int(s.n) == maxViolated {
+		if k == maxViolated {
+			return // later than every rule kept
+		}
+		s.n-- // drop the last, keep the first ones
+	}
+	copy(s.idx[k+1:s.n+1], s.idx[k:s.n])
+	s.idx[k] = uint16(i)
+	s.n++
 }
 
 // Refuser is the rule that refused a rejected request: the first rule (in
 // configuration order) that refused it, else the rule the headers report.
 func (v *Verdict) Refuser(cfg *config.Config) *config.Rule {
-	if v.Violated != 0 {
-		if i := bits.TrailingZeros64(v.Violated); i < len(cfg.Rules) {
+	if v.Violated.n > 0 {
+		if i := int(v.Violated.idx[0]); i < len(cfg.Rules) {
 			return &cfg.Rules[i]
 		}
 	}
@@ -59,8 +87,8 @@ func (v *Verdict) Refuser(cfg *config.Config) *config.Rule {
 // configuration order (the problem body's violated-policies), or for a
 // rejection that does not say, the reported rule's.
 func (v *Verdict) ViolatedNames(cfg *config.Config, dst []string) []string {
-	for m := v.Violated; m != 0; m &= m - 1 {
-		if i := bits.TrailingZeros64(m); i < len(cfg.Rules) {
+	for _, i := range v.Violated.idx[:v.Violated.n] {
+		if int(i) < len(cfg.Rules) {
 			dst = append(dst, cfg.Rules[i].Name)
 		}
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,22 @@ func TestDecisionOfEachOutcome(t *testing.T) {
 	}
 	if _, _, ok := (&Verdict{Outcome: Queue}).Decision(cfg); ok {
 		t.Error("a queued request is decided")
+	}
+}
+
+func TestViolatedSetOrderAndBound(t *testing.T) {
+	var v Verdict
+	for _, i := range []int{900, 5, 70, 5, 1000, 3} {
+		v.violate(i)
+	}
+	if got := v.Violated.idx[:v.Violated.n]; fmt.Sprint(got) != "[3 5 70 900 1000]" {
+		t.Errorf("violated %v, want [3 5 70 900 1000]", got)
+	}
+	var w Verdict
+	for i := 40; i > 0; i-- {
+		w.violate(i * 2)
+	}
+	if w.Violated.n != maxViolated || w.Violated.idx[0] != 2 || w.Violated.idx[maxViolated-1] != 2*maxViolated {
+		t.Errorf("bounded set %v, want the first %d (2..%d)", w.Violated.idx[:w.Violated.n], maxViolated, 2*maxViolated)
 	}
 }

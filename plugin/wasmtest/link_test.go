@@ -17,8 +17,11 @@ import (
 // moduleCeiling bounds build/sluice.wasm: about 5% above its size when
 // the ceiling was set (3,230,073 bytes, with cost, adaptive concurrency,
 // per-rule tables and problem+json bodies). A feature that needs more
-// raises it on purpose, saying in the commit what the bytes buy.
-const moduleCeiling = 3_390_000
+// raises it on purpose, saying in the commit what the bytes buy. Raised
+// from 3,390,000 for case-insensitive paths (Unicode case tables, about 17
+// KB of data), match.route, the rule index, the spill pool and
+// rule_metrics (about 46 KB of code): 3,439,696 bytes then.
+const moduleCeiling = 3_470_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
