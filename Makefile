@@ -276,7 +276,7 @@ FUZZTIME ?= 60s
 FUZZERS := \
   sdk:./header:FuzzParse sdk:./header:FuzzItems sdk:./header:FuzzParseHTTPDate \
   sdk:./header:FuzzParseProblem sdk:./header:FuzzAppendJSONString sdk:.:FuzzRouteOf \
-  .:./plugin/config:FuzzParse .:./plugin/config:FuzzCleanPath \
+  .:./plugin/config:FuzzParse .:./plugin/config:FuzzCleanPath .:./plugin/config:FuzzFold \
   .:./plugin/internal/jsonlite:FuzzDifferential .:./plugin/internal/rls:FuzzDecodeFrame \
   .:./plugin/internal/rls:FuzzWire .:./plugin/internal/ipaddr:FuzzAgainstNetip \
   .:./cmd/sluice:FuzzExtractEnvoy .:./plugin/wasmtest:FuzzHostileRequest \

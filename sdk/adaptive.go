@@ -130,3 +130,16 @@ func (a *adaptiveRate) measure(now time.Time, admitted bool) {
 		a.count++
 	}
 }
+
+// learning reports whether a rate has been learned and paces (false for a
+// nil a: no answer yet).
+func (a *adaptiveRate) learning() bool { return a != nil && a.enabled }
+
+// pace is the rate learned, in requests per second, while learning.
+func (a *adaptiveRate) pace() float64 { return a.rate }
+
+// recent reports whether a rate is learned from a throttle less than
+// AdaptiveForget before now.
+func (a *adaptiveRate) recent(now time.Time) bool {
+	return a.learning() && now.Sub(a.lastThrottle) < AdaptiveForget
+}

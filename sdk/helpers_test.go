@@ -413,8 +413,10 @@ func hammer(c *http.Client, url string, callers int, d, pause time.Duration) int
 
 // testBucket is a token bucket for test servers: rate tokens a second up
 // to burst, full at the start (x/time/rate's semantics, without making the
-// SDK module require it).
+// SDK module require it), safe for concurrent use as x/time/rate's is: a
+// server's handlers call it from one goroutine per connection.
 type testBucket struct {
+	mu                  sync.Mutex
 	rate, burst, tokens float64
 	last                time.Time
 }
@@ -425,6 +427,8 @@ func newTestBucket(rate, burst float64) *testBucket {
 
 // AllowN reports whether n tokens are available at now and takes them.
 func (b *testBucket) AllowN(now time.Time, n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if !b.last.IsZero() && now.After(b.last) {
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	}

@@ -457,7 +457,7 @@ func TestHuntAdaptiveUnheldCutsOnce(t *testing.T) {
 func TestHuntSlideThenRestore(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	v := &view{budget: -1, crowd: -1, stray: -1}
+	v := newView("", 0, 0, false)
 	admit := func(now time.Time) (ticket, bool) {
 		v.mu.Lock()
 		defer v.mu.Unlock()

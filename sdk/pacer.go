@@ -66,6 +66,12 @@ func (p *pacer) trim(now time.Time) {
 	}
 }
 
+// waiting reports whether turns not due at now are in line.
+func (p *pacer) waiting(now time.Time) bool {
+	p.trim(now)
+	return len(p.line) > 0
+}
+
 // reserve hands out the next turn and says how long until it is due; nil
 // when it is due now. With first, the turn is the first in line (the turns
 // in line move back one place).

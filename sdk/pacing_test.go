@@ -384,7 +384,7 @@ func TestPacingFirstWindow(t *testing.T) {
 
 // TestPacingSharedQuota: two Transports (1 and 4 callers) share one quota
 // of 50 per 5 s, a sliding log or a fixed window. Neither may count the
-// quota as its own (see view.slideLocked): together they use it, and few
+// quota as its own (see spentLog.slide): together they use it, and few
 // attempts are refused.
 func TestPacingSharedQuota(t *testing.T) {
 	for _, kind := range []string{"sliding", "fixed"} {

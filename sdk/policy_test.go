@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // holdLog records, per path, the requests held (waits before sending) that
@@ -353,10 +355,11 @@ func TestBoundedMemory(t *testing.T) {
 	// one: its answers go to the host-level view.
 	now := time.Now()
 	full := &host{}
-	full.all.budget, full.all.crowd = -1, -1
+	full.all.init("", 0, 0, false)
+	wait := header.Info{RetryAfter: time.Hour, Has: header.HasRetryAfter}
 	for i := 0; i < maxPolicies; i++ {
 		v := full.policy(fmt.Sprint(i), now)
-		v.blocked = now.Add(time.Hour)
+		v.observe(ticket{}, now, 503, wait, 0) // held for an hour: busy
 	}
 	if v := full.policy("new", now); v != nil {
 		t.Error("a full table of busy policies took a new one")

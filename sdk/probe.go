@@ -40,13 +40,22 @@ func probeInterval(maxWait time.Duration) time.Duration {
 }
 
 // probeDueLocked reports whether a request that the view holds for wait
-// may go out now as the view's probe: the hold is longer than LongHold
-// and maxWait (a shorter one is waited out, or fails fast, never probed)
-// and the view has heard nothing from the server, and let no probe
-// through, for the probe interval. The caller that sends the probe sets
-// v.heard. v.mu must be held.
+// may go out now as the view's probe (see cooldown.probeDue). v.mu must be
+// held.
 func (v *view) probeDueLocked(now time.Time, wait, maxWait time.Duration) bool {
-	return wait > max(LongHold, maxWait) && now.Sub(v.heard) >= probeInterval(maxWait)
+	return v.cooldown.probeDue(now, wait, maxWait)
+}
+
+// probedLocked records that the view let its probe through now: the next
+// probe is due a probe interval from now. v.mu must be held.
+func (v *view) probedLocked(now time.Time) { v.cooldown.hear(now) }
+
+// probeDue reports whether a request held for wait may go out now as a
+// probe: the hold is longer than LongHold and maxWait (a shorter one is
+// waited out, or fails fast, never probed) and the server has not been
+// heard from, nor a probe let through, for the probe interval.
+func (c *cooldown) probeDue(now time.Time, wait, maxWait time.Duration) bool {
+	return wait > max(LongHold, maxWait) && now.Sub(c.heard) >= probeInterval(maxWait)
 }
 
 // lift forgets the view's hold (a cool-down, a spent quota, and the
@@ -60,8 +69,7 @@ func (v *view) lift() {
 
 // liftLocked is lift with v.mu held.
 func (v *view) liftLocked() {
-	v.blocked = time.Time{}
-	v.budget, v.resetAt, v.budgetAt = -1, time.Time{}, time.Time{}
-	v.slid, v.onSlide = 0, false
-	v.spent, v.spentAt = v.spent[:0], 0
+	v.cooldown.lift()
+	v.quota.lift()
+	v.spent.clear()
 }

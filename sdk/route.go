@@ -184,7 +184,7 @@ func (rs *routes) learn(k routeKey, v *view) {
 			// oldest.
 			i = 0
 			for j, x := range r.views {
-				if x.retired.Load() {
+				if x.isRetired() {
 					i = j
 					break
 				}

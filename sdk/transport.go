@@ -375,9 +375,7 @@ func (c *call) heldPast(d time.Duration) (time.Duration, string) {
 	c.h.govern(&c.t.routes, c.rk, &g)
 	b := time.Duration(0)
 	for _, v := range g.vs[:g.n] {
-		v.mu.Lock()
-		b = max(b, v.blocked.Sub(c.now))
-		v.mu.Unlock()
+		b = max(b, v.blockedFor(c.now))
 	}
 	if b <= d {
 		return d, ""

@@ -1,0 +1,147 @@
+package wasmhost
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// SendResponse delivers the upstream response to a stream whose request went
+// upstream: proxy_on_response_headers, then proxy_on_response_body if there
+// is a body. When the response continues, the client receives it and the
+// stream ends (on_log, on_done, on_delete).
+func (s *Stream) SendResponse(resp Response) (Action, error) {
+	var act Action
+	err := s.vm.op(func() error {
+		var err error
+		act, err = s.response(resp)
+		return err
+	})
+	return act, err
+}
+
+func (s *Stream) response(resp Response) (Action, error) {
+	if s.state != StreamUpstream {
+		return Pause, fmt.Errorf("wasmhost: stream %d: cannot deliver a response in state %s", s.id, s.state)
+	}
+	s.respHeaders = newHeaderMap(resp.headers())
+	s.respBody = append([]byte(nil), resp.Body...)
+	s.keepOpen = resp.KeepOpen
+	if s.details == "" {
+		// Envoy's response.code_details of a response from the upstream.
+		s.details = "via_upstream"
+	}
+	if s.vm.failed != nil {
+		if s.vm.h.cfg.failOpen {
+			s.completeFromMaps()
+			return Continue, nil
+		}
+		s.hostReply()
+		return Pause, nil
+	}
+	return s.runResponse()
+}
+
+// runResponse runs the encoder side of this filter on s.respHeaders and
+// s.respBody: proxy_on_response_headers, then proxy_on_response_body.
+func (s *Stream) runResponse() (Action, error) {
+	vm := s.vm
+	s.respLive = true
+	s.state = StreamResponsePaused
+	eos := len(s.respBody) == 0
+	act := Continue
+	if vm.fn.onResponseHeaders != nil {
+		err := vm.invoke(s.id, "proxy_on_response_headers", vm.fn.onResponseHeaders, func(ret uint64, stopped bool) {
+			act = headerAction(ret, stopped)
+		}, uint64(s.id), uint64(len(s.respHeaders.kv)), boolArg(eos))
+		if err != nil {
+			s.err = err
+			if vm.h.cfg.failOpen {
+				s.completeFromMaps()
+				return Continue, err
+			}
+			s.hostReply()
+			return Pause, err
+		}
+	}
+	s.respAction = act
+	if s.responded || s.ended {
+		return act, nil
+	}
+	if act == Pause {
+		if s.local != nil && !s.local.FromHost {
+			s.warn("the plugin paused its own local response in proxy_on_response_headers; Envoy holds it until proxy_continue_stream(HTTP_RESPONSE)")
+		}
+		return act, nil
+	}
+	s.respLive = false
+	return act, s.responseBody()
+}
+
+func (s *Stream) responseBody() error {
+	vm := s.vm
+	if len(s.respBody) == 0 || vm.fn.onResponseBody == nil {
+		s.completeFromMaps()
+		return nil
+	}
+	s.respBodyLive = true
+	s.respAtBody = true
+	s.state = StreamResponsePaused
+	act := Continue
+	err := vm.invoke(s.id, "proxy_on_response_body", vm.fn.onResponseBody, func(ret uint64, stopped bool) {
+		act = dataAction(ret, stopped)
+	}, uint64(s.id), uint64(len(s.respBody)), 1)
+	if err != nil {
+		s.err = err
+		if vm.h.cfg.failOpen {
+			s.completeFromMaps()
+			return err
+		}
+		s.hostReply()
+		return err
+	}
+	if s.responded || s.ended {
+		return nil
+	}
+	if act == Continue {
+		s.respAtBody = false
+		s.completeFromMaps()
+	}
+	return nil
+}
+
+func (s *Stream) completeFromMaps() {
+	st, _ := strconv.Atoi(s.respHeaders.kv.Value(":status"))
+	s.complete(st, s.respHeaders.kv, s.respBody)
+}
+
+// complete records what the client received and schedules the stream's end.
+func (s *Stream) complete(status int, headers Headers, body []byte) {
+	s.respLive = false
+	s.respBodyLive = false
+	s.reqLive = false
+	s.reqBodyLive = false
+	s.responded = true
+	s.finalStatus = status
+	s.finalHeaders = headers.Clone()
+	s.finalBody = append([]byte(nil), body...)
+	s.state = StreamResponded
+	if s.respHeaders == nil || !sameHeaders(s.respHeaders.kv, headers) {
+		s.respHeaders = newHeaderMap(headers)
+	}
+	if s.keepOpen {
+		return // Close ends it
+	}
+	s.queueEnd()
+}
+
+func sameHeaders(a, b Headers) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

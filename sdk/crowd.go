@@ -1,0 +1,41 @@
+package sdk
+
+import "time"
+
+// lowest is the lowest Remaining among a set of answers, and the latest
+// reset among them: what the server has left once every answer of a
+// crowd, which reached the server in any order, has come (see
+// view.remainingLocked and view.settleLocked). The caller locks (the
+// view's mutex).
+type lowest struct {
+	remaining int       // -1: no answer yet
+	end       time.Time // the latest reset among the answers
+}
+
+// newLowest returns an empty set of answers.
+func newLowest() lowest { return lowest{remaining: -1} }
+
+// open reports whether the set has an answer.
+func (l *lowest) open() bool { return l.remaining >= 0 }
+
+// note adds an answer of Remaining remaining, whose quota is restored at
+// reset.
+func (l *lowest) note(remaining int, reset time.Time) {
+	if l.remaining < 0 || remaining < l.remaining {
+		l.remaining = remaining
+	}
+	if reset.After(l.end) {
+		l.end = reset
+	}
+}
+
+// take returns the lowest Remaining and the latest reset, and empties the
+// set; ok false when it had no answer.
+func (l *lowest) take() (remaining int, end time.Time, ok bool) {
+	if l.remaining < 0 {
+		return 0, time.Time{}, false
+	}
+	remaining, end = l.remaining, l.end
+	*l = newLowest()
+	return remaining, end, true
+}
