@@ -51,11 +51,25 @@ WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstrea
   proxy_on_response_trailers,proxy_on_queue_ready,proxy_on_log,proxy_on_done,proxy_on_delete
 WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate
 
+# The plugin is linked twice when its static data ends where the Go runtime
+# would clear a gap before its first heap arena (up to 448 KiB of zeros
+# resident in every VM): internal/wasmlayout reads the module as linked and
+# prints the data segment's address (-D) that leaves no gap; the second link
+# moves the data there and the check fails the build if a gap remains
+# (docs/design/memory.md, "The first heap arena").
+WASM_LDFLAGS := -s -w
+WASMLAYOUT := $(GO) run ./internal/wasmlayout/cmd/wasmlayout
+WASM_SRC := plugin shared sdk/header internal/wasmexports internal/wasmlayout
+
 # Folders are prerequisites too: removing a source file changes its folder's
 # time, so the module is rebuilt without it.
-$(WASM): $(shell find plugin shared sdk/header internal/wasmexports -name '*.go' -not -name '*_test.go') $(shell find plugin shared sdk/header internal/wasmexports -type d) go.mod go.sum sdk/go.mod
+$(WASM): $(shell find $(WASM_SRC) -name '*.go' -not -name '*_test.go') $(shell find $(WASM_SRC) -type d) go.mod go.sum sdk/go.mod
 	@mkdir -p build
-	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="-s -w" -buildmode=c-shared -o $@.tmp ./plugin
+	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="$(WASM_LDFLAGS)" -buildmode=c-shared -o $@.tmp ./plugin
+	@D=$$($(WASMLAYOUT) -data-addr $@.tmp) || exit 1; if [ -n "$$D" ]; then \
+	  echo "relinking with the data segment at $$D (no gap before the first heap arena)"; \
+	  GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="$(WASM_LDFLAGS) -D $$D" -buildmode=c-shared -o $@.tmp ./plugin || exit 1; fi
+	@$(WASMLAYOUT) -max-gap 0 $@.tmp
 	@$(MAKE) -s wasm-edit FILE=$@.tmp
 	@mv $@.tmp $@
 	@ls -l $@ | awk '{print "built " $$9 " (" $$5 " bytes)"}'

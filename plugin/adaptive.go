@@ -53,7 +53,7 @@ func responseKind() (kind engine.SampleKind, ok bool) {
 // headers says the upstream's response headers (or Envoy's reply) arrived,
 // otherwise the stream ended without them.
 func (h *httpContext) sample(now int64, headers bool) {
-	v := &h.verdict
+	v := h.verdict
 	// Never forwarded (waiting in a queue, or for a global rule's call):
 	// its stream's end says nothing about the upstream.
 	if h.sampled || len(v.Slots) == 0 || v.Outcome == engine.Queue || v.Outcome == engine.Call || !h.plugin.engine.AnyAdaptive(v.Slots) {

@@ -17,7 +17,7 @@ func (h *httpContext) settle() {
 		h.verdict.DropCharges()
 		return
 	}
-	h.plugin.engine.Settle(&h.verdict, responseHeaders{}, nowNanos())
+	h.plugin.engine.Settle(h.verdict, responseHeaders{}, nowNanos())
 }
 
 // responseHeaders reads the current stream's response headers for

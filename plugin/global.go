@@ -59,7 +59,7 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 		return
 	}
 	h.pending = nil
-	h.verdict = *v
+	*h.verdict = *v
 	h.verdict.Pending = nil
 	if err := proxywasm.SetEffectiveContext(h.id); err != nil {
 		return // the stream is gone
@@ -70,22 +70,22 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 	}
 	switch v.Outcome {
 	case engine.Reject:
-		if err := p.reject(&h.verdict, now); err != nil {
+		if err := p.reject(h.verdict, now); err != nil {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	case engine.Delay:
 		// A rate rule also delays it: hold it for what is left.
 		if release := pd.Arrival + int64(v.Delay); release > now {
-			if p.hold(h, &h.verdict, time.Duration(release-now), now) {
-				p.tell(&h.verdict)
+			if p.hold(h, h.verdict, time.Duration(release-now), now) {
+				p.tell(h.verdict)
 			}
 			return
 		}
-		p.tell(&h.verdict)
+		p.tell(h.verdict)
 		h.sent = now
 		_ = proxywasm.ResumeHttpRequest()
 	default:
-		p.tell(&h.verdict)
+		p.tell(h.verdict)
 		h.sent = now
 		if err := proxywasm.ResumeHttpRequest(); err != nil {
 			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of request %d failed: %v", h.id, err))

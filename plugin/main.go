@@ -68,6 +68,7 @@ type pluginContext struct {
 	engine    *engine.Engine
 	headers   engine.HeaderSet
 	held      heldQueue
+	verdicts  verdictPool
 	metrics   *metrics
 	tickMS    uint32
 	lastFlush int64 // when the counters were last published
@@ -195,12 +196,12 @@ func (p *pluginContext) pollQueues(now int64) {
 			continue
 		}
 		delete(p.waiting, ev.ID)
-		h.verdict = ev.Verdict
+		*h.verdict = ev.Verdict
 		if err := proxywasm.SetEffectiveContext(ev.ID); err != nil {
-			p.giveBack(&h.verdict, now)
+			p.giveBack(h.verdict, now)
 			continue
 		}
-		v := &h.verdict
+		v := h.verdict
 		switch v.Outcome {
 		case engine.Call:
 			// Its global rules wait for the rate-limit service (onDecided).
@@ -314,9 +315,12 @@ const censusLease = 5 * time.Second
 // httpContext is one HTTP stream.
 type httpContext struct {
 	types.DefaultHttpContext
-	id      uint32
-	plugin  *pluginContext
-	verdict engine.Verdict
+	id     uint32
+	plugin *pluginContext
+	// verdict is the request's decision, from the plugin's pool once it is
+	// decided and back to it at the stream's end: a context is allocated
+	// for every request, the verdict (about 400 bytes) is not.
+	verdict *engine.Verdict
 	decided bool
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
@@ -340,9 +344,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	now := nowNanos()
 	p.engine.HoldsFull = p.held.len() >= maxHeld
 	p.headerPairsRead = false // read again by the first header key (HeaderFields)
-	h.verdict = p.engine.Decide(h, now)
+	h.verdict = p.verdicts.get()
+	*h.verdict = p.engine.Decide(h, now)
 	h.decided = true
-	v := &h.verdict
+	v := h.verdict
 	h.sent = now + int64(v.Delay)
 	if v.Err != nil && v.ErrRule != nil {
 		if v.ErrRule.Global {
@@ -410,7 +415,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
-	p.headers.Build(&h.verdict, p.engine.Config().Headers, false)
+	p.headers.Build(h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
 	}
@@ -477,12 +482,22 @@ func (h *httpContext) OnHttpStreamDone() {
 	if !h.decided {
 		return
 	}
+	h.end()
+	// Nothing refers to the verdict any more: the held queue and the
+	// waiters know the stream by its id, a pending call has its own.
+	h.decided = false
+	h.plugin.verdicts.put(h.verdict)
+	h.verdict = nil
+}
+
+// end gives back what the decided stream h still holds.
+func (h *httpContext) end() {
 	p := h.plugin
 	switch h.verdict.Outcome {
 	case engine.Delay:
 		if p.held.remove(h.id) {
 			// Left before its release: its reservation is given back.
-			p.engine.Unhold(&h.verdict, nowNanos())
+			p.engine.Unhold(h.verdict, nowNanos())
 		}
 	case engine.Queue:
 		delete(p.waiting, h.id)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/wasmlayout"
 )
 
 // The Envoy section: the same closed-loop load through Envoys that differ
@@ -60,16 +61,33 @@ func sluiceConfigHeaders(limit int, headers string) string {
 
 // buildGoWasm builds a Go proxy-wasm filter (pkg, relative to the repo
 // root) with the toolchain and flags that make build uses for
-// build/sluice.wasm, so that compared modules differ only in their code.
+// build/sluice.wasm, so that compared modules differ only in their code:
+// the static data placed past the Go runtime's arena gap too
+// (internal/wasmlayout), which saves a Go VM up to 448 KiB of resident zeros.
 func buildGoWasm(ctx context.Context, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-buildmode=c-shared", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared %s: %v: %s", pkg, err, buf.String())
+	ldflags := "-s -w"
+	for range 2 {
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-buildmode=c-shared", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		var buf bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared %s: %v: %s", pkg, err, buf.String())
+		}
+		mod, err := os.ReadFile(out)
+		if err != nil {
+			return err
+		}
+		l, err := wasmlayout.Read(mod)
+		if err != nil {
+			return fmt.Errorf("%s: %w", pkg, err)
+		}
+		if wasmlayout.ArenaGap(l.End) == 0 {
+			return nil
+		}
+		ldflags = fmt.Sprintf("-s -w -D %#x", l.DataAddr())
 	}
-	return nil
+	return fmt.Errorf("%s: relinked with %s, the arena gap remains", pkg, ldflags)
 }
 
 // buildNoopWasm builds the no-op Go filter.

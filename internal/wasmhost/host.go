@@ -57,6 +57,7 @@ type config struct {
 	random      io.Reader
 	maxPollSpin int
 	maxLogs     int
+	resident    bool
 }
 
 // Option configures a Host.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // VM is one instance of the module: what Envoy runs on one worker thread.
@@ -25,6 +26,8 @@ type VM struct {
 	mod api.Module
 	mem api.Memory
 	fn  guestFuncs
+	// mapped is the linear memory's own mapping (WithResidentMemory).
+	mapped *mappedMemory
 
 	mu sync.Mutex
 
@@ -114,7 +117,11 @@ func (h *Host) NewVM(vmConfig, pluginConfig []byte) (*VM, error) {
 		nextHTTPToken: 1,
 	}
 	vm.ctx = context.WithValue(context.Background(), vmCtxKey{}, vm)
-	mod, err := h.rt.InstantiateModule(vm.ctx, h.compiled,
+	ctx := vm.ctx
+	if alloc, m := h.allocator(); alloc != nil {
+		ctx, vm.mapped = experimental.WithMemoryAllocator(ctx, alloc), m
+	}
+	mod, err := h.rt.InstantiateModule(ctx, h.compiled,
 		wazero.NewModuleConfig().WithName(fmt.Sprintf("vm%d", id)).WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("wasmhost: instantiating VM %d: %w", id, err)

@@ -923,29 +923,53 @@ func integer(field string, raw *jsonlite.Value) (int64, error) {
 	if i, err := strconv.ParseInt(n, 10, 64); err == nil {
 		return i, nil
 	}
-	f, err := strconv.ParseFloat(n, 64)
-	if err != nil || !wholeLiteral(n) || f != float64(int64(f)) || f > 1<<53 || f < -(1<<53) {
+	i, ok := wholeValue(n)
+	if !ok {
 		return 0, errf(field, "%s is not a whole number", n)
 	}
-	return int64(f), nil
+	return i, nil
 }
 
-// wholeLiteral reports whether the JSON number literal n (-?int(.frac)?
-// (e[+-]?exp)?) is a whole number: its digits d, without trailing zeros,
-// times 10^k with k >= 0 (or zero).
-func wholeLiteral(n string) bool {
+// wholeValue is the value of the JSON number literal n (-?int(.frac)?
+// (e[+-]?exp)?) when it is whole, its digits without trailing zeros times
+// 10^k with k >= 0, and at most 2^53 in magnitude (what a float64 holds
+// exactly). It is computed on the literal's digits, not through
+// strconv.ParseFloat, whose tables and code weigh about 20 KB of module.
+func wholeValue(n string) (int64, bool) {
 	mant, exp := n, 0
 	if i := strings.IndexAny(n, "eE"); i >= 0 {
 		e, err := strconv.Atoi(n[i+1:])
 		if err != nil {
-			return false
+			return 0, false
 		}
-		mant, exp = n[:i], e
+		mant, exp = n[:i], max(-1<<20, min(e, 1<<20)) // past these, only 0 is whole and small
 	}
+	neg := strings.HasPrefix(mant, "-")
 	whole, frac, _ := strings.Cut(strings.TrimPrefix(mant, "-"), ".")
-	digits := strings.TrimRight(whole+frac, "0")
-	zeros := len(whole) + len(frac) - len(digits)
-	return strings.Trim(digits, "0") == "" || exp-len(frac)+zeros >= 0
+	digits := strings.TrimLeft(whole+frac, "0")
+	exp -= len(frac)
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	if trimmed == "" {
+		return 0, true
+	}
+	if exp < 0 || len(trimmed)+exp > 16 { // 2^53 has 16 digits
+		return 0, false
+	}
+	var v int64
+	for _, c := range trimmed {
+		v = v*10 + int64(c-'0')
+	}
+	for range exp {
+		v *= 10
+	}
+	if v > 1<<53 {
+		return 0, false
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 // duration accepts a Go duration string ("1m", "250ms"). A bare number is
