@@ -18,7 +18,10 @@ import (
 // the ceiling was set (3,230,073 bytes, with cost, adaptive concurrency,
 // per-rule tables and problem+json bodies). A feature that needs more
 // raises it on purpose, saying in the commit what the bytes buy.
-const moduleCeiling = 3_390_000
+// Raised by 10,000 for global rules' deposits sized to what requests cost
+// (18 KB: the deposit, its moving average shared by an Envoy's workers,
+// charges sent as the response passes).
+const moduleCeiling = 3_400_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
