@@ -404,3 +404,16 @@ func tailLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Kill kills Envoy with SIGKILL (a machine lost) and waits for it to exit;
+// Stop then only cleans up (the exit was asked for: no error).
+func (e *Envoy) Kill() {
+	if e.container != "" {
+		dockerSignal(e.container, "KILL")
+	}
+	if e.cmd != nil && e.cmd.Process != nil {
+		_ = e.cmd.Process.Kill()
+		<-e.done
+		e.waitErr = nil
+	}
+}

@@ -554,3 +554,57 @@ func costSummary(c *config.Cost) string {
 	b.WriteString(" max " + strconv.FormatInt(c.Max, 10))
 	return b.String()
 }
+
+// retryFailed sends in's call once more, for the requests still waiting
+// for it, when Envoy could not deliver it to the replica of the service it
+// chose (connectFailure) before half its time: Envoy's cluster sends the
+// next call to another replica (the plugin's calls have no retry policy of
+// their own).
+// Without it each such failure leaves its requests to on_error and opens
+// the worker's circuit, which decides the next requests by on_error too.
+// A call fails only once this way: a second failure is the service's.
+func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
+	if in.retried || !connectFailure(err) || now-in.sentAt > int64(in.timeout)/2 {
+		return false
+	}
+	if _, busy := e.calls[in.key]; busy {
+		return false
+	}
+	var live, expired []*Pending
+	for _, p := range in.waiters {
+		switch {
+		case p.cancelled:
+		case p.Deadline-now < int64(time.Millisecond):
+			expired = append(expired, p)
+		default:
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return false
+	}
+	next := &inflight{key: in.key, ref: in.ref, k: in.k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc, retried: true}
+	if e.sendOrDefer(next, now, waitDeadline(live, now), false, live...) != nil {
+		return false
+	}
+	r := &e.cfg.Rules[in.ref.rule]
+	for _, p := range expired {
+		e.Global.Expired++
+		e.afterError(p, r, in.ref.rule, ErrTimeout, now)
+	}
+	return true
+}
+
+// connectFailure says whether err is Envoy's own reply to a call it could
+// not deliver to the upstream it chose (connection refused or reset before
+// any answer): gRPC status 14 with Envoy's message, not an error of the
+// service (which answers it when Redis fails).
+func connectFailure(err error) bool {
+	// A type assertion, not errors.As: that links reflection into the
+	// plugin (60 KB); the caller's errors are never wrapped.
+	ce, ok := err.(*rls.CallError)
+	if !ok || ce.GRPCStatus != 14 {
+		return false
+	}
+	return strings.HasPrefix(ce.Msg, "upstream connect error") || strings.HasPrefix(ce.Msg, "upstream_reset_before_response_started")
+}

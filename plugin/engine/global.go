@@ -174,6 +174,10 @@ type GlobalStats struct {
 	LostAnswers    uint64 // waiting requests decided by on_error: their call's answer was lost (its stream ended)
 	Prefetches     uint64 // calls prepared before the lease ran out (counted in Calls once sent)
 	ChargeCalls    uint64 // calls that charged costs after admission (counted in Calls)
+	// Granted is the hits the service granted this worker's calls: less
+	// the deposits its requests took (one per request without a cost),
+	// what its Envoy holds in leases or lost with them.
+	Granted uint64
 }
 
 const (
@@ -206,6 +210,7 @@ type inflight struct {
 	k        uint32
 	callAt   int64
 	noLease  bool
+	retried  bool // a failed call sent once more (retryFailed)
 	waiters  []*Pending
 }
 
@@ -650,6 +655,9 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		if in.debt > 0 {
 			e.Stats.ChargeErrors++ // the service may not have counted it
 		}
+		if e.retryFailed(in, err, now) {
+			return
+		}
 		e.failCall(in, err, now)
 		return
 	}
@@ -698,6 +706,9 @@ func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 			served++
 		}
 		return tokens
+	}
+	if a.OK {
+		e.Global.Granted += uint64(a.K)
 	}
 	st, lerr := e.table.Lease(in.ref.fp, in.ref.rule, now, end, func(s *lease.State) bool {
 		var g uint32

@@ -1,0 +1,241 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+)
+
+// The fleet when its parts come and go: a replica of the rate-limit
+// service lost, an Envoy killed while it holds leases.
+
+// replicasCluster is the Envoy cluster of two replicas of the service, with
+// gRPC health checks every 500 ms and a replica ejected at its first
+// connection failure (the plugin's calls carry no retry policy, so the
+// cluster stops sending to a dead replica as soon as it can).
+func replicasCluster(a, b string) string {
+	ep := func(addr string) string {
+		host, port, _ := strings.Cut(addr, ":")
+		return fmt.Sprintf(`
+      - endpoint:
+          address:
+            socket_address: {address: %s, port_value: %s}`, host, port)
+	}
+	return `- name: ratelimit
+  type: STATIC
+  connect_timeout: 1s
+  typed_extension_protocol_options:
+    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+      "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+      explicit_http_config:
+        http2_protocol_options: {}
+  health_checks:
+  - timeout: 0.25s
+    interval: 0.5s
+    # The plugin's calls do not count as traffic routed to the cluster:
+    # without these the checks run once a minute.
+    no_traffic_interval: 0.5s
+    no_traffic_healthy_interval: 0.5s
+    unhealthy_threshold: 1
+    healthy_threshold: 1
+    tcp_health_check: {}
+  outlier_detection:
+    split_external_local_origin_errors: true
+    consecutive_local_origin_failure: 1
+    max_ejection_percent: 50
+    interval: 0.5s
+    base_ejection_time: 30s
+  load_assignment:
+    cluster_name: ratelimit
+    endpoints:
+    - lb_endpoints:` + ep(a) + ep(b) + "\n"
+}
+
+// TestFleetRLSReplicas: two replicas of the service on one Redis behind
+// the Envoys' cluster (health checks, outlier detection); one is killed
+// (SIGKILL) while requests flow from five senders: the other serves, and
+// requests decided by on_error are few (those whose call was in flight to
+// the dead replica, or whose worker's circuit opened on its failure).
+func TestFleetRLSReplicas(t *testing.T) {
+	redis, rls1 := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	rls2 := envoytest.RLST(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)}, "REDIS_URL="+redis.Addr())
+	up, err := envoytest.StartUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	f := startFleetWith(t, replicasCluster(rls1.GRPCAddr, rls2.GRPCAddr), haConfig, up.Addr())
+	awayFromTheHour(t, 30*time.Second)
+	run := fmt.Sprint(time.Now().UnixNano())
+	var sent, byService, byOnError atomic.Int64
+	var killed atomic.Int64 // when the replica was killed (unix ns)
+	var lateOnError atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 5; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Each request from a new client: each needs a call.
+				_, svc := haGet(t, f, "/probe", fmt.Sprintf("%s-%d-%d", run, w, i))
+				sent.Add(1)
+				if svc {
+					byService.Add(1)
+					continue
+				}
+				byOnError.Add(1)
+				if k := killed.Load(); k > 0 && time.Since(time.Unix(0, k)) > 2*time.Second {
+					lateOnError.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	before, beforeOnError := sent.Load(), byOnError.Load()
+	rls1.Stop()
+	killed.Store(time.Now().UnixNano())
+	time.Sleep(4 * time.Second)
+	close(stop)
+	wg.Wait()
+	healthy, _ := f.members[0].Stat("cluster.ratelimit.membership_healthy")
+	t.Logf("two replicas, one killed after %d requests (%d by on_error before): %d requests in all, %d decided by the service, %d by on_error (%d of them later than 2 s after the kill); healthy replicas at the end (Envoy 0): %d",
+		before, beforeOnError, sent.Load(), byService.Load(), byOnError.Load(), lateOnError.Load(), healthy)
+	if healthy != 1 {
+		t.Errorf("the cluster counts %d healthy replicas after one of two was killed", healthy)
+	}
+	if beforeOnError > 0 {
+		t.Errorf("%d requests decided by on_error before the kill", beforeOnError)
+	}
+	if lateOnError.Load() > 0 {
+		t.Errorf("%d requests decided by on_error later than 2 s after the kill: the live replica does not serve them", lateOnError.Load())
+	}
+	// Five senders: at most the requests in flight at the kill on each of
+	// the six workers, and those a worker's open circuit decides at once
+	// until its probe (100 ms) finds the live replica.
+	if n := byOnError.Load(); n > 30 {
+		t.Errorf("%d requests decided by on_error after one replica of two was lost", n)
+	}
+}
+
+// TestFleetEnvoyChurn: one client spends its budget (300 an hour) over the
+// three Envoys; one is killed (SIGKILL) while it holds leases, and a
+// fourth Envoy, idle until then (an Envoy autoscaling adds), takes its
+// share of the traffic mid-window. Nothing is admitted over the limit; the
+// budget lost is at most the dead Envoy's unused leases (its granted hits
+// less its admissions, read from its metrics before the kill) plus what
+// the service's refusal of the last lease call wastes.
+func TestFleetEnvoyChurn(t *testing.T) {
+	const limit = 300
+	cfg := strings.Replace(haConfig, `"limit": 200`, `"limit": 300`, 1)
+	_, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	up, err := envoytest.StartUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	// The fourth Envoy starts with the fleet (a start takes tens of seconds
+	// here) and gets no request before the kill.
+	var joiner *envoytest.Envoy
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var err error
+		joiner, err = envoytest.Start(ctx, envoytest.Options{
+			Bin: envoytest.RequireEnvoy(t), Dir: t.TempDir(), Upstream: up.Addr(), Concurrency: 2,
+			ExtraClustersYAML: shippedCluster(t, rls.GRPCAddr), StartTimeout: 150 * time.Second,
+			Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
+		})
+		done <- err
+	}()
+	f := startFleetOn(t, rls, cfg, up.Addr())
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = joiner.Stop() })
+	awayFromTheHour(t, 30*time.Second)
+	client := fmt.Sprint(time.Now().UnixNano(), "churn")
+
+	first := spendOver(t, f.members, client, 150, 6)
+	time.Sleep(1500 * time.Millisecond) // the metrics are published every second
+	dead := f.members[0]
+	granted, err := dead.Stat("wasmcustom.sluice.global.granted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, err := dead.Stat("wasmcustom.sluice.rule.ha_budget.allowed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused := int64(granted) - int64(allowed)
+	dead.Kill()
+	live := []*envoytest.Envoy{f.members[1], f.members[2], joiner}
+	rest := spendOver(t, live, client, 3*limit, 6)
+	admitted := first + rest
+	t.Logf("Envoy churn: %d admitted before the kill; the killed Envoy held %d unused hits (granted %d, admitted %d); after the kill, over two Envoys and one that joined: %d admitted; in all %d of %d (%d under the limit)",
+		first, unused, granted, allowed, rest, admitted, limit, limit-admitted)
+	if first != 150 {
+		t.Errorf("before the kill: admitted %d of 150", first)
+	}
+	if admitted > limit {
+		t.Errorf("admitted %d, over the limit %d", admitted, limit)
+	}
+	if under := int64(limit - admitted); under > unused+limit/20 {
+		t.Errorf("%d under the limit: more than the killed Envoy's %d unused hits and %d of waste", under, unused, limit/20)
+	}
+	time.Sleep(1200 * time.Millisecond) // the metrics are published every second
+	if n, err := joiner.Stat("wasmcustom.sluice.rule.ha_budget.allowed"); err != nil || n == 0 {
+		t.Errorf("the Envoy that joined admitted %d (%v): it took no share", n, err)
+	}
+}
+
+// spendOver sends requests of client round-robin over envoys from senders
+// at once: n in all, or (with n over the limit) until 30 in a row are
+// refused; it returns how many were admitted.
+func spendOver(t *testing.T, envoys []*envoytest.Envoy, client string, n, senders int) int {
+	var admitted, next, refusedInRow atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < senders; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) || refusedInRow.Load() >= 30 {
+					return
+				}
+				e := envoys[int(i)%len(envoys)]
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, _, err := e.Get(ctx, "/budget", http.Header{"X-Client": {client}})
+				cancel()
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case resp.StatusCode == 200:
+					admitted.Add(1)
+					refusedInRow.Store(0)
+				case resp.StatusCode == 429:
+					refusedInRow.Add(1)
+				default:
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
