@@ -93,6 +93,14 @@ func TestFleetRLSReplicas(t *testing.T) {
 	healthy, _ := f.members[0].Stat("cluster.ratelimit.membership_healthy")
 	t.Logf("two replicas, one killed after %d requests (%d by on_error before): %d requests in all, %d decided by the service, %d by on_error (%d of them later than 2 s after the kill); healthy replicas at the end (Envoy 0): %d",
 		before, beforeOnError, sent.Load(), byService.Load(), byOnError.Load(), lateOnError.Load(), healthy)
+	// What the plugin logged of the failed calls (once a second per worker).
+	for i, e := range f.members {
+		for _, line := range strings.Split(e.Logs(), "\n") {
+			if j := strings.Index(line, "rate-limit service"); j >= 0 {
+				t.Logf("envoy %d: %s", i, line[j:])
+			}
+		}
+	}
 	if healthy != 1 {
 		t.Errorf("the cluster counts %d healthy replicas after one of two was killed", healthy)
 	}

@@ -555,16 +555,17 @@ func costSummary(c *config.Cost) string {
 	return b.String()
 }
 
-// retryFailed sends in's call once more, for the requests still waiting
-// for it, when Envoy could not deliver it to the replica of the service it
+// retryFailed sends in's call again, for the requests still waiting for
+// it, when Envoy could not deliver it to the replica of the service it
 // chose (connectFailure) before half its time: Envoy's cluster sends the
 // next call to another replica (the plugin's calls have no retry policy of
-// their own).
-// Without it each such failure leaves its requests to on_error and opens
-// the worker's circuit, which decides the next requests by on_error too.
-// A call fails only once this way: a second failure is the service's.
+// their own). Without it each such failure leaves its requests to on_error
+// and opens the worker's circuit, which decides the next requests by
+// on_error too. Up to maxTries times: the worker's other calls move the
+// cluster's round robin too, so a retry may meet the dead replica again
+// before Envoy ejects it; after that the failure is the service's.
 func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
-	if in.retried || !connectFailure(err) || now-in.sentAt > int64(in.timeout)/2 {
+	if in.tries >= maxTries || !connectFailure(err) || now-in.sentAt > int64(in.timeout)/2 {
 		return false
 	}
 	if _, busy := e.calls[in.key]; busy {
@@ -583,7 +584,7 @@ func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
 	if len(live) == 0 {
 		return false
 	}
-	next := &inflight{key: in.key, ref: in.ref, k: in.k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc, retried: true}
+	next := &inflight{key: in.key, ref: in.ref, k: in.k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc, tries: in.tries + 1}
 	if e.sendOrDefer(next, now, waitDeadline(live, now), false, live...) != nil {
 		return false
 	}
@@ -594,6 +595,9 @@ func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
 	}
 	return true
 }
+
+// maxTries bounds the times a call Envoy could not deliver is sent again.
+const maxTries = 3
 
 // connectFailure says whether err is Envoy's own reply to a call it could
 // not deliver to the upstream it chose (connection refused or reset before

@@ -210,7 +210,7 @@ type inflight struct {
 	k        uint32
 	callAt   int64
 	noLease  bool
-	retried  bool // a failed call sent once more (retryFailed)
+	tries    uint8 // times a failed call was sent again (retryFailed)
 	waiters  []*Pending
 }
 

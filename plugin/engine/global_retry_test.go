@@ -29,10 +29,10 @@ func (s *failingOnce) Call(cluster string, body []byte, timeout time.Duration, d
 }
 
 // A call Envoy could not deliver (the replica it chose is gone) is sent
-// once more, to the replica Envoy's cluster chooses next: the request is
-// decided by the service, not by on_error, and the circuit stays closed.
-// A second such failure, or an error of the service itself, is left to
-// on_error.
+// again, to the replica Envoy's cluster chooses next, up to three times:
+// the request is decided by the service, not by on_error, and the circuit
+// stays closed. A fourth such failure, or an error of the service itself,
+// is left to on_error.
 func TestGlobalRetriesACallEnvoyCouldNotDeliver(t *testing.T) {
 	const refused = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
 	for _, c := range []struct {
@@ -42,7 +42,8 @@ func TestGlobalRetriesACallEnvoyCouldNotDeliver(t *testing.T) {
 		byService bool
 	}{
 		{"one replica gone", 1, refused, true},
-		{"every replica gone", 2, refused, false},
+		{"the dead replica met three times", 3, refused, true},
+		{"every replica gone", 4, refused, false},
 		{"the service's own error", 1, "redis: connection refused", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,7 +54,7 @@ func TestGlobalRetriesACallEnvoyCouldNotDeliver(t *testing.T) {
 			if v.Outcome != Call {
 				t.Fatal(v.Outcome)
 			}
-			for i := 0; i < 3 && len(*decided) == 0; i++ {
+			for i := 0; i < 6 && len(*decided) == 0; i++ {
 				*now += int64(time.Millisecond)
 				f.deliver()
 			}
