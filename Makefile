@@ -102,10 +102,10 @@ export RLS_BIN
 fleet-parts: redis $(RLS_STAMP)
 
 redis:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server"; \
+	@{ command -v redis-server && command -v redis-sentinel; } >/dev/null 2>&1 || { \
+	  echo "installing redis-server and redis-sentinel"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-sentinel >/dev/null; }
 	@redis-server --version | head -1
 
 $(RLS_STAMP):

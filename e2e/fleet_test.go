@@ -58,11 +58,18 @@ func startFleet(t *testing.T, rls *envoytest.RLS, cfg string) *fleet {
 // startFleetOn is startFleet with the members' upstream at upstream.
 func startFleetOn(t *testing.T, rls *envoytest.RLS, cfg, upstream string) *fleet {
 	t.Helper()
+	return startFleetWith(t, shippedCluster(t, rls.GRPCAddr), cfg, upstream)
+}
+
+// startFleetWith is startFleetOn with the members' cluster of the service
+// given (YAML for static_resources.clusters).
+func startFleetWith(t *testing.T, cluster, cfg, upstream string) *fleet {
+	t.Helper()
 	// The three start at once: most of a start is V8 compiling the plugin,
 	// which runs in parallel on the machine's cores.
 	f := &fleet{members: make([]*envoytest.Envoy, 3)}
 	errs := make([]error, 3)
-	cluster, wasm := shippedCluster(t, rls.GRPCAddr), sluiceWasm(t)
+	wasm := sluiceWasm(t)
 	bin := envoytest.RequireEnvoy(t)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	var wg sync.WaitGroup

@@ -17,6 +17,12 @@ func (h *httpContext) settle() {
 		h.verdict.DropCharges()
 		return
 	}
+	if c := h.plugin.rls; c != nil {
+		// Charges a global rule's lease cannot cover are sent from here
+		// (rlsCaller.CallDetached).
+		c.stream = h.id
+		defer func() { c.stream = 0 }()
+	}
 	h.plugin.engine.Settle(h.verdict, responseHeaders{}, nowNanos())
 }
 

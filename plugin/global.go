@@ -20,10 +20,14 @@ const globalTickMS = 20
 // grpc-status header or trailer.
 type rlsCaller struct {
 	headers [][2]string
+	// root is the plugin's root context; stream, while not 0, the stream
+	// whose response is being settled (the current context): see
+	// CallDetached.
+	root, stream uint32
 }
 
-func newRLSCaller(cluster string) *rlsCaller {
-	return &rlsCaller{headers: [][2]string{
+func newRLSCaller(cluster string, root uint32) *rlsCaller {
+	return &rlsCaller{root: root, headers: [][2]string{
 		{":method", "POST"},
 		{":path", rls.Path},
 		{":authority", cluster},
@@ -49,6 +53,22 @@ func (c *rlsCaller) Call(cluster string, body []byte, timeout time.Duration, don
 		resp, err := rls.Reply(hs, ts, b)
 		done(resp, err)
 	})
+	return err
+}
+
+// CallDetached sends a call no request waits for (a charge) on behalf of
+// the plugin's root context when a stream is current: Envoy cancels the
+// calls a stream made when the stream ends, which a response that goes on
+// to its client usually does before the call's answer, and a cancelled
+// charge may never reach the service. The answer is still delivered only
+// while the stream lives (the Go SDK keys it on the stream), which a
+// charge can do without.
+func (c *rlsCaller) CallDetached(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error {
+	if c.stream == 0 || proxywasm.SetEffectiveContext(c.root) != nil {
+		return c.Call(cluster, body, timeout, done)
+	}
+	err := c.Call(cluster, body, timeout, done)
+	_ = proxywasm.SetEffectiveContext(c.stream) // the stream is current: it lives
 	return err
 }
 

@@ -66,6 +66,7 @@ type pluginContext struct {
 	id        uint32 // the plugin context's ID
 	retired   bool   // its context ended (retire)
 	engine    *engine.Engine
+	rls       *rlsCaller // global rules' calls (nil without global rules)
 	headers   engine.HeaderSet
 	held      heldQueue
 	verdicts  verdictPool
@@ -117,7 +118,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.metrics = newMetrics(cfg)
 	p.tickMS = 1000
 	if cfg.HasGlobal() {
-		p.engine.SetGlobal(newRLSCaller(cfg.Global.Cluster), p.onDecided)
+		p.rls = newRLSCaller(cfg.Global.Cluster, p.id)
+		p.engine.SetGlobal(p.rls, p.onDecided)
 		p.tickMS = globalTickMS
 	}
 	if engine.Throttles(cfg) {

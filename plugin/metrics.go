@@ -35,7 +35,7 @@ type metrics struct {
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
-	chargeCalls, lostAnswers                                                                         counter
+	chargeCalls, lostAnswers, granted                                                                counter
 	circuitOpen                                                                                      gauge
 	open                                                                                             bool
 }
@@ -191,6 +191,7 @@ func newFleetMetrics() *fleetMetrics {
 	f.prefetches = defineCounter("sluice.global.prefetches")
 	f.chargeCalls = defineCounter("sluice.global.charge_calls")
 	f.lostAnswers = defineCounter("sluice.global.lost_answers")
+	f.granted = defineCounter("sluice.global.granted")
 	f.circuitOpen = defineGauge("sluice.global.circuit_open")
 	return f
 }
@@ -293,6 +294,7 @@ func (m *metrics) flushFleet(e *engine.Engine) {
 	addDelta(f.prefetches, cur.Prefetches, &last.Prefetches)
 	addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
 	addDelta(f.lostAnswers, cur.LostAnswers, &last.LostAnswers)
+	addDelta(f.granted, cur.Granted, &last.Granted)
 	// Workers whose circuit is open, process-wide: each adds its change.
 	if open := e.CircuitOpen(); open != f.open {
 		f.open = open

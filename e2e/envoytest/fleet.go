@@ -137,6 +137,12 @@ type RLS struct {
 // StartRLS starts the service against redis (host:port) with the given
 // configuration files (name → YAML) in a runtime directory under dir.
 func StartRLS(ctx context.Context, bin, dir, redis string, configs map[string]string) (*RLS, error) {
+	return StartRLSWith(ctx, bin, dir, configs, "REDIS_URL="+redis)
+}
+
+// StartRLSWith is StartRLS with the Redis settings, and any other, in env
+// (NAME=value, over the defaults): REDIS_URL at least.
+func StartRLSWith(ctx context.Context, bin, dir string, configs map[string]string, env ...string) (*RLS, error) {
 	cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		return nil, err
@@ -165,9 +171,10 @@ func StartRLS(ctx context.Context, bin, dir, redis string, configs map[string]st
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
 		"USE_STATSD=false", "LOG_LEVEL=error",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis,
+		"REDIS_SOCKET_TYPE=tcp",
 		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 	)
+	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	setProcAttr(s.cmd)
 	if err := s.cmd.Start(); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
@@ -21,13 +22,25 @@ import (
 // refused, or whose response does not come from the upstream, is never
 // settled, so never charged.
 //
-// A global rule takes one hit of its lease at admission like any request
-// (a deposit: the lease design's bound holds for admissions), and a cost
-// other than one is settled against the lease: a cost of 0 gives the
-// deposit back, a larger one takes the rest from the lease's tokens and
-// what they lack is owed to the rate-limit service (hits_addend): it goes
-// with the worker's next call for the client, or from the worker's tick,
-// in one call per client and rule per tick.
+// A global rule takes a deposit from its lease at admission: a
+// request_header cost whole (capped at the rule's limit), a cost after the
+// response what the rule's requests have been costing on this worker (a
+// moving average of their charges, rounded up, at least 1; 1 until one is
+// known). A lease that cannot cover the deposit does not admit: the
+// request waits for a call that asks for at least its deposit, and the
+// service refusing that exhausts the client. Once the response says what
+// the request costs, the difference is settled against the lease: what the
+// deposit held beyond the cost goes back to the lease (of the deposit's
+// window), what it lacked is taken from the lease's tokens, and what they
+// lack is owed to the rate-limit service (hits_addend) and sent at once,
+// from the response's stream, before the response goes on to the client.
+// So the service counts every charge a lease did not cover before the
+// client can send its next request, and an Envoy that holds a lease
+// admits on it only while it covers a typical charge: requests sent one
+// after another are charged at most limit + max - 1 in all, whatever the
+// number of Envoys (docs/fleet.md). A debt that cannot be sent at once
+// (the call refused, the circuit open) goes with the worker's next call
+// for the client or from its tick.
 
 // PostCharge is a rule that admitted a request and charges it once the
 // response arrives.
@@ -38,6 +51,102 @@ type PostCharge struct {
 	// win is, for a global rule, the start of the window whose lease gave
 	// the request its deposit (the window the service counted it in).
 	win int64
+	// dep is a global rule's deposit: the hits taken from the lease.
+	dep uint32
+}
+
+// newGlobalRef is the global rule i of a request: its client fp, its key
+// bytes at off (n long) and its cost at admission, with the deposit it
+// takes from the lease.
+func (e *Engine) newGlobalRef(i int, fp uint64, off, n int, cost int64) globalRef {
+	r := &e.cfg.Rules[i]
+	dep := int64(1)
+	switch {
+	case r.Cost.AfterResponse():
+		dep = e.expectedCost(i)
+	case r.Cost.Set():
+		dep = cost
+	}
+	dep = max(min(dep, r.Limit.Limit(), lease.MaxK), 1)
+	return globalRef{rule: i, fp: fp, off: off, n: n, cost: cost, dep: uint32(dep)}
+}
+
+// depositOf is the deposit of the waiting request p for global rule i.
+func depositOf(p *Pending, i int) uint32 {
+	if p.next < len(p.globals) && p.globals[p.next].rule == i {
+		return max(p.globals[p.next].dep, 1)
+	}
+	return 1
+}
+
+// leaseSize is how many hits the next call for global rule i asks for
+// (lease.SizeN), for requests waiting that deposit need in all, each at
+// least unit. A rule charged after the response whose cost this worker has
+// not learnt yet asks for what is waiting only: deposits of 1 may be far
+// below what requests cost, and a lease of them would admit a burst whose
+// debts the service learns only after.
+func (e *Engine) leaseSize(st *lease.State, i int, now int64, need, unit uint32) uint32 {
+	r := &e.cfg.Rules[i]
+	if r.Cost.AfterResponse() && e.expectedCost(i) == 1 && e.costAvg[i] == 0 {
+		return max(min(need, lease.MaxK), 1)
+	}
+	return lease.SizeN(*st, uint32(r.Limit.Limit()), r.Limit.Window(), now, need, unit)
+}
+
+// costShift is the fixed point of the charges' moving average (1/16).
+const costShift = 4
+
+// expectedCost is what global rule i's requests have been costing (the
+// moving average of their charges, rounded up), 1 before any is known:
+// the deposit of a request charged after its response. A worker that has
+// settled none yet takes what its Envoy's other workers published in
+// shared data (costKey), so that a request on a worker that has not seen
+// a response does not deposit 1 where its Envoy knows better.
+func (e *Engine) expectedCost(i int) int64 {
+	e.initCosts()
+	if e.costAvg[i] == 0 {
+		if v, _, found, err := e.table.store.Get(costKey(e.cfg.Rules[i].Name)); err == nil && found && len(v) == 8 {
+			e.costAvg[i] = max(int64(binary.LittleEndian.Uint64(v)), 0)
+		}
+		if e.costAvg[i] == 0 {
+			return 1
+		}
+	}
+	return (e.costAvg[i] + 1<<costShift - 1) >> costShift
+}
+
+// costKey is the shared-data key of global rule name's expected cost.
+func costKey(name string) string { return "sluice.v1.cost." + name }
+
+func (e *Engine) initCosts() {
+	if e.costAvg == nil {
+		e.costAvg = make([]int64, len(e.cfg.Rules))
+		e.costPub = make([]int64, len(e.cfg.Rules))
+	}
+}
+
+// learnCost adds a charge of n to global rule i's moving average (weight
+// 1/4: a change of what responses cost shows within a few requests), and
+// publishes it to the Envoy's other workers when the deposit it gives
+// changed (one shared-data write per change, none while costs are
+// steady).
+func (e *Engine) learnCost(i int, n int64) {
+	e.initCosts()
+	x := max(n, 0) << costShift
+	if e.costAvg[i] == 0 {
+		e.costAvg[i] = max(x, 1)
+	} else {
+		e.costAvg[i] = max(e.costAvg[i]+(x-e.costAvg[i])/4, 1)
+	}
+	dep := (e.costAvg[i] + 1<<costShift - 1) >> costShift
+	if dep == e.costPub[i] {
+		return
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(e.costAvg[i]))
+	if _, err := e.table.store.Set(costKey(e.cfg.Rules[i].Name), b[:], 0); err == nil {
+		e.costPub[i] = dep
+	}
 }
 
 // postInline post charges are kept in the Verdict itself: a request
@@ -177,6 +286,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			}
 			if !r.Cost.ChargesStatus(status) {
 				if r.Global {
+					e.learnCost(c.rule, 0)
 					e.debitGlobal(c, 0, now)
 				}
 				continue
@@ -189,6 +299,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 		}
 		e.Stats.Rules[c.rule].Charged += uint64(n)
 		if r.Global {
+			e.learnCost(c.rule, n)
 			e.debitGlobal(c, n, now)
 			continue
 		}
@@ -213,30 +324,33 @@ type debt struct {
 }
 
 // debitGlobal settles a global rule's charge of n units for the request
-// that took one hit of its lease at admission: n = 0 gives that hit back,
-// n > 1 takes n-1 more from the lease and owes the service the rest.
-// The hit goes back only to the lease of the window it was taken from: the
-// service counted it there, and a later window's lease holds only hits
-// counted in that window (giving it there would admit one more than the
-// service counted).
+// that took c.dep hits of its lease at admission: what the deposit holds
+// beyond n goes back to the lease, what it lacks is taken from the lease's
+// tokens, and what they lack is owed to the service and sent at once
+// (sendDebt). The hits go back only to the lease of the window they were
+// taken from: the service counted them there, and a later window's lease
+// holds only hits counted in that window (giving them there would admit
+// more than the service counted).
 func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	r := &e.cfg.Rules[c.rule]
 	w := r.Limit.Window()
 	end := lease.WindowEnd(now, w)
-	if n == 0 {
+	dep := int64(max(c.dep, 1))
+	if n < dep {
 		if lease.WindowStart(now, w) != c.win {
 			return // the deposit's window has ended: it is spent
 		}
+		back := uint32(dep - max(n, 0))
 		e.table.Lease(c.fp, c.rule, now, end, func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
 				return false // the lease was lost: nothing to give back to
 			}
-			s.Tokens++
+			s.Tokens += back
 			return true
 		})
 		return
 	}
-	extra := uint32(min(n-1, lease.MaxK))
+	extra := uint32(min(n-dep, lease.MaxK))
 	if extra == 0 {
 		return
 	}
@@ -253,9 +367,15 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	if err != nil {
 		owed = extra
 	}
-	if owed == 0 {
-		return
+	if owed > 0 {
+		e.owe(c, owed)
 	}
+}
+
+// owe records that c's client owes the service hits and sends them at
+// once when it can (sendDebt); otherwise they wait for the client's next
+// call or the tick.
+func (e *Engine) owe(c *PostCharge, hits uint32) {
 	key := callKey{c.rule, c.fp}
 	if e.debts == nil {
 		e.debts = map[callKey]*debt{}
@@ -269,7 +389,10 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 		d = &debt{ref: *c}
 		e.addDebt(key, d)
 	}
-	d.hits = uint32(min(uint64(d.hits)+uint64(owed), 1<<32-1))
+	d.hits = uint32(min(uint64(d.hits)+uint64(hits), 1<<32-1))
+	if e.caller != nil && !e.CircuitOpen() {
+		e.sendDebt(key, d) // if it is not sent, the tick sends it
+	}
 }
 
 // PendingCharges returns the number of clients whose charges wait for the
@@ -321,41 +444,64 @@ func (e *Engine) sendCharges(now int64) {
 		return
 	}
 	for key, d := range e.debts {
-		e.dropDebt(key)
-		r := &e.cfg.Rules[d.ref.rule]
-		unit, _ := rls.UnitOf(r.Limit.Window())
-		req := rls.Request{
-			Domain:  e.cfg.Global.Domain,
-			Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: d.ref.desc}},
-			Limit:   uint32(r.Limit.Limit()),
-			Unit:    unit,
-			Hits:    d.hits,
-		}
-		e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
-		e.Global.Calls++
-		e.Global.ChargeCalls++
-		fp, rule, w := d.ref.fp, d.ref.rule, r.Limit.Window()
-		err := e.caller.Call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
-			if err != nil {
-				e.Global.CallFailures++
-				e.Stats.ChargeErrors++
-				return
-			}
-			if resp.Code != rls.CodeOverLimit {
-				return
-			}
-			e.Global.OverLimit++
-			t := e.now()
-			e.table.Lease(fp, rule, t, lease.WindowEnd(t, w), func(s *lease.State) bool {
-				s.Exhausted, s.Known, s.Remaining, s.Tokens = true, true, 0, 0
-				return true
-			})
-		})
-		if err != nil {
-			e.Global.CallFailures++
+		if !e.sendDebt(key, d) {
+			e.dropDebt(key) // not sent from the tick either: lost
 			e.Stats.ChargeErrors++
 		}
 	}
+}
+
+// DetachedCaller is a Caller that can send a call no request waits for
+// (a charge) so that the end of the current stream does not cancel it.
+type DetachedCaller interface {
+	CallDetached(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
+}
+
+// sendDebt sends what the client key owes the service (d) in one call, in
+// the current proxy-wasm context; no request waits for it. The answer
+// tells whether the client is now over its limit: its lease is then
+// exhausted until the window ends, so this Envoy refuses it at once. It
+// reports whether the call was sent (the debt is then paid).
+func (e *Engine) sendDebt(key callKey, d *debt) bool {
+	r := &e.cfg.Rules[d.ref.rule]
+	unit, _ := rls.UnitOf(r.Limit.Window())
+	req := rls.Request{
+		Domain:  e.cfg.Global.Domain,
+		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: d.ref.desc}},
+		Limit:   uint32(r.Limit.Limit()),
+		Unit:    unit,
+		Hits:    d.hits,
+	}
+	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
+	fp, rule, w := d.ref.fp, d.ref.rule, r.Limit.Window()
+	call := e.caller.Call
+	if dc, ok := e.caller.(DetachedCaller); ok {
+		call = dc.CallDetached
+	}
+	err := call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
+		if err != nil {
+			e.Global.CallFailures++
+			e.Stats.ChargeErrors++
+			return
+		}
+		if resp.Code != rls.CodeOverLimit {
+			return
+		}
+		e.Global.OverLimit++
+		t := e.now()
+		e.table.Lease(fp, rule, t, lease.WindowEnd(t, w), func(s *lease.State) bool {
+			s.Exhausted, s.Known, s.Remaining, s.Tokens = true, true, 0, 0
+			return true
+		})
+	})
+	if err != nil {
+		e.Global.CallFailures++
+		return false
+	}
+	e.Global.Calls++
+	e.Global.ChargeCalls++
+	e.dropDebt(key)
+	return true
 }
 
 // owed returns what client key owes the service on this worker, for a
@@ -407,4 +553,62 @@ func costSummary(c *config.Cost) string {
 	}
 	b.WriteString(" max " + strconv.FormatInt(c.Max, 10))
 	return b.String()
+}
+
+// retryFailed sends in's call again, for the requests still waiting for
+// it, when Envoy could not deliver it to the replica of the service it
+// chose (connectFailure) before half its time: Envoy's cluster sends the
+// next call to another replica (the plugin's calls have no retry policy of
+// their own). Without it each such failure leaves its requests to on_error
+// and opens the worker's circuit, which decides the next requests by
+// on_error too. Up to maxTries times: the worker's other calls move the
+// cluster's round robin too, so a retry may meet the dead replica again
+// before Envoy ejects it; after that the failure is the service's.
+func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
+	if in.tries >= maxTries || !connectFailure(err) || now-in.sentAt > int64(in.timeout)/2 {
+		return false
+	}
+	if _, busy := e.calls[in.key]; busy {
+		return false
+	}
+	var live, expired []*Pending
+	for _, p := range in.waiters {
+		switch {
+		case p.cancelled:
+		case p.Deadline-now < int64(time.Millisecond):
+			expired = append(expired, p)
+		default:
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return false
+	}
+	next := &inflight{key: in.key, ref: in.ref, k: in.k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc, tries: in.tries + 1}
+	if e.sendOrDefer(next, now, waitDeadline(live, now), false, live...) != nil {
+		return false
+	}
+	r := &e.cfg.Rules[in.ref.rule]
+	for _, p := range expired {
+		e.Global.Expired++
+		e.afterError(p, r, in.ref.rule, ErrTimeout, now)
+	}
+	return true
+}
+
+// maxTries bounds the times a call Envoy could not deliver is sent again.
+const maxTries = 3
+
+// connectFailure says whether err is Envoy's own reply to a call it could
+// not deliver to the upstream it chose (connection refused or reset before
+// any answer): gRPC status 14 with Envoy's message, not an error of the
+// service (which answers it when Redis fails).
+func connectFailure(err error) bool {
+	// A type assertion, not errors.As: that links reflection into the
+	// plugin (60 KB); the caller's errors are never wrapped.
+	ce, ok := err.(*rls.CallError)
+	if !ok || ce.GRPCStatus != 14 {
+		return false
+	}
+	return strings.HasPrefix(ce.Msg, "upstream connect error") || strings.HasPrefix(ce.Msg, "upstream_reset_before_response_started")
 }

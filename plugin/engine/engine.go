@@ -421,7 +421,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			// and never need it.
 			off := len(e.gkeys)
 			e.gkeys = append(e.gkeys, e.keyBuf...)
-			e.globals = append(e.globals, globalRef{rule: i, fp: fp, off: off, n: len(e.keyBuf), cost: e.requestCost(r, ri)})
+			e.globals = append(e.globals, e.newGlobalRef(i, fp, off, len(e.keyBuf), e.requestCost(r, ri)))
 			continue
 		}
 		if IsConcurrency(r) {

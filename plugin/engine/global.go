@@ -104,6 +104,11 @@ type globalRules struct {
 	// maxDebts).
 	debtsOf []int
 	debtCap int
+	// costAvg is, per rule charged after the response, the moving average
+	// of its charges on this worker (fixed point, costShift; 0: none yet):
+	// the deposit (cost.go).
+	costAvg []int64
+	costPub []int64 // the deposit last published in shared data, per rule
 }
 
 // persist returns a Pending that outlives the current decision: the
@@ -147,6 +152,9 @@ type globalRef struct {
 	fp     uint64
 	off, n int   // the client's key bytes in Pending.keys
 	cost   int64 // the request's cost at admission (request_header; else 1)
+	// dep is the request's deposit: the hits it takes from the lease at
+	// admission (cost.go, newGlobalRef).
+	dep uint32
 }
 
 // Decided is called by the engine when a request that waited for a call
@@ -166,6 +174,10 @@ type GlobalStats struct {
 	LostAnswers    uint64 // waiting requests decided by on_error: their call's answer was lost (its stream ended)
 	Prefetches     uint64 // calls prepared before the lease ran out (counted in Calls once sent)
 	ChargeCalls    uint64 // calls that charged costs after admission (counted in Calls)
+	// Granted is the hits the service granted this worker's calls: less
+	// the deposits its requests took (one per request without a cost),
+	// what its Envoy holds in leases or lost with them.
+	Granted uint64
 }
 
 const (
@@ -198,6 +210,7 @@ type inflight struct {
 	k        uint32
 	callAt   int64
 	noLease  bool
+	tries    uint8 // times a failed call was sent again (retryFailed)
 	waiters  []*Pending
 }
 
@@ -313,7 +326,7 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.State, admitted, exhausted bool, err error) {
 	take := func(s *lease.State) bool {
 		var ns lease.State
-		ns, admitted, exhausted = lease.Take(*s)
+		ns, admitted, exhausted = lease.TakeN(*s, g.dep)
 		if !admitted {
 			return false
 		}
@@ -367,7 +380,7 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 		e.Global.ShortCircuited++
 		return false, e.onError(p, r, g.rule, errCircuitOpen)
 	}
-	k := lease.Size(*st, uint32(r.Limit.Limit()), r.Limit.Window(), now, 1)
+	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g)}
 	if err := e.sendOrDefer(in, now, p.Deadline, own); err != nil {
 		e.circuit.failure(now)
@@ -400,11 +413,11 @@ func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
 	if rtt == 0 {
 		rtt = int64(initialRTT)
 	}
-	if !lease.Prefetch(*st, w, now, time.Duration(2*rtt)+prefetchTick) {
+	if !lease.PrefetchN(*st, w, now, time.Duration(2*rtt)+prefetchTick, g.dep) {
 		return
 	}
-	k := lease.Size(*st, uint32(r.Limit.Limit()), w, now, 1)
-	if k <= 1 {
+	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
+	if k <= g.dep {
 		return
 	}
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g), deferred: true}
@@ -642,6 +655,9 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		if in.debt > 0 {
 			e.Stats.ChargeErrors++ // the service may not have counted it
 		}
+		if e.retryFailed(in, err, now) {
+			return
+		}
 		e.failCall(in, err, now)
 		return
 	}
@@ -662,7 +678,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	if resp.Code == rls.CodeOverLimit {
 		e.Global.OverLimit++
 	}
-	e.serveAnswer(in, lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining}, now)
+	e.serveAnswer(in, lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining, Min: in.ref.dep}, now)
 }
 
 // serveAnswer grants the hits of answer a to the lease of in's client and
@@ -671,39 +687,53 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 	w := e.cfg.Rules[in.ref.rule].Limit.Window()
 	end := lease.WindowEnd(now, w)
-	waiting := 0
-	for _, p := range in.waiters {
-		if !p.cancelled {
-			waiting++
+	order := e.serveOrder(in, a.OK && a.K > 0)
+	// served: how many of order (in order, the cancelled skipped) the
+	// grant and the lease's tokens cover, each its whole deposit.
+	served := 0
+	cover := func(tokens uint32) uint32 {
+		served = 0
+		for _, p := range order {
+			if p.cancelled {
+				served++
+				continue
+			}
+			d := depositOf(p, in.ref.rule)
+			if tokens < d {
+				break
+			}
+			tokens -= d
+			served++
 		}
+		return tokens
 	}
-	var granted uint32
+	if a.OK {
+		e.Global.Granted += uint64(a.K)
+	}
 	st, lerr := e.table.Lease(in.ref.fp, in.ref.rule, now, end, func(s *lease.State) bool {
 		var g uint32
 		*s, g = lease.Grant(*s, a, w, now)
-		granted = g
-		s.Tokens += g - min(g, uint32(waiting))
+		s.Tokens = cover(s.Tokens + g)
 		return true
 	})
 	if lerr != nil {
-		// No room to keep the lease: the hits beyond the waiters are lost.
-		var s lease.State
-		s, granted = lease.Grant(s, a, w, now)
-		st = s
+		// No room to keep the lease: the hits beyond the waiters' are lost.
+		var g uint32
+		st, g = lease.Grant(lease.State{}, a, w, now)
+		cover(g)
 	}
 	var rest []*Pending
-	for _, p := range e.serveOrder(in, granted, waiting) {
+	for i, p := range order {
 		if p.cancelled {
 			continue
 		}
-		if granted > 0 {
-			granted--
+		if i < served {
 			e.admitGlobal(p, in.ref, &st, now, end)
 			p.next++
 			e.continueGlobal(p, now)
 			continue
 		}
-		if st.Exhausted || (!a.OK && in.k <= 1) {
+		if st.Exhausted || (!a.OK && in.k <= max(in.ref.dep, 1)) {
 			e.rejectGlobal(p, in.ref.rule, now, end)
 			e.decided(p, &p.verdict)
 			continue
@@ -719,9 +749,9 @@ func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 // when some will wait for one more call, sent from here in the context of
 // this call's owner, the owner is kept waiting (served last) so that the
 // next answer is delivered.
-func (e *Engine) serveOrder(in *inflight, granted uint32, waiting int) []*Pending {
+func (e *Engine) serveOrder(in *inflight, granted bool) []*Pending {
 	o := e.ctxOwner
-	if o == nil || o.cancelled || granted == 0 || uint32(waiting) <= granted {
+	if o == nil || o.cancelled || !granted || len(in.waiters) < 2 {
 		return in.waiters
 	}
 	order := make([]*Pending, 0, len(in.waiters))
@@ -770,9 +800,13 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 		return
 	}
 	st, _ := e.table.Lease(in.ref.fp, in.ref.rule, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
-	k := uint32(1)
+	k := in.ref.dep
 	if !in.noLease {
-		k = lease.Size(st, uint32(r.Limit.Limit()), r.Limit.Window(), now, uint32(len(live)))
+		need := uint64(0)
+		for _, p := range live {
+			need += uint64(depositOf(p, in.ref.rule))
+		}
+		k = e.leaseSize(&st, in.ref.rule, now, uint32(min(need, lease.MaxK)), in.ref.dep)
 	}
 	next := &inflight{key: in.key, ref: in.ref, k: k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc}
 	if err := e.sendOrDefer(next, now, deadline, false, live...); err != nil {
@@ -813,14 +847,17 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	}
 	r := &e.cfg.Rules[g.rule]
 	win := lease.WindowStart(now, r.Limit.Window())
-	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: max(g.cost, 1), win: win})
+	dep := max(g.dep, 1)
+	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: int64(dep), win: win})
 	if r.Cost.Set() {
-		// One hit of the lease is taken (the deposit); the rest of the
-		// cost is settled now (request_header) or after the response.
-		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g), win: win}
+		// The deposit is taken from the lease; the rest of the cost, or
+		// what the deposit holds beyond it, is settled now (a
+		// request_header cost over the deposit) or after the response.
+		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g), win: win, dep: dep}
 		if r.Cost.AfterResponse() {
 			p.verdict.post.add(pc)
-		} else {
+		} else if g.cost > int64(dep) { // a cost over the rule's limit
+			e.Stats.Rules[g.rule].Charged += uint64(g.cost) - uint64(dep)
 			e.debitGlobal(&pc, g.cost, now)
 		}
 	}

@@ -21,10 +21,13 @@ import (
 // strconv.ParseFloat) plus about 12 KB. Raised for priority classes and the
 // rule-wide key (their parsing, the per-key class values, the per-class
 // metrics and the adaptive Gauge's Use: about 46 KB of code and 20 KB of
-// data): 3,516,725 bytes then. A feature that needs more raises it
+// data): 3,516,725 bytes then. Raised for global rules' deposits sized to
+// what requests cost (the deposit, its moving average shared by an Envoy's
+// workers, charges sent as the response passes, resends of undelivered
+// calls: about 23 KB): 3,540,231 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_530_000
+const moduleCeiling = 3_552_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

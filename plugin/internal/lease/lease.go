@@ -92,10 +92,11 @@ type State struct {
 	Share uint8
 	// Known: Remaining holds an answer from this window.
 	Known bool
-	// Exhausted: the service refused a single hit; reject until the window
-	// ends without asking.
+	// Exhausted: the service refused a single hit (a request's deposit);
+	// reject until the window ends without asking.
 	Exhausted bool
-	// Shrink: the last call was refused for k > 1; ask for one hit next.
+	// Shrink: the last call was refused for more than a request's deposit;
+	// ask for one deposit next.
 	Shrink bool
 }
 
@@ -151,9 +152,16 @@ func WindowEnd(now int64, w time.Duration) int64 {
 // state and whether the request was admitted; when it was not, exhausted
 // says the service has nothing left this window (reject), otherwise a call
 // is needed.
-func Take(s State) (State, bool, bool) {
-	if s.Tokens > 0 {
-		s.Tokens--
+func Take(s State) (State, bool, bool) { return TakeN(s, 1) }
+
+// TakeN admits one request that deposits n hits (the hits it is expected
+// to cost: see Deposits) if the lease holds them all: a lease that cannot
+// cover a request's deposit does not admit it, a call does (or refuses it).
+// It returns what Take does.
+func TakeN(s State, n uint32) (State, bool, bool) {
+	n = max(n, 1)
+	if s.Tokens >= n {
+		s.Tokens -= n
 		return s, true, false
 	}
 	return s, false, s.Exhausted
@@ -163,9 +171,19 @@ func Take(s State) (State, bool, bool) {
 // holding now, for a rule of limit per window w. need is the number of
 // requests already waiting for this call (at least 1).
 func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32 {
-	need = max(need, 1)
+	return SizeN(s, limit, w, now, need, 1)
+}
+
+// SizeN is Size for requests that deposit unit hits each: need is the
+// deposits of the requests waiting (at least unit), and no call asks for
+// less than unit (a smaller grant could not admit the request; after a
+// refusal the call asks for unit, and a refusal of unit exhausts the
+// client: see Answer.Min).
+func SizeN(s State, limit uint32, w time.Duration, now int64, need, unit uint32) uint32 {
+	unit = max(unit, 1)
+	need = max(need, unit)
 	if s.Shrink {
-		return 1
+		return unit
 	}
 	if !s.Known {
 		// The first call of a window asks only for what is waiting: nothing
@@ -207,8 +225,9 @@ func Size(s State, limit uint32, w time.Duration, now int64, need uint32) uint32
 	if k > rem {
 		// Never ask for more than is probably left (an OVER_LIMIT for k
 		// wastes what was left); waiters beyond it learn the answer of the
-		// next call.
-		k = max(rem, 1)
+		// next call. A request's deposit is asked for whole: if the
+		// service has less, it refuses and the client is exhausted.
+		k = max(rem, unit)
 	}
 	return min(k, MaxK)
 }
@@ -237,6 +256,12 @@ func plentiful(s State, limit uint32, w time.Duration) bool {
 // come back, with margin). A lease that never drained, a first lease of the
 // window and a client the service refused are not prefetched.
 func Prefetch(s State, w time.Duration, now int64, lead time.Duration) bool {
+	return PrefetchN(s, w, now, lead, 1)
+}
+
+// PrefetchN is Prefetch for requests that deposit unit hits each: the
+// low-water mark is at least one deposit.
+func PrefetchN(s State, w time.Duration, now int64, lead time.Duration, unit uint32) bool {
 	if !s.Known || s.Exhausted || s.Shrink || s.LastK == 0 {
 		return false
 	}
@@ -248,7 +273,7 @@ func Prefetch(s State, w time.Duration, now int64, lead time.Duration) bool {
 	elapsed := max(now-grantAt, int64(time.Millisecond))
 	// Tokens used during lead at the observed rate, rounded up, at least 1.
 	low := (int64(used)*int64(lead) + elapsed - 1) / elapsed
-	return int64(s.Tokens) <= max(low, 1)
+	return int64(s.Tokens) <= max(low, int64(max(unit, 1)))
 }
 
 // Answer is what the service said to a call for K hits.
@@ -257,6 +282,10 @@ type Answer struct {
 	OK bool // OK: the K hits are counted and ours
 	// Remaining after the call (limit_remaining).
 	Remaining uint32
+	// Min is the smallest call that admits a request (its deposit; 0 means
+	// 1): a refusal of at most Min hits exhausts the client, a refusal of
+	// more makes the next call ask for Min (Shrink).
+	Min uint32
 }
 
 // Grant merges the answer to a call made at callAt into s at now (both in
@@ -266,7 +295,7 @@ type Answer struct {
 // rest.
 func Grant(s State, a Answer, w time.Duration, now int64) (State, uint32) {
 	if !a.OK {
-		if a.K <= 1 {
+		if a.K <= max(a.Min, 1) {
 			s.Exhausted = true
 			s.Shrink = false
 		} else {

@@ -258,3 +258,33 @@ func TestPlentifulGrowsFast(t *testing.T) {
 		t.Fatalf("scarce budget: k = %d", k)
 	}
 }
+
+// A request deposits n hits: a lease that holds fewer does not admit it
+// (a call does), the call asks for at least the deposit, and a refusal of
+// the deposit exhausts the client while a refusal of more shrinks the next
+// call to one deposit.
+func TestDeposits(t *testing.T) {
+	now := int64(30 * time.Second)
+	s := State{Tokens: 9, Known: true, Remaining: 50, LastK: 10, GrantAt: 20000, Share: 2}
+	if _, ok, ex := TakeN(s, 10); ok || ex {
+		t.Fatalf("9 tokens admitted a deposit of 10 (exhausted %v)", ex)
+	}
+	if ns, ok, _ := TakeN(s, 9); !ok || ns.Tokens != 0 {
+		t.Fatalf("9 tokens, deposit 9: admitted %v, %d left", ok, ns.Tokens)
+	}
+	s.Remaining = 4 // less than a deposit is probably left: ask for one anyway
+	if k := SizeN(s, 100, time.Minute, now, 10, 10); k != 10 {
+		t.Fatalf("asked for %d, want the deposit 10", k)
+	}
+	s2, g := Grant(s, Answer{K: 30, Min: 10}, time.Minute, now)
+	if g != 0 || !s2.Shrink || s2.Exhausted || SizeN(s2, 100, time.Minute, now, 30, 10) != 10 {
+		t.Fatalf("refused 30 for deposits of 10: %+v", s2)
+	}
+	s2, _ = Grant(s2, Answer{K: 10, Min: 10}, time.Minute, now)
+	if !s2.Exhausted {
+		t.Fatalf("refused one deposit: not exhausted: %+v", s2)
+	}
+	if PrefetchN(State{Tokens: 9, Known: true, LastK: 100, GrantAt: 1000}, time.Minute, int64(2*time.Second), time.Millisecond, 10) != true {
+		t.Fatal("a lease that cannot cover one more deposit is not refilled")
+	}
+}

@@ -1,0 +1,266 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/envoytest"
+)
+
+// The fleet on highly available Redis: three Sluice Envoys (two workers
+// each) behind a round-robin front, envoyproxy/ratelimit on Redis with
+// Sentinel (a master, a replica, three Sentinels) or on a Redis Cluster of
+// three masters, all on loopback.
+
+// haConfig: a client's budget (/budget, 200 an hour) and probes (/probe,
+// each from a new client, so each needs a call: a response with
+// X-RateLimit-Limit was decided by the service, one without by on_error).
+const haConfig = `{
+  "rules": [
+    {"name": "ha_budget", "scope": "global", "match": {"path_prefix": "/budget"}, "limit": 200, "window": "1h", "key": ["header:x-client"]},
+    {"name": "ha_probe", "scope": "global", "match": {"path_prefix": "/probe"}, "limit": 1000, "window": "1h", "key": ["header:x-client"]}
+  ],
+  "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "500ms"},
+  "on_error": "allow"
+}`
+
+const haLimit = 200
+
+// haGet sends one request for client to path through the front: admitted
+// or not, and whether the service decided it (limit headers) rather than
+// on_error.
+func haGet(t *testing.T, f *fleet, path, client string) (admitted, byService bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, _, err := f.front.Get(ctx, path, http.Header{"X-Client": {client}})
+	if err != nil {
+		t.Error(err)
+		return false, false
+	}
+	if resp.StatusCode != 200 && resp.StatusCode != 429 {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+	return resp.StatusCode == 200, resp.Header.Get("X-RateLimit-Limit") != ""
+}
+
+// awayFromTheHour waits past the top of the hour if a run of need would
+// cross it (the rules' fixed window).
+func awayFromTheHour(t *testing.T, need time.Duration) {
+	now := time.Now()
+	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < need {
+		t.Logf("waiting %v for the next hour window", left.Round(time.Millisecond))
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
+// redisCountAt sums the counters of keys matching pattern on the Redis at
+// addr.
+func redisCountAt(t *testing.T, addr, pattern string) uint64 {
+	t.Helper()
+	n, err := redisSum(addr, pattern)
+	if err != nil {
+		t.Fatalf("count at %s: %v", addr, err)
+	}
+	return n
+}
+
+// TestFleetSentinel: the master is killed (SIGKILL) mid-window; nothing is
+// restarted. The Sentinels promote the replica, the service follows, and
+// the fleet decides by the service again within 10 s of the kill. Two
+// clients: "quiet" spent part of its budget before the kill and the rest
+// after the recovery (its count was replicated long before the kill): in
+// all it is admitted exactly its limit less what leases left unused; "busy"
+// spends its budget from four senders through the kill: it is admitted at
+// most its limit plus what on_error admitted for it plus what the failover
+// lost (hits the old master granted and did not replicate; measured as the
+// admissions the service decided over the limit, and as the old master's
+// count just before the kill less the new master's).
+func TestFleetSentinel(t *testing.T) {
+	set := envoytest.StartSentinelT(t)
+	rls := envoytest.RLST(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)},
+		"REDIS_TYPE=sentinel", "REDIS_URL="+set.URL())
+	f := startFleet(t, rls, haConfig)
+	awayFromTheHour(t, 40*time.Second)
+	run := fmt.Sprint(time.Now().UnixNano())
+	quiet, busy := run+"quiet", run+"busy"
+	onErr0 := f.sum(t, "wasmcustom.sluice.on_error.allowed")
+	for i := 0; i < 6; i++ {
+		if ok, svc := haGet(t, f, "/probe", fmt.Sprintf("%sprobe-before%d", run, i)); !ok || !svc {
+			t.Fatalf("before the kill: probe admitted %v, decided by the service %v", ok, svc)
+		}
+	}
+	quietAdmitted := 0
+	for i := 0; i < haLimit/2; i++ {
+		if ok, _ := haGet(t, f, "/budget", quiet); ok {
+			quietAdmitted++
+		}
+	}
+	b := spendThroughKill(t, f, set, busy)
+	recovered, probes, probesOnError := probeRecovery(t, f, b.killed, run)
+	newMaster, err := set.MasterAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := redisCountAt(t, newMaster, "*ha_budget*")
+	onErr := f.sum(t, "wasmcustom.sluice.on_error.allowed") - onErr0
+	t.Logf("Sentinel failover: master %s killed, new master %s; the fleet decided by the service again %v after the kill (%d probes from new clients, %d of them decided by on_error); on_error.allowed %d",
+		b.oldMaster, newMaster, recovered.Round(time.Millisecond), probes, probesOnError, onErr)
+	if recovered == 0 || recovered > 10*time.Second {
+		t.Fatalf("the fleet did not decide by the service again within 10 s of the kill (%v)", recovered)
+	}
+	if newMaster == b.oldMaster {
+		t.Fatalf("no failover: the master is still %s", newMaster)
+	}
+	// Both clients spend the rest of their budget.
+	quietAdmitted += spendRest(t, f, quiet)
+	late := spendRest(t, f, busy)
+	byService := b.admitted - b.byOnError + int64(late)
+	overByService := byService - haLimit
+	t.Logf("quiet: %d admitted in all (limit %d); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery: %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
+		quietAdmitted, haLimit, b.atKill, b.admitted-b.atKill, b.byOnError, late, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
+	if quietAdmitted > haLimit || quietAdmitted < haLimit*9/10 {
+		t.Errorf("quiet: admitted %d, want %d..%d", quietAdmitted, haLimit*9/10, haLimit)
+	}
+	// What the failover can lose is what the old master granted in its
+	// last moments without replicating: at most a few leases.
+	if overByService > haLimit/2 {
+		t.Errorf("busy: the service decided %d admissions, %d over the limit", byService, overByService)
+	}
+	for _, c := range []string{quiet, busy} {
+		if ok, _ := haGet(t, f, "/budget", c); ok {
+			t.Errorf("%s is admitted after spending its budget", c)
+		}
+	}
+}
+
+type killRun struct {
+	oldMaster                   string
+	killed                      time.Time
+	before                      uint64
+	atKill, admitted, byOnError int64
+}
+
+// spendThroughKill has client spend its budget from four senders, kills the
+// master 300 ms in and goes on 500 ms after the kill.
+func spendThroughKill(t *testing.T, f *fleet, set *envoytest.SentinelSet, client string) killRun {
+	var admitted, byOnError atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if ok, svc := haGet(t, f, "/budget", client); ok {
+					admitted.Add(1)
+					if !svc {
+						byOnError.Add(1)
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	r := killRun{oldMaster: set.Master.Addr()}
+	r.before = redisCountAt(t, r.oldMaster, "*ha_budget*")
+	set.Master.Kill()
+	r.killed = time.Now()
+	r.atKill = admitted.Load()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	r.admitted, r.byOnError = admitted.Load(), byOnError.Load()
+	return r
+}
+
+// probeRecovery sends probes from new clients until three in a row are
+// decided by the service, or 15 s after the kill.
+func probeRecovery(t *testing.T, f *fleet, killed time.Time, run string) (recovered time.Duration, probes, onError int) {
+	for inRow := 0; time.Since(killed) < 15*time.Second; probes++ {
+		if _, svc := haGet(t, f, "/probe", fmt.Sprintf("%sprobe-after%d", run, probes)); !svc {
+			onError++
+			inRow = 0
+		} else if inRow++; inRow == 3 {
+			return time.Since(killed), probes + 1, onError
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, probes, onError
+}
+
+// spendRest sends client's requests until one is refused and returns how
+// many were admitted.
+func spendRest(t *testing.T, f *fleet, client string) int {
+	n := 0
+	for i := 0; i < 3*haLimit; i++ {
+		ok, _ := haGet(t, f, "/budget", client)
+		if !ok {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// TestFleetRedisCluster: the service on a Redis Cluster of three masters
+// (implicit pipelining, which cluster mode needs): 24 clients, whose keys
+// spread over the masters, each send 120 requests one after another: each
+// gets 90 to 100 of its 100 an hour, and every master holds some of the
+// counters.
+func TestFleetRedisCluster(t *testing.T) {
+	c := envoytest.StartClusterT(t)
+	rls := envoytest.RLST(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)},
+		"REDIS_TYPE=cluster", "REDIS_URL="+c.URL(), "REDIS_PIPELINE_WINDOW=150us", "REDIS_PIPELINE_LIMIT=8")
+	f := startFleet(t, rls, strings.Replace(haConfig, `"limit": 200`, `"limit": 100`, 1))
+	awayFromTheHour(t, 30*time.Second)
+	run := fmt.Sprint(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	// 24 clients: the chance that a master holds none of their keys is
+	// 3 x (2/3)^24, 0.02%.
+	got := make([]int, 24)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 120; n++ {
+				if ok, _ := haGet(t, f, "/budget", run+"c"+strconv.Itoa(i)); ok {
+					got[i]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var held []uint64
+	for _, p := range c.Nodes {
+		held = append(held, redisCountAt(t, p.Addr(), "*ha_budget*"))
+	}
+	onErr := f.sum(t, "wasmcustom.sluice.on_error.allowed")
+	t.Logf("Redis Cluster: admitted %v of 120 each (limit 100); counters per master %v; on_error.allowed %d; calls %d",
+		got, held, onErr, f.sum(t, "wasmcustom.sluice.global.calls"))
+	for i, n := range got {
+		if n < 90 || n > 100 {
+			t.Errorf("client %d: admitted %d, want 90..100", i, n)
+		}
+	}
+	if onErr > 0 {
+		t.Errorf("%d requests decided by on_error", onErr)
+	}
+	for i, n := range held {
+		if n == 0 {
+			t.Errorf("master %d holds no counter: the keys did not spread", i)
+		}
+	}
+}
