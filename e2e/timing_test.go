@@ -11,24 +11,63 @@ import (
 )
 
 // timingLogFormat is an access log of Envoy's own timing of each request:
-// path, status, %DURATION% (ms from the first byte Envoy read to the last
-// it sent) and Sluice's decision. Envoy's clock, not the load generator's:
+// path, status, %START_TIME% (when Envoy read the request's first byte),
+// %DURATION% (ms from then to the last byte it sent) and Sluice's decision. Envoy's clock, not the load generator's:
 // a client that is slow to dial, send or read does not count, so a bound
 // on it holds on a busy machine where one on the client's latency does not.
-const timingLogFormat = "timing %REQ(:PATH)% %RESPONSE_CODE% %DURATION% %FILTER_STATE(wasm.sluice_decision:PLAIN)%\n"
+const timingLogFormat = "timing %REQ(:PATH)% %RESPONSE_CODE% %START_TIME(%s.%6f)% %DURATION% %FILTER_STATE(wasm.sluice_decision:PLAIN)%\n"
 
 // envoyTiming is one line of timingLogFormat.
 type envoyTiming struct {
 	status   int
+	start    time.Time
 	duration time.Duration
 	decision string
 }
 
-// withTimingLog adds timingLogFormat's access log to an Envoy.
-func withTimingLog(o *envoytest.Options) { o.AccessLogFormat = timingLogFormat }
+// end is when Envoy sent the last byte of the response.
+func (l envoyTiming) end() time.Time { return l.start.Add(l.duration) }
 
-// envoyTimings waits until the access log holds n lines for path (Envoy
-// flushes it about once a second) and returns them.
+// arrivalSpread is how long Envoy took to receive a burst: from the first
+// request's first byte to the last's. It measures the load generator and
+// the machine, never the rule.
+func arrivalSpread(ls []envoyTiming) time.Duration {
+	if len(ls) == 0 {
+		return 0
+	}
+	first, last := ls[0].start, ls[0].start
+	for _, l := range ls {
+		if l.start.Before(first) {
+			first = l.start
+		}
+		if l.start.After(last) {
+			last = l.start
+		}
+	}
+	return last.Sub(first)
+}
+
+// clearOfWindowEdge returns at once if the next boundary of an aligned
+// window (every multiple of window since the epoch, as Sluice's fixed
+// windows are) is more than margin away, or sleeps until margin after it:
+// a check that runs within margin then never straddles two windows.
+func clearOfWindowEdge(window, margin time.Duration) {
+	now := time.Now()
+	next := now.Truncate(window).Add(window)
+	if next.Sub(now) <= margin {
+		time.Sleep(time.Until(next.Add(margin)))
+	}
+}
+
+// withTimingLog adds timingLogFormat's access log to an Envoy, flushed
+// every 100 ms (Envoy's default is 10 s).
+func withTimingLog(o *envoytest.Options) {
+	o.AccessLogFormat = timingLogFormat
+	o.ExtraArgs = append(o.ExtraArgs, "--file-flush-interval-msec", "100")
+}
+
+// envoyTimings waits until the access log holds n lines for path and
+// returns them.
 func envoyTimings(t *testing.T, e *envoytest.Envoy, path string, n int) []envoyTiming {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -37,12 +76,14 @@ func envoyTimings(t *testing.T, e *envoytest.Envoy, path string, n int) []envoyT
 		var got []envoyTiming
 		for _, l := range strings.Split(string(b), "\n") {
 			f := strings.Fields(l)
-			if len(f) != 5 || f[0] != "timing" || f[1] != path {
+			if len(f) != 6 || f[0] != "timing" || f[1] != path {
 				continue
 			}
 			st, _ := strconv.Atoi(f[2])
-			ms, _ := strconv.Atoi(f[3])
-			got = append(got, envoyTiming{st, time.Duration(ms) * time.Millisecond, f[4]})
+			sec, _ := strconv.ParseFloat(f[3], 64)
+			ms, _ := strconv.Atoi(f[4])
+			start := time.Unix(0, int64(sec*1e6)*1e3)
+			got = append(got, envoyTiming{st, start, time.Duration(ms) * time.Millisecond, f[5]})
 		}
 		if len(got) >= n {
 			return got
