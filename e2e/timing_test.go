@@ -94,3 +94,44 @@ func envoyTimings(t *testing.T, e *envoytest.Envoy, path string, n int) []envoyT
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// latenessProbe measures how late this process's timers fire: a goroutine
+// sleeps period again and again and adds up how much longer each sleep
+// took. A client paced by timers in this process (the SDK) is late by as
+// much on each of its waits: its lateness, not the rule's.
+type latenessProbe struct {
+	stop        chan struct{}
+	done        chan struct{}
+	n           int
+	total, most time.Duration
+}
+
+func startLatenessProbe(period time.Duration) *latenessProbe {
+	p := &latenessProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			start := time.Now()
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(period):
+			}
+			late := time.Since(start) - period
+			p.n++
+			p.total += late
+			p.most = max(p.most, late)
+		}
+	}()
+	return p
+}
+
+// Stop ends the probe and returns the mean and the largest lateness.
+func (p *latenessProbe) Stop() (mean, most time.Duration) {
+	close(p.stop)
+	<-p.done
+	if p.n == 0 {
+		return 0, 0
+	}
+	return p.total / time.Duration(p.n), p.most
+}
