@@ -253,23 +253,33 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	if err != nil {
 		owed = extra
 	}
-	if owed == 0 {
+	e.owe(*c, owed)
+}
+
+// owe adds hits to what the client of ref owes the service: a charge the
+// lease could not cover, or one that a failed call carried. A call that
+// fails was not counted by the service (or, timed out after the service
+// counted it, is counted twice: the limit errs on the side of holding);
+// dropping its hits let the client have them free. Beyond the rule's part
+// of maxDebts the hits are dropped and counted.
+func (e *Engine) owe(ref PostCharge, hits uint32) {
+	if hits == 0 {
 		return
 	}
-	key := callKey{c.rule, c.fp}
+	key := callKey{ref.rule, ref.fp}
 	if e.debts == nil {
 		e.debts = map[callKey]*debt{}
 	}
 	d := e.debts[key]
-	if d == nil && e.debtsFull(c.rule) {
+	if d == nil && e.debtsFull(ref.rule) {
 		e.Stats.ChargeErrors++
 		return
 	}
 	if d == nil {
-		d = &debt{ref: *c}
+		d = &debt{ref: ref}
 		e.addDebt(key, d)
 	}
-	d.hits = uint32(min(uint64(d.hits)+uint64(owed), 1<<32-1))
+	d.hits = uint32(min(uint64(d.hits)+uint64(hits), 1<<32-1))
 }
 
 // PendingCharges returns the number of clients whose charges wait for the
@@ -334,11 +344,11 @@ func (e *Engine) sendCharges(now int64) {
 		e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 		e.Global.Calls++
 		e.Global.ChargeCalls++
-		fp, rule, w := d.ref.fp, d.ref.rule, r.Limit.Window()
+		ref, hits, fp, rule, w := d.ref, d.hits, d.ref.fp, d.ref.rule, r.Limit.Window()
 		err := e.caller.Call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
 			if err != nil {
 				e.Global.CallFailures++
-				e.Stats.ChargeErrors++
+				e.owe(ref, hits) // for the next tick
 				return
 			}
 			if resp.Code != rls.CodeOverLimit {
@@ -353,7 +363,7 @@ func (e *Engine) sendCharges(now int64) {
 		})
 		if err != nil {
 			e.Global.CallFailures++
-			e.Stats.ChargeErrors++
+			e.owe(ref, hits)
 		}
 	}
 }

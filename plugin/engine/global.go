@@ -639,9 +639,8 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	w := e.cfg.Rules[in.ref.rule].Limit.Window()
 	if err != nil {
 		e.Global.CallFailures++
-		if in.debt > 0 {
-			e.Stats.ChargeErrors++ // the service may not have counted it
-		}
+		// The debt it carried is owed again (see owe).
+		e.owe(PostCharge{rule: in.key.rule, fp: in.key.fp, desc: in.desc}, in.debt)
 		e.failCall(in, err, now)
 		return
 	}
