@@ -131,7 +131,7 @@ func TestAdaptiveOtherSetups(t *testing.T) {
 		refused bool
 	}{
 		{"4 workers, no key", 4, `{"rules":[{"name":"buy","match":{"path_prefix":"/buy"},
-			"algorithm":"adaptive_concurrency","max_delay":"10s"}]}`, false},
+			"algorithm":"adaptive_concurrency","max_delay":"60s"}]}`, false},
 		{"no max_delay", 2, `{"rules":[{"name":"buy","match":{"path_prefix":"/buy"},"key":["path"],
 			"algorithm":"adaptive_concurrency"}]}`, true},
 	} {
@@ -186,9 +186,14 @@ func TestAdaptiveTwoEnvoys(t *testing.T) {
 }
 
 // adaptiveConfig is the rule of the adaptive tests: the upstream's
-// capacity for /buy, learnt.
+// capacity for /buy, learnt. max_delay is the longest there is: the queue
+// is bounded by max_delay x limit / the observed slot hold time (a request
+// that could not start in time is refused at once), and on a busy machine
+// a stall stretches the hold time for a moment, enough, with 10s, for a
+// limit of 6 and 128 clients to refuse a few (with 60s the hold would have
+// to pass 2.9 s). The tests check that the rule queues instead of refusing.
 const adaptiveConfig = `{"rules":[{"name":"buy","match":{"path_prefix":"/buy"},"key":["path"],
-	"algorithm":"adaptive_concurrency","max_delay":"10s"}]}`
+	"algorithm":"adaptive_concurrency","max_delay":"60s"}]}`
 
 // slotServer is an envoytest.SlotServer listening on loopback.
 type slotServer struct {
