@@ -63,7 +63,8 @@ func push(ctx context.Context, url string, n int, path string) (map[int]int, int
 // and again after the service time doubles and when it is restored. The
 // capacity is scaled by what the machine delivers without a rule (measured
 // first): a busy machine that cannot send 160/s through Envoy at all is
-// not the rule's doing.
+// not the rule's doing; nor is a backoff after a stall of the machine (a
+// phase that fails during one is measured again, see measured).
 func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 	up := startSlotServer(t, 8, 50*time.Millisecond)
 	e := startSluice(t, 2, adaptiveConfig, func(o *envoytest.Options) { o.Upstream = up.addr })
@@ -85,8 +86,9 @@ func TestAdaptiveConcurrencyInEnvoy(t *testing.T) {
 		{"restored, 50 ms", 50 * time.Millisecond, 160},
 	} {
 		up.SetService(ph.service)
-		x, q := up.load(t, ph.name, "/buy", 64, 7*time.Second, 3*time.Second, e)
-		if x < 0.7*m*ph.capacity || q > 8 {
+		ok := func(x float64, q int64) bool { return x >= 0.7*m*ph.capacity && q <= 8 }
+		x, q := up.measured(t, ph.name, "/buy", 64, 7*time.Second, 3*time.Second, ok, e)
+		if !ok(x, q) {
 			t.Errorf("%s: %.0f/s of %.0f, upstream queue p90 %d (want >= 70%% of the %.0f%% this machine delivers without a rule, and <= 8)",
 				ph.name, x, ph.capacity, q, 100*m)
 		}
@@ -112,8 +114,9 @@ func TestAdaptiveNoisyUpstream(t *testing.T) {
 	up.SetSpread(25 * time.Millisecond)
 	e := startSluice(t, 2, adaptiveConfig, func(o *envoytest.Options) { o.Upstream = up.addr })
 	m := up.machineShare(t, 128, 320, e)
-	x, q := up.load(t, "cold, 16 x 25-75 ms", "/buy", 128, 12*time.Second, 5*time.Second, e)
-	if x < 0.55*m*320 || q > 8 {
+	ok := func(x float64, q int64) bool { return x >= 0.55*m*320 && q <= 8 }
+	x, q := up.measured(t, "cold, 16 x 25-75 ms", "/buy", 128, 12*time.Second, 5*time.Second, ok, e)
+	if !ok(x, q) {
 		t.Errorf("%.0f/s of 320, upstream queue p90 %d (want >= 55%% of the %.0f%% this machine delivers without a rule, and <= 8)", x, q, 100*m)
 	}
 }
@@ -140,7 +143,8 @@ func TestAdaptiveOtherSetups(t *testing.T) {
 			up.refused = c.refused
 			e := startSluice(t, c.workers, c.cfg, func(o *envoytest.Options) { o.Upstream = up.addr })
 			m := up.machineShare(t, 64, 160, e)
-			if x, q := up.load(t, c.name, "/buy", 64, 8*time.Second, 4*time.Second, e); x < 0.7*m*160 || q > 8 {
+			ok := func(x float64, q int64) bool { return x >= 0.7*m*160 && q <= 8 }
+			if x, q := up.measured(t, c.name, "/buy", 64, 8*time.Second, 4*time.Second, ok, e); !ok(x, q) {
 				t.Errorf("%s: %.0f/s of 160, upstream queue p90 %d (want >= 70%% of the %.0f%% this machine delivers without a rule, and <= 8)", c.name, x, q, 100*m)
 			}
 		})
@@ -166,8 +170,9 @@ func TestAdaptiveTwoEnvoys(t *testing.T) {
 		}))
 	}
 	m := up.machineShare(t, 32, 160, envoys...)
-	x, q := up.load(t, "two Envoys", "/buy", 32, 8*time.Second, 4*time.Second, envoys...)
-	if x < 0.7*m*160 || q > 12 {
+	ok := func(x float64, q int64) bool { return x >= 0.7*m*160 && q <= 12 }
+	x, q := up.measured(t, "two Envoys", "/buy", 32, 8*time.Second, 4*time.Second, ok, envoys...)
+	if !ok(x, q) {
 		t.Errorf("two Envoys: %.0f/s of 160, upstream queue p90 %d (want >= 70%% of the %.0f%% this machine delivers without a rule, and <= 12)", x, q, 100*m)
 	}
 	for i, e := range envoys {
@@ -227,6 +232,36 @@ func (up slotServer) machineShare(t *testing.T, clients int, capacity float64, e
 	t.Helper()
 	x, _ := up.load(t, "no limit", "/free", clients, 3*time.Second, 2*time.Second, envoys...)
 	return min(1, x/capacity)
+}
+
+// measured runs a phase of load (same arguments) and judges it with ok
+// (throughput, queue p90). A phase the rule fails while this process's
+// timers fired 50 ms late or more (a probe: the machine stalled, and the
+// rule read the stall as the upstream's latency) is measured again, up to
+// three times in all, the load going on; if every one saw a stall, the
+// best is returned. A phase without a stall is judged as it is, and a rule
+// that holds the upstream back (a mutation that caps the limit) fails
+// every phase, stalls or not.
+func (up slotServer) measured(t *testing.T, name, path string, clients int, d, measure time.Duration, ok func(x float64, q int64) bool,
+	envoys ...*envoytest.Envoy) (float64, int64) {
+	t.Helper()
+	bestX, bestQ := 0.0, int64(0)
+	for attempt := 1; attempt <= 3; attempt++ {
+		probe := startLatenessProbe(10 * time.Millisecond)
+		x, q := up.load(t, name, path, clients, d, measure, envoys...)
+		_, most := probe.Stop()
+		if ok(x, q) {
+			return x, q
+		}
+		if attempt == 1 || x > bestX {
+			bestX, bestQ = x, q
+		}
+		if most < 50*time.Millisecond {
+			return x, q
+		}
+		t.Logf("%s: the machine stalled (this process's timers up to %v late): measured again", name, most.Round(time.Millisecond))
+	}
+	return bestX, bestQ
 }
 
 // load runs `clients` clients (push) against path on each of envoys for d
