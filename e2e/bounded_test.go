@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,18 +124,45 @@ func TestExactUnderContention(t *testing.T) {
 }
 
 // TestOverloadAdmitsTheRate sends twice the allowed rate for 10 seconds at a
-// constant pace (open model): admissions match limit x time + burst within 1%.
+// constant pace (open model): admissions match what a token bucket of the
+// rule's rate and burst admits of the requests as they reached Envoy
+// (their arrival times in the access log), within 1%. On a busy machine
+// the load generator sends late and in clumps, and the bucket, full for a
+// moment, rightly wastes what it cannot hold: the arrivals, not the
+// nominal pace, say what the rule should have admitted. Over-admission is
+// bounded independently: never more than the burst plus the rate over the
+// arrivals' span.
 func TestOverloadAdmitsTheRate(t *testing.T) {
 	const limit, burst, dur = 100, 20, 10 * time.Second
-	e := startSluice(t, 2, fmt.Sprintf(`{"rules":[{"name":"rate","limit":%d,"window":"1s","burst":%d}]}`, limit, burst))
+	e := startSluice(t, 2, fmt.Sprintf(`{"rules":[{"name":"rate","limit":%d,"window":"1s","burst":%d}]}`, limit, burst), withTimingLog)
 	admitted, sent := paced(t, e.URL(), 2*limit, dur)
-	// Tokens available between the first and last request: burst plus the
-	// refill over the elapsed time (dur minus one sending interval).
-	elapsed := dur - time.Second/(2*limit)
-	want := float64(burst) + float64(limit)*elapsed.Seconds()
-	t.Logf("overload: sent %d at %d/s for %v, admitted %d, expected %.0f (%.2f%% off)", sent, 2*limit, dur, admitted, want, 100*(float64(admitted)-want)/want)
-	if d := float64(admitted) - want; d > want/100 || d < -want/100 {
-		t.Errorf("admitted %d, want %.0f within 1%%", admitted, want)
+	ls := envoyTimings(t, e, "/", sent)
+	arrivals := make([]time.Time, 0, len(ls))
+	for _, l := range ls {
+		arrivals = append(arrivals, l.start)
+	}
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	// The bucket on the arrivals: full at the first, refilled at limit/s.
+	tokens, want := float64(burst), 0
+	for i, a := range arrivals {
+		if i > 0 {
+			tokens = min(burst, tokens+a.Sub(arrivals[i-1]).Seconds()*limit)
+		}
+		if tokens >= 1 {
+			tokens--
+			want++
+		}
+	}
+	span := arrivals[len(arrivals)-1].Sub(arrivals[0])
+	most := float64(burst) + float64(limit)*span.Seconds()
+	nominal := float64(burst) + float64(limit)*(dur-time.Second/(2*limit)).Seconds()
+	t.Logf("overload: sent %d at %d/s for %v, arriving over %v; admitted %d, a bucket on the arrivals admits %d (%.2f%% off; %.0f at the nominal pace, at most %.0f over the span)",
+		sent, 2*limit, dur, span.Round(time.Millisecond), admitted, want, 100*float64(admitted-want)/float64(want), nominal, most)
+	if d := float64(admitted - want); d > float64(want)/100 || d < -float64(want)/100 {
+		t.Errorf("admitted %d, want %d within 1%%", admitted, want)
+	}
+	if float64(admitted) > most+1 {
+		t.Errorf("admitted %d, more than the burst plus the rate over the arrivals' span (%.0f)", admitted, most)
 	}
 }
 

@@ -37,6 +37,7 @@ const setupsConfig = `{
     {"name": "held", "match": {"path_prefix": "/held"}, "limit": 1, "window": "1s", "max_delay": "5s"},
     {"name": "shared", "match": {"path_prefix": "/shared"}, "key": ["path"], "limit": 3, "window": "1s"},
     {"name": "redir", "match": {"path_prefix": "/redir"}, "algorithm": "concurrency", "limit": 1},
+    {"name": "redir-rate", "match": {"path_prefix": "/redir"}, "limit": 3, "window": "1h"},
     {"name": "spell", "match": {"path_prefix": "/spell"}, "key": ["path"], "limit": 2, "window": "1h"},
     {"name": "dup1", "match": {"path_prefix": "/dup1"}, "key": ["header:x-api-key"], "limit": 2, "window": "1h"},
     {"name": "dup2", "match": {"path_prefix": "/dup2"}, "key": ["header:x-api-key"], "limit": 2, "window": "1h"}
@@ -46,7 +47,7 @@ const setupsConfig = `{
 // setupsConfig2 is the second listener's: the same rules in a smaller
 // max_keys, so that every rule has another share (another layout, in
 // which almost every key has another bucket) there.
-var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 300, "rules": [`, 1)
+var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 320, "rules": [`, 1)
 
 // auxUpstream serves the routes that need more than envoytest.Upstream:
 // /retry fails every other request with 503 (the first attempt of each
@@ -501,14 +502,25 @@ func TestEnvoySetups(t *testing.T) {
 	t.Run("internal_redirect", func(t *testing.T) {
 		// Envoy follows the upstream's 302 itself: the filter chain runs
 		// again for the new request, /redir/done, in the same rule and key
-		// (limit 1): the first request's slot must be free by then.
-		for i := 0; i < 3; i++ {
-			resp, body, err := e.Get(ctx, "/redir", nil)
+		// (limit 1): the first request's slot must be free by then. The
+		// client's request is charged once by the rate rule of 3 per hour
+		// (the redirect is decided without a charge): 3 pass, the 4th is
+		// refused. A request that claims to be a redirect (the header Envoy
+		// sets on one, which it strips from clients' requests) is charged.
+		for i := 0; i < 4; i++ {
+			h := http.Header{}
+			if i == 3 {
+				h.Set("X-Envoy-Original-Url", "http://127.0.0.1/redir")
+			}
+			resp, body, err := e.Get(ctx, "/redir", h)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.StatusCode != 200 || body != "ok\n" {
+			if i < 3 && (resp.StatusCode != 200 || body != "ok\n") {
 				t.Errorf("request %d: %d %q, want the redirect followed", i, resp.StatusCode, body)
+			}
+			if i == 3 && resp.StatusCode != 429 {
+				t.Errorf("the 4th request to a rule of 3: %d, want 429", resp.StatusCode)
 			}
 		}
 	})

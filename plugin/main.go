@@ -91,6 +91,9 @@ type pluginContext struct {
 	// read at most once per request, when a rule keys on a header.
 	headerPairs     []byte
 	headerPairsRead bool
+	// redirectNext: the stream that just ended was redirected internally by
+	// Envoy; the next request this worker decides is that redirect.
+	redirectNext bool
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -331,6 +334,8 @@ type httpContext struct {
 	// and whether its latency was sampled.
 	sent    int64
 	sampled bool
+	// responded: the response's headers came through this filter.
+	responded bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -341,11 +346,19 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
 		}
+		h.plugin.engine.Redirected = false
 	}()
 	p := h.plugin
 	now := nowNanos()
 	p.engine.HoldsFull = p.held.len() >= maxHeld
 	p.headerPairsRead = false // read again by the first header key (HeaderFields)
+	if p.redirectNext {
+		// Envoy's internal redirect of the request whose stream just ended
+		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
+		// Envoy sets on a redirect and strips from clients' requests.
+		p.redirectNext = false
+		_, p.engine.Redirected = h.Header("x-envoy-original-url")
+	}
 	h.verdict = p.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
 	h.decided = true
@@ -410,6 +423,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		return types.ActionContinue
 	}
 	p := h.plugin
+	h.responded = true
 	if len(h.verdict.Slots) > 0 {
 		h.sample(nowNanos(), true)
 	}
@@ -495,17 +509,25 @@ func (h *httpContext) OnHttpStreamDone() {
 // end gives back what the decided stream h still holds.
 func (h *httpContext) end() {
 	p := h.plugin
+	forwarded := h.verdict.Outcome == engine.Allow
 	switch h.verdict.Outcome {
 	case engine.Delay:
 		if p.held.remove(h.id) {
 			// Left before its release: its reservation is given back.
 			p.engine.Unhold(h.verdict, nowNanos())
+		} else {
+			forwarded = true
 		}
 	case engine.Queue:
 		delete(p.waiting, h.id)
 		p.engine.Abandon(h.id, nowNanos())
 		return
 	}
+	// Envoy follows an upstream's redirect itself (internal_redirect_policy):
+	// the stream ends without a response, and the filter chain runs at once,
+	// on this worker, for the new request, the same request of the client,
+	// charged here already (it is decided without a charge).
+	p.redirectNext = forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect"
 	if len(h.verdict.Slots) > 0 {
 		now := nowNanos()
 		h.sample(now, false)

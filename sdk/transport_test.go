@@ -278,7 +278,11 @@ func TestMaxWait(t *testing.T) {
 }
 
 // TestContextDeadline: the Transport returns at once when the next attempt
-// could not start before the deadline, and waits when it could.
+// could not start before the deadline, and waits when it could. Through
+// the real net/http client and server on an in-memory network, in a
+// synctest bubble: the waits are on the fake clock, so the bubble's clock
+// does not move at all, however busy the machine (a wait taken on the real
+// clock would move it by 1 or 2 s).
 func TestContextDeadline(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -295,34 +299,36 @@ func TestContextDeadline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newFakeClock()
-			s := &scripted{steps: []func(http.ResponseWriter){tc.step}}
-			srv := serve(t, s)
-			var events []RetryEvent
-			c := &http.Client{Transport: NewTransport(nil, WithClock(clk),
-				WithRetryHook(func(e RetryEvent) { events = append(events, e) }),
-				WithBackOff(func() backoff.BackOff { return backoff.NewConstantBackOff(tc.backOff) }))}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-			start := time.Now()
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if time.Since(start) > time.Second {
-				t.Errorf("took %v of real time", time.Since(start))
-			}
-			if n := len(s.Hits()); n != tc.attempts {
-				t.Errorf("%d attempts, want %d", n, tc.attempts)
-			}
-			if slept := len(clk.Sleeps()) > 0; slept != tc.wantSleep {
-				t.Errorf("sleeps = %v", clk.Sleeps())
-			}
-			if !tc.wantSleep && (len(events) != 1 || events[0].GiveUp != GiveUpDeadline) {
-				t.Errorf("events = %+v, want one give-up for the deadline", events)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				clk := newFakeClock()
+				s := &scripted{steps: []func(http.ResponseWriter){tc.step}}
+				srv, base := servePipe(t, s)
+				var events []RetryEvent
+				c := &http.Client{Transport: NewTransport(base, WithClock(clk),
+					WithRetryHook(func(e RetryEvent) { events = append(events, e) }),
+					WithBackOff(func() backoff.BackOff { return backoff.NewConstantBackOff(tc.backOff) }))}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+				start := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if d := time.Since(start); d != 0 {
+					t.Errorf("took %v of the bubble's time, want none: every wait is on the fake clock", d)
+				}
+				if n := len(s.Hits()); n != tc.attempts {
+					t.Errorf("%d attempts, want %d", n, tc.attempts)
+				}
+				if slept := len(clk.Sleeps()) > 0; slept != tc.wantSleep {
+					t.Errorf("sleeps = %v", clk.Sleeps())
+				}
+				if !tc.wantSleep && (len(events) != 1 || events[0].GiveUp != GiveUpDeadline) {
+					t.Errorf("events = %+v, want one give-up for the deadline", events)
+				}
+			})
 		})
 	}
 }

@@ -41,6 +41,20 @@ func floodWarnings(c *config.Config) []string {
 	return out
 }
 
+// costWarnings names the rules charged at admission whose cost.max is over
+// what the rule holds: a request declaring more than that is refused
+// every time, whatever the client waits.
+func costWarnings(c *config.Config) []string {
+	var out []string
+	for i := range c.Rules {
+		if n := c.Rules[i].NeverPasses(); n > 0 {
+			out = append(out, fmt.Sprintf("rules[%d] (%s): cost.max %d is more than the rule holds: requests declaring more than %d never pass",
+				i, c.Rules[i].Name, c.Rules[i].Cost.Max, n))
+		}
+	}
+	return out
+}
+
 // clientChosen returns the key parts of r a client chooses freely, or ""
 // when a part is the client address (or the key is only the method).
 func clientChosen(r *config.Rule) string {

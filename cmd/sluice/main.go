@@ -155,7 +155,7 @@ func (v *validator) report(label string, doc []byte) *config.Config {
 		return nil
 	}
 	fmt.Fprintf(v.out, "%s: ok (%s)\n", label, plural(len(c.Rules), "rule"))
-	for _, w := range floodWarnings(c) {
+	for _, w := range append(floodWarnings(c), costWarnings(c)...) {
 		v.warned = true
 		fmt.Fprintf(v.out, "%s: warning: %s\n", label, w)
 	}

@@ -436,3 +436,36 @@ func TestValidateWarnsFloodableKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateWarnsCostNeverPasses: a rule charged at admission whose
+// cost.max is over what it holds is valid (the plugin starts with it), and
+// validate warns that requests declaring more than the capacity never
+// pass; -strict makes the warning fail. At or under the capacity, or
+// charged after the response, no warning.
+func TestValidateWarnsCostNeverPasses(t *testing.T) {
+	for _, c := range []struct {
+		name, rule string
+		warn       string
+	}{
+		{"token bucket", `{"name":"tok","limit":10,"window":"1s","burst":20,"cost":{"request_header":"x-cost","max":50}}`,
+			`: warning: rules[0] (tok): cost.max 50 is more than the rule holds: requests declaring more than 20 never pass`},
+		{"fixed window", `{"name":"win","algorithm":"fixed_window","limit":10,"window":"1m","cost":{"request_header":"x-cost","max":11}}`,
+			`: warning: rules[0] (win): cost.max 11 is more than the rule holds: requests declaring more than 10 never pass`},
+		{"at the capacity", `{"name":"tok","limit":10,"window":"1s","burst":20,"cost":{"request_header":"x-cost","max":20}}`, ""},
+		{"after the response", `{"name":"tok","limit":10,"window":"1s","cost":{"response_header":"x-cost","max":500}}`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := writeFile(t, "c.json", `{"rules":[`+c.rule+`]}`)
+			code, out, _ := sluice(t, "", "validate", f)
+			if code != 0 || !strings.Contains(out, f+": ok (1 rule)") {
+				t.Fatalf("code %d, want a valid configuration:\n%s", code, out)
+			}
+			if warned := strings.Contains(out, "never pass"); warned != (c.warn != "") || c.warn != "" && !strings.Contains(out, f+c.warn) {
+				t.Fatalf("want warning %q:\n%s", c.warn, out)
+			}
+			if code, _, _ := sluice(t, "", "validate", "-strict", f); c.warn != "" && code != 1 {
+				t.Errorf("-strict: exit %d, want 1", code)
+			}
+		})
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -94,6 +96,12 @@ type Response struct {
 	Header  http.Header
 	Latency time.Duration
 	Err     error
+	// Sent and Answered are the load generator's own timing, from the
+	// moment Load started the workers: when the request was written out
+	// (after any dial) and when the response's first byte came back. On a
+	// busy machine Sent spreads a "simultaneous" burst, and Answered-Sent
+	// is what the proxy took, without the client's dialing and scheduling.
+	Sent, Answered time.Duration
 }
 
 // LoadResult summarizes a Load.
@@ -172,6 +180,7 @@ func Load(ctx context.Context, baseURL string, o LoadOptions) LoadResult {
 		wg   sync.WaitGroup
 	)
 	start := make(chan struct{})
+	var t0 time.Time // set before start is closed
 	one := func(i int) {
 		rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
@@ -179,9 +188,15 @@ func Load(ctx context.Context, baseURL string, o LoadOptions) LoadResult {
 		if o.Body != nil {
 			body = bytes.NewReader(o.Body)
 		}
+		// The transport calls these on its own goroutines.
+		var sent, answered atomic.Int64
+		rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+			WroteRequest:         func(httptrace.WroteRequestInfo) { sent.Store(int64(time.Since(t0))) },
+			GotFirstResponseByte: func() { answered.Store(int64(time.Since(t0))) },
+		})
 		req, err := http.NewRequestWithContext(rctx, o.Method, baseURL+o.Path, body)
 		var resp *http.Response
-		t0 := time.Now()
+		began := time.Now()
 		if err == nil {
 			for k, vs := range o.Header {
 				req.Header[k] = append([]string(nil), vs...)
@@ -198,10 +213,10 @@ func Load(ctx context.Context, baseURL string, o LoadOptions) LoadResult {
 				resp.Body.Close()
 			}
 		}
-		lat := time.Since(t0)
+		lat := time.Since(began)
 		mu.Lock()
 		defer mu.Unlock()
-		r := Response{Latency: lat, Err: err}
+		r := Response{Latency: lat, Err: err, Sent: time.Duration(sent.Load()), Answered: time.Duration(answered.Load())}
 		if err != nil {
 			res.Errors++
 			if res.FirstErr == nil {
@@ -239,7 +254,7 @@ func Load(ctx context.Context, baseURL string, o LoadOptions) LoadResult {
 			}
 		}()
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	close(start)
 	wg.Wait()
 	res.Elapsed = time.Since(t0)

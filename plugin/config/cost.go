@@ -90,11 +90,13 @@ func parseCost(field string, raw *jsonlite.Value, r *Rule) (Cost, error) {
 		if c.Max, err = integer(field+".max", xraw); err != nil {
 			return Cost{}, err
 		}
+		// A max over the rule's capacity is accepted: with request_header,
+		// a request declaring more than the capacity never passes (it is
+		// refused, as one request larger than the bucket), which sluice
+		// validate warns about (NeverPasses). Refusing it would make a
+		// pushed configuration that lowers the limit fail, and a start with it.
 		if c.Max < 1 || c.Max > maxCount {
 			return Cost{}, errf(field+".max", "%d is out of range 1..%d", c.Max, int64(maxCount))
-		}
-		if c.RequestHeader != "" && c.Max > capacity {
-			return Cost{}, errf(field+".max", "%d is more than the rule holds (%d): a request charged at admission costing more could never pass", c.Max, capacity)
 		}
 	}
 	if c.AfterResponse() && r.MaxDelay > 0 {
@@ -143,4 +145,21 @@ func onStatus(field string, raw *jsonlite.Value) ([]uint32, error) {
 		out = append(out, uint32(n))
 	}
 	return out, nil
+}
+
+// NeverPasses returns, for a rule charged at admission (cost.request_header)
+// whose cost.max is over what the rule holds, that capacity: requests
+// declaring more than it are always refused. It returns 0 otherwise.
+func (r *Rule) NeverPasses() int64 {
+	if r.Cost.RequestHeader == "" {
+		return 0
+	}
+	capacity := r.Limit.Burst()
+	if r.Limit.Algorithm() != limit.TokenBucket {
+		capacity = r.Limit.Limit()
+	}
+	if r.Cost.Max > capacity {
+		return capacity
+	}
+	return 0
 }

@@ -13,7 +13,6 @@ import (
 var semanticReasons = []struct{ parse, listed string }{
 	{"duplicate rule name", "two rules with the same `name`"},
 	{"is longer than 60s", "`max_delay` longer than 60s"},
-	{"more than the rule holds", "a `cost.max` above the rule's capacity"},
 	{"over the default max_limit", "`min_limit` is over its `max_limit` (default 1000)"},
 	{"must be >= min_limit", "`min_limit` is over its `max_limit`"},
 	{"is too small for", "a top-level `max_keys` too small for the rules"},

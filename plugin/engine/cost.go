@@ -367,32 +367,43 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	if err != nil {
 		owed = extra
 	}
-	if owed > 0 {
-		e.owe(c, owed)
+	e.owe(c, owed)
+}
+
+// owe records that c's client owes the service hits (a charge the lease
+// could not cover) and sends them at once when it can (sendDebt);
+// otherwise they wait for the client's next call or the tick.
+func (e *Engine) owe(c *PostCharge, hits uint32) {
+	if d := e.keepOwed(c, hits); d != nil && e.caller != nil && !e.CircuitOpen() {
+		e.sendDebt(callKey{c.rule, c.fp}, d) // if it is not sent, the tick sends it
 	}
 }
 
-// owe records that c's client owes the service hits and sends them at
-// once when it can (sendDebt); otherwise they wait for the client's next
-// call or the tick.
-func (e *Engine) owe(c *PostCharge, hits uint32) {
-	key := callKey{c.rule, c.fp}
+// keepOwed adds hits to what the client of ref owes the service: a charge
+// the lease could not cover, or one that a failed call carried. A call that
+// fails was not counted by the service (or, timed out after the service
+// counted it, is counted twice: the limit errs on the side of holding);
+// dropping its hits would let the client have them free. Beyond the rule's
+// part of maxDebts the hits are dropped and counted (nil).
+func (e *Engine) keepOwed(ref *PostCharge, hits uint32) *debt {
+	if hits == 0 {
+		return nil
+	}
+	key := callKey{ref.rule, ref.fp}
 	if e.debts == nil {
 		e.debts = map[callKey]*debt{}
 	}
 	d := e.debts[key]
-	if d == nil && e.debtsFull(c.rule) {
+	if d == nil && e.debtsFull(ref.rule) {
 		e.Stats.ChargeErrors++
-		return
+		return nil
 	}
 	if d == nil {
-		d = &debt{ref: *c}
+		d = &debt{ref: *ref}
 		e.addDebt(key, d)
 	}
 	d.hits = uint32(min(uint64(d.hits)+uint64(hits), 1<<32-1))
-	if e.caller != nil && !e.CircuitOpen() {
-		e.sendDebt(key, d) // if it is not sent, the tick sends it
-	}
+	return d
 }
 
 // PendingCharges returns the number of clients whose charges wait for the
@@ -444,10 +455,8 @@ func (e *Engine) sendCharges(now int64) {
 		return
 	}
 	for key, d := range e.debts {
-		if !e.sendDebt(key, d) {
-			e.dropDebt(key) // not sent from the tick either: lost
-			e.Stats.ChargeErrors++
-		}
+		// A debt that could not be sent stays owed for the next tick.
+		e.sendDebt(key, d)
 	}
 }
 
@@ -473,7 +482,7 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 		Hits:    d.hits,
 	}
 	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
-	fp, rule, w := d.ref.fp, d.ref.rule, r.Limit.Window()
+	ref, hits, fp, rule, w := d.ref, d.hits, d.ref.fp, d.ref.rule, r.Limit.Window()
 	call := e.caller.Call
 	if dc, ok := e.caller.(DetachedCaller); ok {
 		call = dc.CallDetached
@@ -481,7 +490,7 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 	err := call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
 		if err != nil {
 			e.Global.CallFailures++
-			e.Stats.ChargeErrors++
+			e.keepOwed(&ref, hits) // for the next tick
 			return
 		}
 		if resp.Code != rls.CodeOverLimit {

@@ -180,6 +180,11 @@ type Engine struct {
 	// sets it before each decision); a rate rule that would hold a
 	// request (max_delay) refuses it instead.
 	HoldsFull bool
+	// Redirected: the request being decided is Envoy's internal redirect of
+	// one this worker admitted (the plugin sets it for one decision). Its
+	// local rules charged at admission were charged for the first request:
+	// they decide it without charging it again.
+	Redirected bool
 	// RoundEnded, when set, is told each decision of an adaptive rule's
 	// Gauge this worker made: rule i's Gauge went from prev (its last
 	// round's samples, without the batch that ended it) to next.
@@ -627,6 +632,14 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *requestInfo, now int64) (limit.Decision, int64, error) {
 	if r.Cost.AfterResponse() {
 		d, err := e.admitPost(v, i, fp, now)
+		return d, 0, err
+	}
+	if e.Redirected {
+		// Admitted, and charged, as the request it is the redirect of: let
+		// through at no cost, never held or refused again; the peek only
+		// gives its headers their numbers.
+		d, _, err := e.table.Update(Peek, fp, i, &r.Limit, now, 0, 0)
+		d.Allowed, d.Delay, d.RetryAfter = true, 0, 0
 		return d, 0, err
 	}
 	n := e.requestCost(r, ri)

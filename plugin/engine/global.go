@@ -652,9 +652,9 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	w := e.cfg.Rules[in.ref.rule].Limit.Window()
 	if err != nil {
 		e.Global.CallFailures++
-		if in.debt > 0 {
-			e.Stats.ChargeErrors++ // the service may not have counted it
-		}
+		// The debt it carried is owed again (see keepOwed), sent with the
+		// client's next call or the tick.
+		e.keepOwed(&PostCharge{rule: in.key.rule, fp: in.key.fp, desc: in.desc}, in.debt)
 		if e.retryFailed(in, err, now) {
 			return
 		}
