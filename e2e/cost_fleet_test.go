@@ -1,14 +1,10 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -158,33 +154,15 @@ func settledCharge(t *testing.T, f *fleet, want uint64) uint64 {
 }
 
 // redisSum adds the integer values of the Redis keys matching pattern
-// (the service's counters), with RESP over a plain connection.
+// (the service's counters).
 func redisSum(addr, pattern string) (uint64, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	r := bufio.NewReader(c)
-	cmd := func(args ...string) ([]string, error) {
-		var b strings.Builder
-		fmt.Fprintf(&b, "*%d\r\n", len(args))
-		for _, a := range args {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-		}
-		if _, err := c.Write([]byte(b.String())); err != nil {
-			return nil, err
-		}
-		return readRESP(r)
-	}
-	keys, err := cmd("KEYS", pattern)
+	keys, err := envoytest.RedisDo(addr, "KEYS", pattern)
 	if err != nil {
 		return 0, err
 	}
 	var sum uint64
 	for _, k := range keys {
-		v, err := cmd("GET", k)
+		v, err := envoytest.RedisDo(addr, "GET", k)
 		if err != nil || len(v) != 1 {
 			return 0, fmt.Errorf("GET %s: %v %v", k, v, err)
 		}
@@ -195,42 +173,4 @@ func redisSum(addr, pattern string) (uint64, error) {
 		sum += n
 	}
 	return sum, nil
-}
-
-// readRESP reads one reply: a bulk string or an array of them.
-func readRESP(r *bufio.Reader) ([]string, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if line == "" {
-		return nil, fmt.Errorf("empty reply")
-	}
-	switch line[0] {
-	case '*':
-		n, _ := strconv.Atoi(line[1:])
-		var out []string
-		for i := 0; i < n; i++ {
-			s, err := readRESP(r)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, s...)
-		}
-		return out, nil
-	case '$':
-		n, _ := strconv.Atoi(line[1:])
-		if n < 0 {
-			return nil, nil
-		}
-		b := make([]byte, n+2)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, err
-		}
-		return []string{string(b[:n])}, nil
-	case '-':
-		return nil, fmt.Errorf("redis: %s", line[1:])
-	}
-	return []string{line[1:]}, nil
 }
