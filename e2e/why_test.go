@@ -79,7 +79,7 @@ func TestAccessLogLineDocumented(t *testing.T) {
 
 // accessLineRE reads the shipped line: request line, status, the two
 // Sluice fields at the end.
-var accessLineRE = regexp.MustCompile(`"[A-Z]+ (\S+) [^"]*" (\d+) .* sluice_decision=(\S*) sluice_rule=(\S*)$`)
+var accessLineRE = regexp.MustCompile(`"[A-Z]+ (\S+) [^"]*" (\d+) .* sluice_decision=(\S*) sluice_rule=(\S*)(?: sluice_class=(\S*))?$`)
 
 // whyConfig has one rule per decision the access log tells; the global
 // rule's service is a port nobody listens on, so every call fails and
