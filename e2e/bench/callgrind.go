@@ -131,6 +131,7 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 				op.Wasm = &envoytest.Wasm{File: old, Config: sluiceReject}
 			}))
 	}
+	vs = append(vs, manyRulesVariants(o.cgOnly, sluice, mk)...) // callgrind_rules.go
 	rustVs, rustNote := rustProbeVariants(ctx, o.cgOnly, mk) // rustprobe.go
 	vs = append(vs, rustVs...)
 	if o.cgOnly != "" {
