@@ -132,7 +132,7 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 			}))
 	}
 	vs = append(vs, manyRulesVariants(o.cgOnly, sluice, mk)...) // callgrind_rules.go
-	rustVs, rustNote := rustProbeVariants(ctx, o.cgOnly, mk) // rustprobe.go
+	rustVs, rustNote := rustProbeVariants(ctx, o.cgOnly, mk)    // rustprobe.go
 	vs = append(vs, rustVs...)
 	if o.cgOnly != "" {
 		keep := map[string]bool{}
