@@ -40,7 +40,8 @@ const guardUpdate = `{"rules":[
 // A request's verdict comes from a pool (plugin/verdicts.go): 12 pages and
 // 668 KiB less after 10,000 clients. Priority classes and the rule-wide
 // key (their parsing, the per-key class values, per-class metrics) added
-// 20-60 KiB written.
+// 20-60 KiB written. The last phase updates the VM to 1,002 rules (the
+// configuration of TestManyRulesCost): 8 MiB reserved, 6 MiB written.
 var memoryBudget = map[string]struct {
 	pages      uint32
 	writtenKiB uint64
@@ -49,6 +50,7 @@ var memoryBudget = map[string]struct {
 	"10000 clients": {81, 3784 + 64},
 	"flood":         {93, 4468 + 64},
 	"config update": {93, 4528 + 64},
+	"1002 rules":    {129, 6072 + 64},
 }
 
 // TestMemoryGuard runs the compiled plugin in one VM (one Envoy worker)
@@ -89,6 +91,15 @@ func TestMemoryGuard(t *testing.T) {
 	}
 	sendDistinct(t, h, vm, 0, 2000)
 	check("config update")
+	// An update to 1,002 rules (1,000 per-route rules and 2 matching the
+	// traffic): parsing them and their index is the VM's new peak.
+	if err := vm.Reconfigure([]byte(costCases[0].cfg)); err != nil {
+		t.Fatalf("update to 1,002 rules: %v", err)
+	}
+	for i := 0; i < 1000; i++ {
+		get(vm, costCases[0].path, fmt.Sprintf("10.9.%d.%d:1", i/250, i%250))
+	}
+	check("1002 rules")
 	healthy(t, vm)
 }
 
