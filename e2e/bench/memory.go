@@ -126,8 +126,8 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	s1, s8 := med(find("Sluice", 1))-med(find("no-op Go filter", 1)), med(find("Sluice", 8))-med(find("no-op Go filter", 8))
 	perWorker := (s8 - s1) / 7
 	fmt.Fprintf(&b, "\n**Sluice over the no-op Go filter: %+.1f MiB at `--concurrency 1`, %+.1f MiB at `--concurrency 8`, %+.2f MiB per extra worker** "+
-		"(targets: at most 10 MB at concurrency 8 (%s), at most 3 MB per worker (%s)).\n",
-		s1, s8, perWorker, verdict(s8*(1<<20) <= 10e6), verdict(perWorker*(1<<20) <= 3e6))
+		"(targets: at most +15 MiB at concurrency 8 (%s), at most +0.75 MiB per extra worker (%s)).\n",
+		s1, s8, perWorker, verdict(s8 <= 15), verdict(perWorker <= 0.75))
 	if st, err := os.Stat(sluice); err == nil {
 		sizes := []string{fmt.Sprintf("Sluice %d", st.Size())}
 		for _, f := range []struct{ name, path string }{{"no-op", noop}, {"no-op + config parsing", confNoop}} {
