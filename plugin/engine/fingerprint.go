@@ -1,0 +1,65 @@
+// A client's fingerprint: the hash of a rule's key parts for one request.
+
+package engine
+
+import (
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
+)
+
+// fingerprint hashes the rule and the request's key for that rule.
+func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
+	b := e.keyBuf[:0]
+	for _, k := range r.Key {
+		switch k.Kind {
+		case config.KeyClientIP:
+			b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
+		case config.KeyPath:
+			p := ri.t.Path
+			if r.Match.IgnoreCase {
+				// Every spelling the upstream takes for one path is one
+				// client key.
+				p = ri.t.Folded
+			}
+			b = append(append(b, 'p'), p...)
+		case config.KeyMethod:
+			b = append(append(b, 'm'), ri.t.Method...)
+		case config.KeyHeader:
+			if val, ok := ri.keyHeader(k.Header); ok {
+				b = append(append(b, 'h'), val...)
+			} else {
+				// A request without the keyed header (or with an empty
+				// one, or with several) is keyed by its client IP (not
+				// lumped with every other header-less request).
+				b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
+			}
+		}
+		b = append(b, 0)
+	}
+	e.keyBuf = b
+	return hash64(e.seed, r.ID, b)
+}
+
+func appendAddr(b []byte, a ipaddr.Addr) []byte {
+	x := a.As16()
+	return append(b, x[:]...)
+}
+
+// hash64 is a seeded 64-bit hash (FNV-1a over the seed, id and data, with
+// a final avalanche so that nearby keys spread over all buckets).
+func hash64(seed, id uint64, data []byte) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) ^ seed
+	for i := 0; i < 8; i++ {
+		h = (h ^ (id >> (8 * i) & 0xff)) * prime
+	}
+	for _, c := range data {
+		h = (h ^ uint64(c)) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
