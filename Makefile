@@ -200,13 +200,14 @@ fmt:
 # compiled modules are cached in build/wazero-cache by the first run) and the
 # engine.
 unit: build
-	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e)
+	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e -e /internal/envoytest)
 	$(GO) test -race $(GOTEST_FLAGS) ./internal/wasmhost/... ./plugin/engine/...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -race $(GOTEST_FLAGS) ./...) || exit 1; done
 
 # End-to-end tests against the real Envoy binary.
 # -v so that the output shows every e2e test ran (none skipped) and the
-# figures they log. -p 1: one package at a time, so that e2e/envoytest's
+# figures they log (the harness's own tests, internal/envoytest, run here
+# too: they start Envoys). -p 1: one package at a time, so that the harness's
 # Envoys do not share the machine's CPUs with e2e's timed tests (the
 # adaptive rule's, which read Envoy's delays as the upstream's latency).
 e2e: build envoy fleet-parts envoy-gateway $(if $(filter docker,$(SLUICE_ENVOY)),images)
@@ -216,7 +217,7 @@ ifeq ($(SLUICE_ENVOY),docker)
 else
 	@echo "e2e against: $$($(ENVOY_BIN) --version | grep -o 'version: .*')"
 endif
-	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -p 1 -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/...
+	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -p 1 -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/... ./internal/envoytest/
 
 # End-to-end tests whose figures hold only on a quiet machine (build tag
 # quiet): the adaptive rule with priority classes learning the upstream's
@@ -236,7 +237,7 @@ promcheck: build envoy $(if $(filter docker,$(SLUICE_ENVOY)),image)
 # of every module (no race detector, no Envoy); under two minutes with a
 # warm build cache.
 check: fmt tidy-check vet lint build
-	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e)
+	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e /e2e -e /internal/envoytest)
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...) || exit 1; done
 
 test: deps fmt tidy-check vet lint unit e2e promcheck
@@ -248,7 +249,7 @@ demo: build envoy
 # Envoy no filter vs native local_ratelimit vs Sluice, the plugin's cost
 # in-process, Go benchmarks: writes build/bench.md (about 3 minutes).
 bench: build envoy fleet-parts
-	$(GO) run ./e2e/bench
+	$(GO) run ./tools/bench
 
 # Where Sluice's cost per request goes in Envoy: instructions per request
 # counted by valgrind (callgrind) for no filter, native, the no-op Go filter,
@@ -262,13 +263,13 @@ bench-cost: build envoy
 	@# The Rust yardstick rows (rust-*) need cargo and this target; without
 	@# Rust the section says so and counts the Go rows.
 	@command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1; } || true
-	$(GO) run ./e2e/bench -run callgrind
+	$(GO) run ./tools/bench -run callgrind
 
 # Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
 # fairness, contention) and exactness under contention and overload
 # (about 3 minutes); added to build/bench.md.
 flood: build envoy
-	$(GO) run ./e2e/bench -run flood,exact -flood 1000000
+	$(GO) run ./tools/bench -run flood,exact -flood 1000000
 
 # Each fuzzer for FUZZTIME (default 60s): header parsing (the fields, and
 # problem+json bodies against encoding/json), configuration

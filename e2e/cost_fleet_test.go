@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // costFleetConfig: a global rule charged after the response, in tokens the

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // setupsConfig: one rule per scenario of TestEnvoySetups, each on its own

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // The fleet compose file's images besides sluice-envoy (envoy/fleet/images).

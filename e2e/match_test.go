@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // aspNetUpstream routes as ASP.NET Core does: the decoded path (Go's

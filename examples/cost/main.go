@@ -39,7 +39,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 //go:embed sluice.json

@@ -62,8 +62,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
 	"github.com/sluicehq/sluice/examples/store"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // defaultSluiceConfig is the plugin configuration of run (b).

@@ -552,7 +552,7 @@ filter_chains:
           "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 `))
 
-var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/e2e/envoytest.
+var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/internal/envoytest.
 node: {id: envoytest, cluster: envoytest}
 stats_config:
   stats_tags:
@@ -607,7 +607,7 @@ static_resources:
 {{- end}}
 `))
 
-var ldsTmpl = template.Must(template.New("lds").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/e2e/envoytest.
+var ldsTmpl = template.Must(template.New("lds").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/internal/envoytest.
 version_info: {{q .Version}}
 resources:
 - "@type": type.googleapis.com/envoy.config.listener.v3.Listener

@@ -1,7 +1,7 @@
 // Command probe is a proxy-wasm HTTP filter that does one or more single
 // operations per request, chosen by its plugin configuration (a
 // comma-separated list), so that the bench's probe section can price each
-// operation in Envoy's V8 against the no-op filter (e2e/bench/testdata/noop):
+// operation in Envoy's V8 against the no-op filter (tools/bench/testdata/noop):
 //
 //	property  GetProperty(source.address) in OnHttpRequestHeaders
 //	shared    GetSharedData of a 288-byte value and SetSharedData with its cas

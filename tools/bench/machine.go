@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // machine describes where the numbers were measured.

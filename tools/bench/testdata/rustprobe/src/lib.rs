@@ -1,6 +1,6 @@
 //! rustprobe: a proxy-wasm HTTP filter that does, per request, the host
 //! operations its plugin configuration lists (comma-separated), named as in
-//! the Go probe filter (e2e/bench/testdata/probe) so that the two compare
+//! the Go probe filter (tools/bench/testdata/probe) so that the two compare
 //! row by row in the bench's callgrind section:
 //!
 //!   (empty)   nothing: the Rust no-op filter

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 	"github.com/sluicehq/sluice/internal/wasmexports"
 )
 
@@ -525,7 +525,7 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 		"Sluice runs with `max_keys: 900` here, which does not change a request's cost. Instruction counts do not depend on "+
 		"the machine's load, so Envoys were counted %d at a time (%v in all). "+
 		"Kernel time (sockets) is not counted, so instruction ratios are not throughput ratios. "+
-		"Repeat with `make bench-cost` (`go run ./e2e/bench -run callgrind`; `-callgrind-only sluice,noop` for a subset, "+
+		"Repeat with `make bench-cost` (`go run ./tools/bench -run callgrind`; `-callgrind-only sluice,noop` for a subset, "+
 		"`-callgrind-baseline old.wasm` to count an older build beside the current one).\n",
 		o.cgWarmup, o.cgRequests, o.clients, o.cgParallel, took.Round(time.Second))
 	return b.String()

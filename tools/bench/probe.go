@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // The probe section (-run probe, never part of the default run) prices
 // single proxy-wasm operations in Envoy's V8: Envoys run the no-op Go filter
-// and the probe filter (e2e/bench/testdata/probe) configured to do one
+// and the probe filter (tools/bench/testdata/probe) configured to do one
 // operation per request (or a combination), plus Sluice for reference, and
 // are measured in interleaved rounds with the Envoy section's generator.
 // Each variant's cost is its Envoy CPU per request minus the no-op's, paired
@@ -34,7 +34,7 @@ var probeVariants = []struct{ key, config, what string }{
 }
 
 func buildProbeWasm(ctx context.Context, out string) error {
-	return buildGoWasm(ctx, "./e2e/bench/testdata/probe", out)
+	return buildGoWasm(ctx, "./tools/bench/testdata/probe", out)
 }
 
 func probeSection(ctx context.Context, o options) (string, error) {
@@ -157,7 +157,7 @@ func probeSection(ctx context.Context, o options) (string, error) {
 			v.key, v.what, median(v.rps), median(v.cpu), median(d), slices.Min(d), slices.Max(d))
 	}
 	fmt.Fprintf(&b, "\n**Method.** %d Envoys (`--concurrency %d`, V8) differing only in the HTTP filter; the probe filter "+
-		"(`e2e/bench/testdata/probe`) is built like `build/sluice.wasm` and told by its configuration which operations to do. "+
+		"(`tools/bench/testdata/probe`) is built like `build/sluice.wasm` and told by its configuration which operations to do. "+
 		"The Envoy section's closed-loop generator (%d connections, %d client addresses in X-Forwarded-For) drove each "+
 		"Envoy for %v per round after a %v warm-up, %d interleaved rounds with the order rotated (%v in all); medians over the rounds.\n",
 		len(vs), o.concurrency, o.conns, o.clients, o.duration, warm, o.rounds, measured.Round(time.Second))

@@ -1,4 +1,4 @@
-// Command confignoop is the no-op Go filter (e2e/bench/testdata/noop) plus
+// Command confignoop is the no-op Go filter (tools/bench/testdata/noop) plus
 // Sluice's configuration parsing at start: it links the packages that
 // parsing needs (plugin/internal/jsonlite, plugin/internal/sprintf, net/netip, strconv, time,
 // ...) and builds the same configuration, and does nothing per request. The bench's memory

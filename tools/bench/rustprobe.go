@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
-// The Rust yardstick (e2e/bench/testdata/rustprobe) in the callgrind
+// The Rust yardstick (tools/bench/testdata/rustprobe) in the callgrind
 // section: the same host operations as the Go probe filter, done by a
 // minimal Rust proxy-wasm filter (proxy-wasm crate 0.2.5). A host call's
 // price in the Rust filter is what Envoy and V8 charge any proxy-wasm
@@ -22,7 +22,7 @@ import (
 // wasm32-wasip1 target are installed (make bench-cost adds the target when
 // rustup is there), and never by make test.
 
-const rustProbeDir = "e2e/bench/testdata/rustprobe"
+const rustProbeDir = "tools/bench/testdata/rustprobe"
 
 // rustProbeRows are the Rust rows: key, configuration, what it does.
 var rustProbeRows = []struct{ key, config, what string }{

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // manyRulesVariants are the callgrind rows of a configuration of many

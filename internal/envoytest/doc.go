@@ -48,4 +48,4 @@ package envoytest
 // without configuration) and "X-Envoytest-Route: <xds.route_name>"; the
 // configuration "fail" makes OnPluginStart fail (its critical log line
 // contains "refusing to start").
-const TestPluginPackage = "./e2e/envoytest/testdata/addheader"
+const TestPluginPackage = "./internal/envoytest/testdata/addheader"

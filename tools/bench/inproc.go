@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 	"github.com/sluicehq/sluice/internal/wasmhost"
 )
 
@@ -132,7 +132,7 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 	progress("in-process: building the no-op baseline plugin and the instrumented copy of the plugin")
 	noopPath := filepath.Join(tmp, "noop.wasm")
 	var noop []byte
-	noopErr := envoytest.BuildWasm(ctx, "./e2e/bench/testdata/noop", noopPath)
+	noopErr := envoytest.BuildWasm(ctx, "./tools/bench/testdata/noop", noopPath)
 	if noopErr == nil {
 		noop, noopErr = os.ReadFile(noopPath)
 	}

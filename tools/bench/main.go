@@ -1,8 +1,8 @@
 // Command bench measures what Sluice costs and how it holds up, on this
 // machine, and writes the results to build/bench.md (and prints them).
 //
-//	go run ./e2e/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, charge, memory, adaptive
-//	go run ./e2e/bench -run flood,exact -flood 1000000
+//	go run ./tools/bench                       # make bench: sections envoy, inproc, gobench, fleet, conc, charge, memory, adaptive
+//	go run ./tools/bench -run flood,exact -flood 1000000
 //
 // Sections (-run, comma-separated):
 //
@@ -27,7 +27,7 @@
 //	         from a request header): cost per request in-process beside a
 //	         plain token bucket
 //	probe    (only when named) single proxy-wasm operations in Envoy's V8:
-//	         the probe filter (e2e/bench/testdata/probe) doing one operation
+//	         the probe filter (tools/bench/testdata/probe) doing one operation
 //	         per request, against the no-op Go filter
 //	callgrind (only when named; make bench-cost) instructions per request
 //	         of Envoy under valgrind for no filter, native, the no-op Go
@@ -52,7 +52,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 var sectionOrder = []string{"envoy", "inproc", "gobench", "fleet", "flood", "exact", "conc", "charge", "memory", "adaptive"}
@@ -258,8 +258,8 @@ func insertMeta(body, meta string) string {
 func assemble(dir string, m machine, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Sluice benchmarks\n\n")
-	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./e2e/bench`) measures sections 1-3b, 6, 8 and 9; `make bench-cost` section 7; "+
-		"`go run ./e2e/bench -run charge` section 6b; `go run ./e2e/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
+	fmt.Fprintf(&b, "Last written %s by `%s`. `make bench` (`go run ./tools/bench`) measures sections 1-3b, 6, 8 and 9; `make bench-cost` section 7; "+
+		"`go run ./tools/bench -run charge` section 6b; `go run ./tools/bench -run flood,exact -flood 1000000` sections 4a and 4b.\n\n", now.UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	b.WriteString("| machine | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| CPU | %s |\n| cores | %d |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| Envoy | %s |\n| commit | %s |\n\n",
 		m.CPU, m.Cores, m.MemTotal, m.Kernel, m.Go, m.Envoy, m.Commit)
@@ -281,7 +281,7 @@ func assemble(dir string, m machine, now time.Time) string {
 }
 
 func commandLine() string {
-	args := append([]string{"go run ./e2e/bench"}, os.Args[1:]...)
+	args := append([]string{"go run ./tools/bench"}, os.Args[1:]...)
 	return strings.Join(args, " ")
 }
 

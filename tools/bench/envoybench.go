@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 	"github.com/sluicehq/sluice/internal/wasmlayout"
 )
 
@@ -20,7 +20,7 @@ import (
 // scenarios (limits high enough that every request is admitted, so the cost
 // of deciding is measured; limits low enough that most requests are
 // rejected). Two more Envoys split Sluice's admit cost: one runs the no-op Go
-// proxy-wasm filter (e2e/bench/testdata/noop), the price of any Go filter in
+// proxy-wasm filter (tools/bench/testdata/noop), the price of any Go filter in
 // Envoy's V8, and one runs Sluice without response headers. All Envoys run at
 // once and are measured in interleaved rounds, so slow drifts of a shared
 // machine hit every scenario alike.
@@ -92,7 +92,7 @@ func buildGoWasm(ctx context.Context, pkg, out string) error {
 
 // buildNoopWasm builds the no-op Go filter.
 func buildNoopWasm(ctx context.Context, out string) error {
-	return buildGoWasm(ctx, "./e2e/bench/testdata/noop", out)
+	return buildGoWasm(ctx, "./tools/bench/testdata/noop", out)
 }
 
 // noopBench is what the sections comparing filters in Envoy share: the
@@ -415,7 +415,7 @@ func envoyReport(o options, scs []*envoyScenario, measured time.Duration, noopEr
 		}
 		names = append(names, n)
 	}
-	noopText := "The no-op Go wasm filter (`e2e/bench/testdata/noop`, every proxy-wasm callback the Go SDK's default) is built with " +
+	noopText := "The no-op Go wasm filter (`tools/bench/testdata/noop`, every proxy-wasm callback the Go SDK's default) is built with " +
 		"the same Go toolchain and flags as `build/sluice.wasm` (`GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags=\"-s -w\" " +
 		"-buildmode=c-shared`) and loaded exactly as Sluice is (`envoy.filters.http.wasm`, V8, no configuration): it measures " +
 		"what any Go filter costs in Envoy before it does anything. \"Sluice, headers none\" is the admit scenario's Sluice with " +

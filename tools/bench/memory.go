@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/e2e/envoytest"
+	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
 // The memory section: Envoy's resident memory with no filter, the no-op Go
@@ -41,7 +41,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	}
 	defer nb.close()
 	up, noop, confNoop := nb.up, nb.noop, filepath.Join(nb.tmp, "confignoop.wasm")
-	if err := buildGoWasm(ctx, "./e2e/bench/testdata/confignoop", confNoop); err != nil {
+	if err := buildGoWasm(ctx, "./tools/bench/testdata/confignoop", confNoop); err != nil {
 		return "", err
 	}
 	sluice, _ := filepath.Abs(o.memWasm)
@@ -145,7 +145,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(&b, "\n**Method.** For each filter and concurrency a fresh Envoy (V8) is started, sent %d requests (16 keep-alive connections, "+
 		"%d client addresses) and its VmRSS read 300 ms later (with Envoy's own heap, tcmalloc's `allocated` from the admin `/memory`: the rest of the growth is mapped outside it, V8's compiled code and the wasm linear memories); every configuration was measured %d times, one Envoy at a time, "+
 		"and the table gives the medians. Sluice runs the Envoy section's admit configuration (one token_bucket rule, legacy headers). "+
-		"The Rust rows are the yardstick of section 7 (e2e/bench/testdata/rustprobe, proxy-wasm crate 0.2.5): a floor, not a part of Sluice. "+
+		"The Rust rows are the yardstick of section 7 (tools/bench/testdata/rustprobe, proxy-wasm crate 0.2.5): a floor, not a part of Sluice. "+
 		"Envoy runs one wasm VM per worker plus one on the main thread, so the per-worker figure is the slope between the two concurrencies.\n",
 		memRequests, o.clients, reps)
 	return b.String(), nil
