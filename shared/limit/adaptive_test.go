@@ -384,56 +384,6 @@ func TestGaugeEncoding(t *testing.T) {
 	}
 }
 
-// sharedUpstream is the demo's situation in the model: one upstream of 20
-// workers serves the rule's requests (500 closed-loop clients, 100-200 ms)
-// and other traffic the rule never sees (70 requests a second of 2-5 ms,
-// open loop). It returns the rule's throughput and the 99th percentile of
-// the other traffic's wait for a worker, from `from` on.
-func sharedUpstream(seed int64, fixed int64, from time.Duration) (float64, time.Duration) {
-	const ms = int64(time.Millisecond)
-	m := newStoreModel(seed, fixed)
-	m.from = int64(from)
-	var waits []time.Duration
-	m.start = func(j *storeJob, now int64) {
-		if j.rule {
-			j.finish = now + (100+m.rng.Int63n(100))*ms
-			return
-		}
-		j.finish = now + (2+m.rng.Int63n(4))*ms
-		if now >= int64(from) {
-			waits = append(waits, time.Duration(now-j.arrived))
-		}
-	}
-	m.others = func(now int64) {
-		if m.rng.Float64() < 0.07 {
-			m.add(&storeJob{arrived: now}, now)
-		}
-	}
-	for now := ms; now <= 11500*ms; now += ms {
-		m.step(now)
-	}
-	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
-	return float64(m.served) / (11.5 - from.Seconds()), waits[len(waits)*99/100]
-}
-
-// The rule finds the knee by crossing it, again and again (a delay-based
-// controller sees nothing below it): the upstream's other traffic, which
-// the rule cannot see, queues behind the rule's requests while it probes.
-// The rule gets >= 85% of what the workers can serve it, and that queue
-// stays bounded (p99 of the other traffic's wait under 200 ms, where
-// without a limit it is the whole backlog), but it is not the 0-6 ms of a
-// fixed limit of 19 of the 20 workers: docs/adaptive-concurrency.md.
-func TestAdaptiveSharedUpstream(t *testing.T) {
-	_, fixed19 := sharedUpstream(1, 19, 3*time.Second)
-	for seed := int64(1); seed <= 20; seed++ {
-		x, p99 := sharedUpstream(seed, 0, 3*time.Second)
-		t.Logf("seed %d: %.0f/s, the other traffic's wait p99 %v (next to a fixed 19: %v)", seed, x, p99, fixed19)
-		if x < 0.85*20/0.150 || p99 > 200*time.Millisecond {
-			t.Errorf("seed %d: %.0f/s, the other traffic's wait p99 %v", seed, x, p99)
-		}
-	}
-}
-
 // roundOf feeds lim one round of n samples of latency lat, all saturated,
 // and returns the state and Gauge after it.
 func roundOf(lim Limit, st State, now *int64, n int64, lat time.Duration) (State, Gauge) {
