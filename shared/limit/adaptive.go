@@ -474,7 +474,7 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 // towards the next probe.
 func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) float64) Gauge {
 	switch {
-	case !mild && (g.Warned || mean*2 >= g.Base*3):
+	case !mild && (g.Warned || mean >= 2*g.Base):
 		return g.backoff(mean, clamp)
 	case !mild:
 		g.Warned = true

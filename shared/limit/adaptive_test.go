@@ -455,7 +455,7 @@ func roundOf(lim Limit, st State, now *int64, n int64, lat time.Duration) (State
 // After a backoff decided on MinRound samples or more, the limit holds for
 // ProbeAfter saturated round trips: no growth, mild rises do not back it
 // off (Base follows them), a clear one does when the next round shows it
-// too, or at once from 1.5x Base; then it probes. A measure round clearly
+// too, a stall (2x Base) at once; then it probes. A measure round clearly
 // over Base backs off once more; a backoff from fewer samples probes at
 // once.
 func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
@@ -463,8 +463,12 @@ func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
 	now := int64(time.Hour)
 	g := Gauge{Limit: 30, Base: 100 * time.Millisecond, Round: 7}
 	st := EncodeGauge(g)
-	// A queue (mean 1.5x Base over 30 samples): back off to
+	// A queue (mean 1.5x Base over 30 samples, twice): back off to
 	// Backoff·30/1.5 = 19, measure; the measure round is clean.
+	st, g = roundOf(lim, st, &now, 30, 150*time.Millisecond)
+	if g.Limit != 30 || !g.Warned || g.Measure {
+		t.Fatalf("a round 1.5x Base while holding: %+v, want it checked in the next round", g)
+	}
 	st, g = roundOf(lim, st, &now, 30, 150*time.Millisecond)
 	if want := 30 / 1.5 * Backoff; g.Limit != want || !g.Measure || g.Calm != 0 {
 		t.Fatalf("after a queue: %+v, want limit %v, measuring", g, want)
@@ -505,9 +509,17 @@ func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
 	if _, g = roundOf(lim, st, &now, 19, 140*time.Millisecond); !g.Measure || g.Limit >= 19 {
 		t.Fatalf("clear rise while holding, twice: %+v, want a backoff", g)
 	}
+	// One round 1.6x Base is not enough: the limit did not grow, so the
+	// rise is not a queue it built (a stall of the machine, most often);
+	// twice Base is a stall, and halves it at once (see
+	// TestAdaptiveStallHalvesAndRegrows).
 	g = Gauge{Limit: 19, Base: 100 * time.Millisecond, Round: 9, Calm: 3}
-	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 160*time.Millisecond); !g.Measure || g.Limit >= 19 {
-		t.Fatalf("1.6x Base while holding: %+v, want a backoff at once", g)
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 160*time.Millisecond); g.Measure || !g.Warned || g.Limit != 19 {
+		t.Fatalf("1.6x Base while holding: %+v, want it checked in the next round", g)
+	}
+	g = Gauge{Limit: 19, Base: 100 * time.Millisecond, Round: 9, Calm: 3}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 200*time.Millisecond); !g.Measure || !g.Stalled || g.Limit != 9.5 {
+		t.Fatalf("2x Base while holding: %+v, want it halved at once", g)
 	}
 	// A measure round clearly over Base: its estimate was high.
 	g = Gauge{Limit: 25, Base: 100 * time.Millisecond, Round: 11, Measure: true}
@@ -762,8 +774,13 @@ func stalledRun(t *testing.T, seed int64, noisy, dropLate bool) (float64, int, t
 // themselves cost about a tenth: nothing is forwarded during one), the
 // queue p90 <= 8 and Base within 10% of 50 ms; 16 slots of 25-75 ms at a
 // median >= 70% (each >= 40%: noise alone, without stalls, leaves 7 of
-// 300 seeds under 60%, see TestAdaptiveNoisyServiceRarelyRatchets). The
-// same stalls with every sample kept leave a median under 60% in both.
+// 300 seeds under 60%, see TestAdaptiveNoisyServiceRarelyRatchets). A
+// stall the worker misses (one between two ticks) still counts: with
+// every sample kept, the median stays >= 65% (34-89% for 8 x 50 ms),
+// because a held limit backs off only from a rise that shows in two
+// rounds in a row, or from a stall of twice Base (halved, and slow start
+// finds the limit again); when one round 1.5x Base backed it off, the
+// medians were 32% and 40-58%.
 func TestAdaptiveWorkerStalls(t *testing.T) {
 	for _, noisy := range []bool{false, true} {
 		var dropped, kept []float64
@@ -784,7 +801,7 @@ func TestAdaptiveWorkerStalls(t *testing.T) {
 		sort.Float64s(kept)
 		t.Logf("noisy %t: late windows dropped: %.0f%%-%.0f%%, median %.0f%%; kept: %.0f%%-%.0f%%, median %.0f%%",
 			noisy, dropped[0]*100, dropped[19]*100, dropped[10]*100, kept[0]*100, kept[19]*100, kept[10]*100)
-		if dropped[10] < 0.7 || kept[10] >= 0.6 {
+		if dropped[10] < 0.7 || kept[10] < 0.65 {
 			t.Errorf("noisy %t: median %.0f%% with the late windows dropped, %.0f%% with them kept", noisy, dropped[10]*100, kept[10]*100)
 		}
 	}
