@@ -78,7 +78,9 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 			break
 		}
 		stalled = most >= 50*time.Millisecond
-		t.Logf("only buys: the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", most.Round(time.Millisecond))
+		if attempt < 3 {
+			t.Logf("only buys: the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", most.Round(time.Millisecond))
+		}
 	}
 	if !okLimit(lim) {
 		t.Errorf("only buys for 10 s: learnt limit %d, want 6..10 (capacity 8)", lim)
