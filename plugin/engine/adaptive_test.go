@@ -200,7 +200,7 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 // halves the limit.
 func TestAdaptiveDropsTheWindowsOfAStall(t *testing.T) {
 	const period = 100 * time.Millisecond
-	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 	now := t0
 	e.Ticked(now, period)
 	e.TickDone(now)
