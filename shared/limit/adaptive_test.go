@@ -41,7 +41,11 @@ type upstreamSim struct {
 	// engine does when its tick is overdue (see Sampler.Late).
 	pauses   [][2]int64
 	dropLate bool
-	reads    simHeap // answers waiting for a paused worker, by finish
+	// tickEvery: the worker sees a pause only if its tick was due in it
+	// (the tick is overdue when it runs again), ticks every tickEvery
+	// from 0 (0: every pause is seen).
+	tickEvery int64
+	reads     simHeap // answers waiting for a paused worker, by finish
 }
 
 // simFront is one Envoy of upstreamSim.
@@ -161,7 +165,7 @@ func (s *upstreamSim) read(r simReq) {
 // resume is a paused worker running again at s.now, a pause of [from,
 // s.now): with dropLate, it drops the windows of the requests out.
 func (s *upstreamSim) resume(from int64) {
-	if !s.dropLate {
+	if !s.dropLate || (s.tickEvery > 0 && (from+s.tickEvery-1)/s.tickEvery*s.tickEvery >= s.now) {
 		return
 	}
 	for _, f := range s.fronts {
@@ -744,10 +748,11 @@ func stalls(rng *rand.Rand, from int64, d time.Duration) [][2]int64 {
 
 // stalledRun runs the e2e scenarios with the Envoy's worker stalling
 // (see stalls), from cold: 8 slots x 50 ms with 64 clients (noisy: 16
-// slots x 25-75 ms with 128), 15 s, and returns the throughput of the
+// slots x 25-75 ms with 128), 15 s, the worker seeing a pause when a
+// tick (every tick, 0: always) was due in it, and returns the throughput of the
 // last 8 s as a share of the capacity, the upstream's queue p90 then, and
 // the Base learnt.
-func stalledRun(t *testing.T, seed int64, noisy, dropLate bool) (float64, int, time.Duration) {
+func stalledRun(t *testing.T, seed int64, noisy, dropLate bool, tick time.Duration) (float64, int, time.Duration) {
 	rng := rand.New(rand.NewSource(seed))
 	slots, clients, service, capacity := 8, 64, fixed(50*time.Millisecond), 160.0
 	if noisy {
@@ -757,7 +762,7 @@ func stalledRun(t *testing.T, seed int64, noisy, dropLate bool) (float64, int, t
 		}
 	}
 	s := newSim(t, 1, 1000, slots, clients, service)
-	s.pauses, s.dropLate = stalls(rng, s.now, 15*time.Second), dropLate
+	s.pauses, s.dropLate, s.tickEvery = stalls(rng, s.now, 15*time.Second), dropLate, int64(tick)
 	s.run(7 * time.Second)
 	x, q := s.phase(8 * time.Second)
 	return x / capacity, q, s.g.Base
@@ -769,7 +774,8 @@ func stalledRun(t *testing.T, seed int64, noisy, dropLate bool) (float64, int, t
 // reads as a queue, or as a stall of the upstream: the limit backs off
 // from an upstream that has no queue, again and again. With the windows
 // of the requests out during a stall dropped (what the engine does when
-// its tick is overdue, see Sampler.Late), over 20 seeds the rule keeps
+// its tick is overdue, see Sampler.Late: a pause is seen if a tick of
+// the plugin's, every 100 ms, was due in it), over 20 seeds the rule keeps
 // 8 slots x 50 ms at >= 70% of their capacity (each seed; the stalls
 // themselves cost about a tenth: nothing is forwarded during one), the
 // queue p90 <= 8 and Base within 10% of 50 ms; 16 slots of 25-75 ms at a
@@ -785,8 +791,8 @@ func TestAdaptiveWorkerStalls(t *testing.T) {
 	for _, noisy := range []bool{false, true} {
 		var dropped, kept []float64
 		for seed := int64(1); seed <= 20; seed++ {
-			x, q, base := stalledRun(t, seed, noisy, true)
-			x0, q0, base0 := stalledRun(t, seed, noisy, false)
+			x, q, base := stalledRun(t, seed, noisy, true, 100*time.Millisecond)
+			x0, q0, base0 := stalledRun(t, seed, noisy, false, 0)
 			t.Logf("noisy %t seed %d: late windows dropped %.0f%% q%d Base %v; kept %.0f%% q%d Base %v", noisy, seed, x*100, q, base, x0*100, q0, base0)
 			dropped, kept = append(dropped, x), append(kept, x0)
 			low := 0.7
