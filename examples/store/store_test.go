@@ -213,3 +213,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestBuysPeak: three buys on a store of two slots (one queued) and a home
+// page: the snapshot's BuysPeak counts the buys at the store, queued ones
+// included and other routes not, and the next snapshot starts afresh.
+func TestBuysPeak(t *testing.T) {
+	s := New(Options{Workers: 2, ServiceTimes: fixed(300 * time.Millisecond)})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	done := make(chan struct{}, 4)
+	send := func(method, path string) {
+		go func() {
+			req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{"sku":"t"}`))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			done <- struct{}{}
+		}()
+	}
+	for range 3 {
+		send(http.MethodPost, "/buy")
+	}
+	send(http.MethodGet, "/")
+	waitFor(t, func() bool { return s.Metrics().InService == 2 && s.Metrics().QueueDepth == 2 })
+	if g := s.Snapshot(); g.BuysPeak != 3 {
+		t.Fatalf("BuysPeak = %d with 3 buys at the store, want 3", g.BuysPeak)
+	}
+	for range 4 {
+		<-done
+	}
+	s.Snapshot() // the period in which the buys left
+	if g := s.Snapshot(); g.BuysPeak != 0 {
+		t.Fatalf("BuysPeak = %d with no buy at the store since the last snapshot, want 0", g.BuysPeak)
+	}
+}
