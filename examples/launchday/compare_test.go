@@ -37,7 +37,7 @@ func TestWriteComparison(t *testing.T) {
 	quiet := &RunResult{Records: []Record{{Endpoint: Login, Latency: ms(10), Outcome: Succeeded}}}
 	var runs []pairRun
 	for i, p := range []time.Duration{ms(20), ms(25), ms(40), ms(15)} {
-		r := launchRun(p, 0, nil)
+		r := goalsRun(p, 0, nil)
 		r.Learnt = []LimitSample{{At: 6100 * time.Millisecond, Limit: 17}, {At: 8 * time.Second, Limit: 19}}
 		g, _ := MeasureGoals(r, quiet)
 		g.Orders = int64(g.Capacity)
@@ -55,5 +55,17 @@ func TestWriteComparison(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("comparison lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestRulesSummary(t *testing.T) {
+	got := rulesSummary(defaultSluiceConfig)
+	for _, want := range []string{"store: every request, in flight at once per store (key [])", "classes login (reserve 0.1) above home (reserve 0.05) above the rest", "buy_per_client: POST /buy, 2 per 10s burst 2 per client_ip"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q: %s", want, got)
+		}
+	}
+	if got := rulesSummary(defaultHandConfig); !strings.Contains(got, "store_buys_18: POST /buy, 18 in flight at once per store (key [])") {
+		t.Errorf("hand summary: %s", got)
 	}
 }

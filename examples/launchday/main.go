@@ -533,14 +533,18 @@ func backgroundSummary(sc Scenario) string {
 func rulesSummary(config string) string {
 	var c struct {
 		Rules []struct {
-			Name      string   `json:"name"`
-			Key       []string `json:"key"`
-			Algorithm string   `json:"algorithm"`
-			Limit     int      `json:"limit"`
-			Win       string   `json:"window"`
-			Burst     int      `json:"burst"`
-			MaxDelay  string   `json:"max_delay"`
-			Match     struct {
+			Name      string    `json:"name"`
+			Key       *[]string `json:"key"`
+			Algorithm string    `json:"algorithm"`
+			Limit     int       `json:"limit"`
+			Win       string    `json:"window"`
+			Burst     int       `json:"burst"`
+			MaxDelay  string    `json:"max_delay"`
+			Classes   []struct {
+				Name    string  `json:"name"`
+				Reserve float64 `json:"reserve"`
+			} `json:"classes"`
+			Match struct {
 				PathPrefix string   `json:"path_prefix"`
 				Methods    []string `json:"methods"`
 			} `json:"match"`
@@ -555,12 +559,22 @@ func rulesSummary(config string) string {
 		if r.Match.PathPrefix != "" {
 			match = strings.TrimSpace(strings.Join(r.Match.Methods, ",") + " " + r.Match.PathPrefix)
 		}
-		key := strings.Join(r.Key, "+")
+		key := "client_ip"
+		if r.Key != nil {
+			key = strings.Join(*r.Key, "+")
+		}
 		if key == "" {
-			key = "client_ip"
+			key = "store (key [])"
+		}
+		classes := ""
+		for _, c := range r.Classes {
+			classes += fmt.Sprintf("%s (reserve %g) above ", c.Name, c.Reserve)
+		}
+		if classes != "" {
+			classes = "; classes " + classes + "the rest"
 		}
 		if r.Algorithm == "adaptive_concurrency" {
-			parts = append(parts, fmt.Sprintf("%s: %s, in flight at once per %s as many as the store's latency says it can take (learnt, no number given)", r.Name, match, key))
+			parts = append(parts, fmt.Sprintf("%s: %s, in flight at once per %s as many as the store's latency says it can take (learnt, no number given)%s", r.Name, match, key, classes))
 			continue
 		}
 		if r.Algorithm == "concurrency" {
@@ -568,7 +582,7 @@ func rulesSummary(config string) string {
 			if r.MaxDelay != "" {
 				wait = ", waiting up to " + r.MaxDelay + " in a FIFO queue"
 			}
-			parts = append(parts, fmt.Sprintf("%s: %s, %d in flight at once per %s%s", r.Name, match, r.Limit, key, wait))
+			parts = append(parts, fmt.Sprintf("%s: %s, %d in flight at once per %s%s%s", r.Name, match, r.Limit, key, wait, classes))
 			continue
 		}
 		burst := ""

@@ -144,10 +144,10 @@ func TestHeadlinesJudgeTheTarget(t *testing.T) {
 	}
 }
 
-// launchRun is a launch of 2 s (presses at 0.5 and 2 s after t=5 s) on a
+// goalsRun is a launch of 2 s (presses at 0.5 and 2 s after t=5 s) on a
 // store of 20 slots whose timeline has buysAt[i] buys at the store in
 // second i, and 10 orders per sampled second.
-func launchRun(loginP99 time.Duration, timeouts int, buysAt map[int]int64) *RunResult {
+func goalsRun(loginP99 time.Duration, timeouts int, buysAt map[int]int64) *RunResult {
 	sc := Scenario{Duration: 15 * time.Second, LaunchAt: 5 * time.Second, Buyers: 1, PressesPerBuyer: 2,
 		FirstPressWithin: time.Second, RepressMin: 1500 * time.Millisecond, RepressMax: 1500 * time.Millisecond, Seed: 1}
 	r := &RunResult{Scenario: sc, Records: []Record{{Endpoint: Login, Latency: loginP99, Outcome: Succeeded}}}
@@ -164,7 +164,7 @@ func launchRun(loginP99 time.Duration, timeouts int, buysAt map[int]int64) *RunR
 
 func TestGoals(t *testing.T) {
 	quiet := &RunResult{Records: []Record{{Endpoint: Login, Latency: ms(10), Outcome: Succeeded}}}
-	r := launchRun(ms(25), 0, map[int]int64{4: 300, 5: 21, 6: 20, 7: 18, 9: 500})
+	r := goalsRun(ms(25), 0, map[int]int64{4: 300, 5: 21, 6: 20, 7: 18, 9: 500})
 	g, ok := MeasureGoals(r, quiet)
 	if !ok {
 		t.Fatal("no launch measured")
@@ -180,7 +180,7 @@ func TestGoals(t *testing.T) {
 	if m := g.Misses(); len(m) != 0 {
 		t.Errorf("misses %v, want none: %s", m, g)
 	}
-	bad, _ := MeasureGoals(launchRun(ms(35), 2, map[int]int64{5: 21, 6: 30}), quiet)
+	bad, _ := MeasureGoals(goalsRun(ms(35), 2, map[int]int64{5: 21, 6: 30}), quiet)
 	bad.Orders = int64(bad.Capacity)
 	if m := bad.Misses(); len(m) != 3 || !strings.Contains(bad.String(), "missed: login p99 3.5x > 3x, 2 s with buys above the slots > 1, 2 timeouts") {
 		t.Errorf("misses %v: %s", m, bad)
