@@ -4,6 +4,7 @@
 //
 //	go run ./examples/launchday            # what `make demo` runs, about two minutes
 //	go run ./examples/launchday -h         # knobs: duration, buyers, presses, config
+//	go run ./examples/launchday -compare 3 # make demo-compare: the shipped rule against limit18.json, alternated
 //
 // It runs the same load three times on this machine, each time against a
 // fresh demo store (package github.com/sluicehq/sluice/examples/store, 20

@@ -131,11 +131,11 @@ func slotsLegend(runs []*RunResult) plot.Legend {
 		if !r.Rule.Adaptive {
 			what = "set by hand"
 		}
-		l.Add(fmt.Sprintf("rule %s: limit %s", r.Rule.Name, what), styleThumb(learntStyle))
+		l.Add(fmt.Sprintf("limit %s (rule %s)", what, r.Rule.Name), styleThumb(learntStyle))
 		for _, c := range r.Rule.Classes {
 			name := "class " + c
 			if c == "default" {
-				name = "default class (buys, products, cart)"
+				name = "default (buys, products, cart)"
 			}
 			l.Add(name+" in flight", styleThumb(classStyle(c)))
 		}
@@ -144,7 +144,8 @@ func slotsLegend(runs []*RunResult) plot.Legend {
 		}
 		break
 	}
-	l.Add(fmt.Sprintf("the store's %d worker slots (unknown to Sluice)", runs[0].Store.Workers), styleThumb(slotsStyle))
-	l.Add(fmt.Sprintf("most buys at the store at once (queued or served; %d+ drawn at %d)", slotsMax, slotsMax), styleThumb(buysAtStoreStyle))
+	l.Add(fmt.Sprintf("the store's %d slots (unknown to Sluice)", runs[0].Store.Workers), styleThumb(slotsStyle))
+	l.Add("most buys at the store at once", styleThumb(buysAtStoreStyle))
+	l.Add(fmt.Sprintf("  (queued or served; %d+ drawn at %d)", slotsMax, slotsMax), styleThumb(draw.LineStyle{}))
 	return l
 }
