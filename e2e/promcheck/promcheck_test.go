@@ -146,7 +146,8 @@ func dashboardQueries(t *testing.T) (qs []query, labelQueries [][2]string) {
 }
 
 // selectors parses each query and returns, by metric name, the label
-// names its selectors match on (besides __name__).
+// names its selectors match on (besides __name__) and the labels an
+// aggregation groups it by (`sum by (sluice_rule, sluice_class) (...)`).
 func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]bool {
 	t.Helper()
 	out := map[string]map[string]bool{}
@@ -157,12 +158,7 @@ func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]
 			continue
 		}
 		for _, ms := range parser.ExtractSelectors(e) {
-			name := ""
-			for _, m := range ms {
-				if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
-					name = m.Value
-				}
-			}
+			name := selectorName(ms)
 			if name == "" {
 				t.Errorf("%s: a selector without a metric name", q.where)
 				continue
@@ -176,8 +172,30 @@ func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]
 				}
 			}
 		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			if a, ok := n.(*parser.AggregateExpr); ok && !a.Without {
+				for _, ms := range parser.ExtractSelectors(a.Expr) {
+					if name := selectorName(ms); name != "" {
+						for _, l := range a.Grouping {
+							out[name][l] = true
+						}
+					}
+				}
+			}
+			return nil
+		})
 	}
 	return out
+}
+
+// selectorName is the metric a selector's matchers name ("" for none).
+func selectorName(ms []*labels.Matcher) string {
+	for _, m := range ms {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
+			return m.Value
+		}
+	}
+	return ""
 }
 
 // TestQueriesParse needs no Envoy: the rules and the dashboard parse.
