@@ -70,7 +70,8 @@ func compareRuns(ctx context.Context, f demoFlags, c comparison) error {
 			return errors.New("interrupted")
 		}
 	}
-	fmt.Printf("\nComparison (%s in all, %d CPUs):\n\n", time.Since(started).Round(time.Second), runtime.NumCPU())
+	fmt.Printf("\nComparison (%s in all, %d CPUs; backlog: the most requests unanswered at once in the launch's first 2 s, hundreds when Envoy fell behind):\n\n",
+		time.Since(started).Round(time.Second), runtime.NumCPU())
 	WriteComparison(os.Stdout, runs)
 	return nil
 }
@@ -79,15 +80,15 @@ func compareRuns(ctx context.Context, f demoFlags, c comparison) error {
 // medians and the runs that met every target.
 func WriteComparison(w io.Writer, runs []pairRun) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "pair\tconfiguration\tload avg\torders (of slots' capacity)\tlogin p99 launch / no launch\ts buys > slots\ttimeouts\tlimit s6-s11\ttargets\t\n")
+	fmt.Fprintf(tw, "pair\tconfiguration\tload avg\tbacklog\torders (of slots' capacity)\tlogin p99 launch / no launch\ts buys > slots\ttimeouts\tlimit s6-s11\ttargets\t\n")
 	for _, r := range runs {
 		g := r.goals
 		verdict := "met"
 		if m := g.Misses(); len(m) > 0 {
 			verdict = strings.Join(m, "; ")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%s of %s (%.0f%%)\t%s / %s (%.1fx)\t%d of %d\t%d\t%s\t%s\t\n",
-			r.pair, r.config, r.load, fmtCount(g.Orders), fmtCount(int64(g.Capacity)), 100*g.OrderShare(),
+		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%s\t%s of %s (%.0f%%)\t%s / %s (%.1fx)\t%d of %d\t%d\t%s\t%s\t\n",
+			r.pair, r.config, r.load, fmtCount(int64(g.Backlog)), fmtCount(g.Orders), fmtCount(int64(g.Capacity)), 100*g.OrderShare(),
 			fmtLatency(g.LoginP99), fmtLatency(g.QuietLoginP99), g.LoginX(), g.SecondsOver, g.Seconds, g.Timeouts,
 			limitsAt(r.result, 6, 11), verdict)
 	}

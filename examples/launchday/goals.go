@@ -32,6 +32,11 @@ type Goals struct {
 	// Timeouts counts the requests of every endpoint that got no answer
 	// within the client's timeout.
 	Timeouts int
+	// Backlog is the most requests sent and not yet answered at once in
+	// the launch's first two seconds (sampled every 100 ms): hundreds mean
+	// Envoy fell behind, and then every figure of the run is Envoy's, not
+	// the rule's. Not a target.
+	Backlog int
 }
 
 // MeasureGoals measures launch run r against the no-launch run quiet
@@ -50,6 +55,7 @@ func MeasureGoals(r, quiet *RunResult) (Goals, bool) {
 			g.Timeouts++
 		}
 	}
+	g.Backlog = backlog(r.Records, ls.From, ls.From+2*time.Second)
 	workers := int64(r.Store.Workers)
 	first, last := int(ls.From/time.Second), int((ls.To-1)/time.Second)
 	for s := first; s <= last; s++ {
@@ -59,6 +65,22 @@ func MeasureGoals(r, quiet *RunResult) (Goals, bool) {
 		}
 	}
 	return g, true
+}
+
+// backlog returns the most records outstanding (sent, not yet answered) at
+// once in [from, to], sampled every 100 ms.
+func backlog(records []Record, from, to time.Duration) int {
+	most := 0
+	for t := from; t <= to; t += 100 * time.Millisecond {
+		n := 0
+		for _, r := range records {
+			if r.Sent <= t && r.Sent+r.Latency > t {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
 }
 
 // OrderShare is Orders / Capacity.
@@ -96,8 +118,8 @@ func (g Goals) String() string {
 	if m := g.Misses(); len(m) > 0 {
 		verdict = "missed: " + strings.Join(m, ", ")
 	}
-	return fmt.Sprintf("orders %s of %s (%.0f%%, target %.0f%%); login p99 %s vs %s with no launch (%.1fx, target %.0fx); buys at the store above its slots in %d of %d launch seconds (target <= %d); timeouts %d (target 0): %s",
+	return fmt.Sprintf("orders %s of %s (%.0f%%, target %.0f%%); login p99 %s vs %s with no launch (%.1fx, target %.0fx); buys at the store above its slots in %d of %d launch seconds (target <= %d); timeouts %d (target 0): %s (at most %s requests unanswered at once in the launch's first 2 s)",
 		fmtCount(g.Orders), fmtCount(int64(g.Capacity)), 100*g.OrderShare(), 100*goalOrders,
 		fmtLatency(g.LoginP99), fmtLatency(g.QuietLoginP99), g.LoginX(), goalLoginX,
-		g.SecondsOver, g.Seconds, goalSecondsOver, g.Timeouts, verdict)
+		g.SecondsOver, g.Seconds, goalSecondsOver, g.Timeouts, verdict, fmtCount(int64(g.Backlog)))
 }

@@ -173,6 +173,14 @@ func TestGoals(t *testing.T) {
 	if g.Seconds != int((5*time.Second+last-1)/time.Second)-4 || g.SecondsOver != 1 {
 		t.Errorf("seconds %d, over %d; want the launch's (from 5 s), over in the 6th only (the 4th and 9th are outside)", g.Seconds, g.SecondsOver)
 	}
+	if g.Backlog != 0 {
+		t.Errorf("backlog %d with every request answered at once", g.Backlog)
+	}
+	r.Records = append(r.Records, Record{Endpoint: Buy, Sent: 5500 * time.Millisecond, Latency: time.Second},
+		Record{Endpoint: Buy, Sent: 5600 * time.Millisecond, Latency: time.Second}, Record{Endpoint: Buy, Sent: 7500 * time.Millisecond, Latency: time.Second})
+	if g, _ := MeasureGoals(r, quiet); g.Backlog != 2 {
+		t.Errorf("backlog %d, want 2 (the third is sent after the first 2 s)", g.Backlog)
+	}
 	if m := g.Misses(); g.LoginX() != 2.5 || g.Timeouts != 0 || (len(m) == 1) != (g.OrderShare() < goalOrders) {
 		t.Errorf("login %.2fx, timeouts %d, misses %v (orders %.2f)", g.LoginX(), g.Timeouts, m, g.OrderShare())
 	}
