@@ -223,6 +223,9 @@ func demo(f demoFlags) error {
 			}
 			handConfig = string(b)
 		}
+		if !json.Valid([]byte(handConfig)) {
+			return errors.New("the -compare-config configuration is not valid JSON")
+		}
 		fmt.Printf("Compared with: %s\n\n", rulesSummary(handConfig))
 		return compareRuns(ctx, f, comparison{envoyBin: envoyBin, wasm: wasm, shipped: sluiceConfig, hand: handConfig, launch: launch, quiet: quiet})
 	}
