@@ -216,33 +216,36 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestBuysPeak: three buys on a store of two slots (one queued) and a home
 // page: the snapshot's BuysPeak counts the buys at the store, queued ones
-// included and other routes not, and the next snapshot starts afresh.
+// included and other routes not; a period starts with the buys there at
+// its start, and once they have left the next one is 0.
 func TestBuysPeak(t *testing.T) {
-	s := New(Options{Workers: 2, ServiceTimes: fixed(300 * time.Millisecond)})
+	s := New(Options{Workers: 2, ServiceTimes: fixed(2 * time.Second)})
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	done := make(chan struct{}, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	send := func(method, path string) {
 		go func() {
-			req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{"sku":"t"}`))
+			req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(`{"sku":"t"}`))
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
 			}
-			done <- struct{}{}
 		}()
 	}
 	for range 3 {
 		send(http.MethodPost, "/buy")
 	}
 	send(http.MethodGet, "/")
-	waitFor(t, func() bool { return s.Metrics().InService == 2 && s.Metrics().QueueDepth == 2 })
+	// Each holds a slot for 2 s: all four arrive while the first two hold.
+	waitFor(t, func() bool { return s.buys.Load() == 3 && s.Metrics().Endpoints["GET /"].Received == 1 })
 	if g := s.Snapshot(); g.BuysPeak != 3 {
 		t.Fatalf("BuysPeak = %d with 3 buys at the store, want 3", g.BuysPeak)
 	}
-	for range 4 {
-		<-done
+	cancel() // the queued ones leave; the served ones end after their 2 s
+	waitFor(t, func() bool { return s.buys.Load() == 0 })
+	if g := s.Snapshot(); g.BuysPeak != 3 {
+		t.Fatalf("BuysPeak = %d for the period that began with 3 buys at the store, want 3", g.BuysPeak)
 	}
-	s.Snapshot() // the period in which the buys left
 	if g := s.Snapshot(); g.BuysPeak != 0 {
 		t.Fatalf("BuysPeak = %d with no buy at the store since the last snapshot, want 0", g.BuysPeak)
 	}
