@@ -113,6 +113,10 @@ func WriteComparison(w io.Writer, runs []pairRun) {
 		fmt.Fprintf(w, "%s: median orders %.0f%% (target %.0f%%), median login p99 %.1fx (target %.0fx); %d of %d runs met every target\n",
 			config, 100*median(orders), 100*goalOrders, median(logins), goalLoginX, met, n)
 	}
+	fmt.Fprintln(w, "\nREADME rows (pair | configuration | load average | backlog | orders | login p99 | s over the slots | timeouts | targets | limit s6-s11):")
+	for _, r := range runs {
+		fmt.Fprintf(w, "| %d | %s | %.1f | %s %s |\n", r.pair, r.config, r.load, r.goals.Row(), limitsAt(r.result, 6, 11))
+	}
 }
 
 // limitsAt lists the rule's limit as sampled at the start of seconds

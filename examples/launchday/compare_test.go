@@ -51,6 +51,7 @@ func TestWriteComparison(t *testing.T) {
 		"login p99 4.0x > 3x",
 		"shipped: median orders 100% (target 85%), median login p99 3.0x (target 3x); 1 of 2 runs met every target",
 		"by hand: median orders 100% (target 85%), median login p99 2.0x (target 3x); 2 of 2 runs met every target",
+		"| 2 | shipped | 0.0 | 0 | 270 (100%) | 40.0ms / 10.0ms (4.0x) | 0 | 0 | missed: login p99 4.0x > 3x | 17,-,19,-,-,- |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("comparison lacks %q:\n%s", want, out)

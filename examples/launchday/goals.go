@@ -123,3 +123,16 @@ func (g Goals) String() string {
 		fmtLatency(g.LoginP99), fmtLatency(g.QuietLoginP99), g.LoginX(), goalLoginX,
 		g.SecondsOver, g.Seconds, goalSecondsOver, g.Timeouts, verdict, fmtCount(int64(g.Backlog)))
 }
+
+// Row is the run's cells of examples/launchday/README.md's tables:
+// backlog, orders, login p99 launch / no launch, seconds over the slots,
+// timeouts, targets.
+func (g Goals) Row() string {
+	verdict := "met"
+	if m := g.Misses(); len(m) > 0 {
+		verdict = "missed: " + strings.Join(m, ", ")
+	}
+	return fmt.Sprintf("%s | %s (%.0f%%) | %s / %s (%.1fx) | %d | %d | %s |",
+		fmtCount(int64(g.Backlog)), fmtCount(g.Orders), 100*g.OrderShare(), fmtLatency(g.LoginP99), fmtLatency(g.QuietLoginP99),
+		g.LoginX(), g.SecondsOver, g.Timeouts, verdict)
+}

@@ -232,8 +232,12 @@ func demo(f demoFlags) error {
 
 	started := time.Now()
 	var results []*RunResult
+	var sluiceLoad float64 // the load average as the Sluice run began
 	for _, ph := range phases {
 		opts := phaseOptions(envoyBin, wasm, f.concurrency, ph)
+		if ph.name == "Sluice" {
+			sluiceLoad, _ = loadAverage()
+		}
 		if ph.name == "Sluice" && f.envoyLog != "" {
 			logFile, err := os.Create(abs(f.envoyLog))
 			if err != nil {
@@ -266,6 +270,9 @@ func demo(f demoFlags) error {
 	fmt.Printf("\nChart: %s\n\n", chart)
 	for _, l := range Headlines(results[0], results[1], baseline) {
 		fmt.Println("HEADLINE " + l)
+	}
+	if g, ok := MeasureGoals(results[1], baseline); ok && baseline != nil {
+		fmt.Printf("README row (load average | backlog | orders | login p99 | s over the slots | timeouts | targets): | %.1f | %s\n", sluiceLoad, g.Row())
 	}
 	return nil
 }
