@@ -14,6 +14,7 @@ import (
 // ticker is the worker's tick: its period and when the counters were last
 // published.
 type ticker struct {
+	_         [0]func() // not comparable: no equality function in the module
 	ms        uint32
 	lastFlush int64
 }
