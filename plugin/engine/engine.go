@@ -139,6 +139,10 @@ type Stats struct {
 	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
 	// that failed (the worker learnt on its own copy meanwhile).
 	GaugeErrors uint64
+	// LateWindows counts the sample windows of adaptive rules dropped
+	// because this worker's loop ran late while their requests were out
+	// (see loopLag).
+	LateWindows uint64
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's call carrying a charge
 	// failed).
