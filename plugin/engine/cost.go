@@ -487,7 +487,14 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 	if dc, ok := e.caller.(DetachedCaller); ok {
 		call = dc.CallDetached
 	}
-	err := call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
+	// A response held for this call (SettleHeld) waits at most the time
+	// a request waits for the service.
+	h, timeout := e.holdFor(), debtTimeout
+	if h != nil {
+		timeout = e.cfg.Global.Timeout
+	}
+	err := call(e.cfg.Global.Cluster, e.callBuf, timeout, func(resp rls.Response, err error) {
+		defer h.answered()
 		if err != nil {
 			e.Global.CallFailures++
 			e.keepOwed(&ref, hits) // for the next tick
@@ -506,6 +513,9 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 	if err != nil {
 		e.Global.CallFailures++
 		return false
+	}
+	if h != nil {
+		h.n++
 	}
 	e.Global.Calls++
 	e.Global.ChargeCalls++

@@ -108,6 +108,10 @@ type globalRules struct {
 	// the deposit (cost.go).
 	costAvg []int64
 	costPub []int64 // the deposit last published in shared data, per rule
+	// settleResume and settleHold: the response being settled by SettleHeld, which
+	// waits for the debts it sends (debt_hold.go).
+	settleResume func()
+	settleHold   *debtHold
 }
 
 // persist returns a Pending that outlives the current decision: the
