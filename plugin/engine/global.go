@@ -181,6 +181,9 @@ type GlobalStats struct {
 	// the deposits its requests took (one per request without a cost),
 	// what its Envoy holds in leases or lost with them.
 	Granted uint64
+	// HeldResponses are responses held until the service answered the
+	// charge their lease could not cover (SettleHeld).
+	HeldResponses uint64
 }
 
 const (
