@@ -117,14 +117,14 @@ func TestFleetRLSReplicas(t *testing.T) {
 }
 
 // TestFleetEnvoyChurn: one client spends its budget (300 an hour) over the
-// three Envoys; one is killed (SIGKILL) while it holds leases, mid-window,
-// and a fourth Envoy (one that autoscaling adds) is started then, after
-// the others have spent half the budget: while it starts the two live
-// Envoys go on spending, then it takes its share of the traffic. Nothing is
-// admitted over the limit; the budget lost is at most the dead Envoy's
-// unused leases (its granted hits less its admissions, read from its
-// metrics just before the kill) plus what the service's refusal of the
-// last lease calls wastes.
+// three Envoys; a fourth Envoy (one that autoscaling adds) is started
+// mid-window, once they have spent half the budget, and one of the three
+// is killed (SIGKILL) while it holds leases: while the new one starts the
+// two live Envoys go on spending, then it takes its share of the traffic.
+// Nothing is admitted (or granted) over the limit; the budget lost is at
+// most the dead Envoy's unused leases (its granted hits less its
+// admissions, read from its metrics just before the kill) plus what the
+// service never granted (a refused lease call asked more than was left).
 func TestFleetEnvoyChurn(t *testing.T) {
 	const limit = 300
 	cfg := strings.Replace(haConfig, `"limit": 200`, `"limit": 300`, 1)
@@ -139,19 +139,8 @@ func TestFleetEnvoyChurn(t *testing.T) {
 	client := fmt.Sprint(time.Now().UnixNano(), "churn")
 
 	first := spendOver(t, f.members, client, 150, 6)
-	time.Sleep(1500 * time.Millisecond) // the metrics are published every second
-	dead := f.members[0]
-	granted, err := dead.Stat("wasmcustom.sluice.global.granted")
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed, err := dead.Stat("wasmcustom.sluice.rule.ha_budget.allowed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unused := int64(granted) - int64(allowed)
-	dead.Kill()
-	// The new Envoy starts now, mid-window, with half the budget spent.
+	// The new Envoy starts now, mid-window, with half the budget spent;
+	// meanwhile one of the three is killed and the two others go on.
 	joinStart := time.Now()
 	joined := make(chan *envoytest.Envoy, 1)
 	go func() {
@@ -167,13 +156,34 @@ func TestFleetEnvoyChurn(t *testing.T) {
 		}
 		joined <- e
 	}()
+	var joiner *envoytest.Envoy
+	received := false
+	t.Cleanup(func() { // also when the test ends before the start does
+		if !received {
+			joiner = <-joined
+		}
+		if joiner != nil {
+			_ = joiner.Stop()
+		}
+	})
+	time.Sleep(1500 * time.Millisecond) // the metrics are published every second
+	dead := f.members[0]
+	granted, err := dead.Stat("wasmcustom.sluice.global.granted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, err := dead.Stat("wasmcustom.sluice.rule.ha_budget.allowed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused := int64(granted) - int64(allowed)
+	dead.Kill()
 	live := []*envoytest.Envoy{f.members[1], f.members[2]}
 	meanwhile := spendOver(t, live, client, 50, 2)
-	joiner := <-joined
+	joiner, received = <-joined, true
 	if joiner == nil {
 		t.FailNow()
 	}
-	t.Cleanup(func() { _ = joiner.Stop() })
 	joinTook := time.Since(joinStart)
 	rest := spendOver(t, append(live, joiner), client, 3*limit, 6)
 	admitted := first + meanwhile + rest

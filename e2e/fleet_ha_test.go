@@ -102,6 +102,7 @@ func TestFleetSentinel(t *testing.T) {
 			quietAdmitted++
 		}
 	}
+	watch := watchCircuits(t, f)
 	b := spendThroughKill(t, f, set, busy)
 	recovered, probes, probesOnError := probeRecovery(t, f, b.killed, run)
 	newMaster, err := set.MasterAddr()
@@ -122,6 +123,24 @@ func TestFleetSentinel(t *testing.T) {
 	quietLate, quietOnError := spendRestBy(t, f, quiet)
 	quietAdmitted += quietLate
 	late := spendRest(t, f, busy)
+	// Every worker decides by the service again within 10 s of the kill:
+	// probes from new clients (each needs a call) until 11 s after it,
+	// none decided by on_error after 10 s; every Envoy's circuits closed
+	// (as published once a second) from 11 s on.
+	lateProbes, lateOnError := probeUntil(t, f, b.killed.Add(11*time.Second), b.killed.Add(10*time.Second), run)
+	time.Sleep(1200 * time.Millisecond)
+	watch.end()
+	lastOpen := watch.lastOnError(b.killed)
+	t.Logf("after the kill, each Envoy's last sample of an open circuit or an on_error decision: %v; probes from 10 s to 11 s after the kill: %d, by on_error %d",
+		lastOpen, lateProbes, lateOnError)
+	if lateOnError > 0 {
+		t.Errorf("%d of %d probes decided by on_error more than 10 s after the kill", lateOnError, lateProbes)
+	}
+	for i, d := range lastOpen {
+		if d > 11*time.Second {
+			t.Errorf("Envoy %d: a circuit open or on_error deciding %v after the kill", i, d.Round(time.Millisecond))
+		}
+	}
 	byService := b.admitted - b.byOnError + int64(late)
 	overByService := byService - haLimit
 	t.Logf("quiet: %d admitted in all (limit %d), %d of them after the recovery by on_error (a circuit still open); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery: %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
@@ -202,6 +221,24 @@ func probeRecovery(t *testing.T, f *fleet, killed time.Time, run string) (recove
 	return 0, probes, onError
 }
 
+// probeUntil sends probes from new clients until end and returns how many
+// were sent after from and how many of those on_error decided.
+func probeUntil(t *testing.T, f *fleet, end, from time.Time, run string) (probes, onError int) {
+	for i := 0; time.Now().Before(end); i++ {
+		at := time.Now()
+		_, svc := haGet(t, f, "/probe", fmt.Sprintf("%sprobe-late%d", run, i))
+		if at.Before(from) {
+			continue
+		}
+		probes++
+		if !svc {
+			onError++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return probes, onError
+}
+
 // spendRest sends client's requests until one is refused and returns how
 // many were admitted.
 func spendRest(t *testing.T, f *fleet, client string) int {
@@ -275,4 +312,78 @@ func TestFleetRedisCluster(t *testing.T) {
 			t.Errorf("master %d holds no counter: the keys did not spread", i)
 		}
 	}
+}
+
+// circuitWatch samples, every 250 ms, each member's circuit_open gauge
+// (its workers whose circuit is open) and on_error counter, so that a test
+// can tell when each Envoy's workers decided by the service again (the
+// plugin publishes them once a second).
+type circuitWatch struct {
+	mu      sync.Mutex
+	samples []circuitSample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type circuitSample struct {
+	at      time.Time
+	open    []uint64
+	onError []uint64
+}
+
+func watchCircuits(t *testing.T, f *fleet) *circuitWatch {
+	w := &circuitWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s := circuitSample{at: time.Now()}
+			for _, e := range f.members {
+				o, _ := e.Stat("wasmcustom.sluice.global.circuit_open")
+				n, _ := e.Stat("wasmcustom.sluice.on_error.allowed")
+				s.open, s.onError = append(s.open, o), append(s.onError, n)
+			}
+			w.mu.Lock()
+			w.samples = append(w.samples, s)
+			w.mu.Unlock()
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(w.end)
+	return w
+}
+
+func (w *circuitWatch) end() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// lastOnError returns, per member, the last time after since at which a
+// sample showed a worker's circuit open or on_error deciding (its counter
+// grew since the previous sample), as a duration after since (0: never).
+func (w *circuitWatch) lastOnError(since time.Time) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last []time.Duration
+	for i, s := range w.samples {
+		if last == nil {
+			last = make([]time.Duration, len(s.open))
+		}
+		for m := range s.open {
+			grew := i > 0 && s.onError[m] > w.samples[i-1].onError[m]
+			if s.at.After(since) && (s.open[m] > 0 || grew) {
+				last[m] = s.at.Sub(since)
+			}
+		}
+	}
+	return last
 }
