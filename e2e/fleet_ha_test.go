@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,15 @@ func TestFleetSentinel(t *testing.T) {
 	watch := watchCircuits(t, f)
 	b := spendThroughKill(t, f, set, busy)
 	recovered, probes, probesOnError := probeRecovery(t, f, b.killed, run)
+	promoted := <-b.promoted
+	t.Logf("the Sentinels named the new master %v after the kill", promoted.Round(time.Millisecond))
+	if os.Getenv("SLUICE_DEBUG_RLS") != "" {
+		for _, l := range strings.Split(rls.Logs(), "\n") {
+			if strings.Contains(l, "rror") {
+				t.Log(l)
+			}
+		}
+	}
 	newMaster, err := set.MasterAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +175,7 @@ type killRun struct {
 	killed                      time.Time
 	before                      uint64
 	atKill, admitted, byOnError int64
+	promoted                    chan time.Duration // after the kill
 }
 
 // spendThroughKill has client spend its budget from four senders, kills the
@@ -199,6 +210,17 @@ func spendThroughKill(t *testing.T, f *fleet, set *envoytest.SentinelSet, client
 	set.Master.Kill()
 	r.killed = time.Now()
 	r.atKill = admitted.Load()
+	r.promoted = make(chan time.Duration, 1)
+	go func() { // when the Sentinels name the new master
+		for time.Since(r.killed) < 20*time.Second {
+			if m, err := set.MasterAddr(); err == nil && m != r.oldMaster {
+				r.promoted <- time.Since(r.killed)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		r.promoted <- 0
+	}()
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()

@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"time"
 )
 
@@ -11,12 +12,24 @@ type circuit struct {
 	failures  int
 	openUntil int64
 	probing   bool
+	// failedAt is the moment of the last failure (see peerRecovered).
+	failedAt int64
 }
 
 const (
 	circuitMinBackoff = 100 * time.Millisecond
 	circuitMaxBackoff = 500 * time.Millisecond
 )
+
+// recoveredKey is the shared-data key where a worker whose circuit closes
+// writes when the service answered it (8 bytes, nanoseconds): the other
+// workers of the Envoy whose circuits are open close theirs at their next
+// tick, instead of each waiting for a probe of its own to get through. A
+// failover of the service's Redis shows why: the service answers again
+// for some calls while others still fail, and a worker whose probes kept
+// meeting failures would otherwise decide by on_error long after its
+// Envoy's other workers were told by the service again.
+const recoveredKey = "sluice.v1.circuit.answered"
 
 // probeDue says whether the tick should send a probe at now.
 func (c *circuit) probeDue(now int64) bool {
@@ -32,9 +45,38 @@ func (c *circuit) success() { c.failures, c.probing = 0, false }
 func (c *circuit) failure(now int64) {
 	c.failures++
 	c.probing = false
+	c.failedAt = now
 	b := circuitMinBackoff << min(c.failures-1, 10)
 	c.openUntil = now + int64(min(b, circuitMaxBackoff))
 }
 
 // CircuitOpen reports whether the worker's circuit to the service is open.
 func (e *Engine) CircuitOpen() bool { return e.circuit.failures > 0 }
+
+// answered closes the circuit after an answer of the service at now; a
+// circuit that was open tells the Envoy's other workers (recoveredKey).
+func (e *Engine) answered(now int64) {
+	if e.circuit.failures == 0 {
+		return
+	}
+	e.circuit.success()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(now))
+	_, _ = e.table.store.Set(recoveredKey, b[:], 0) // lost: each worker still probes
+}
+
+// peerRecovered closes the circuit, on the tick, when another worker of
+// the Envoy saw the service answer after this worker's last failure.
+func (e *Engine) peerRecovered() {
+	if e.circuit.failures == 0 {
+		return
+	}
+	v, _, found, err := e.table.store.Get(recoveredKey)
+	if err != nil || !found || len(v) != 8 {
+		return
+	}
+	at := int64(binary.LittleEndian.Uint64(v))
+	if at > e.circuit.failedAt {
+		e.circuit.success()
+	}
+}

@@ -489,6 +489,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
+	e.peerRecovered()
 	if e.circuit.probeDue(now) {
 		e.probe(now)
 	}
@@ -590,11 +591,12 @@ func (e *Engine) probe(now int64) {
 	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Probes++
 	err := e.caller.Call(g.Cluster, e.callBuf, g.Timeout, func(resp rls.Response, err error) {
+		t := e.now()
 		if err != nil {
-			e.circuit.failure(e.now())
+			e.circuit.failure(t)
 			return
 		}
-		e.circuit.success()
+		e.answered(t)
 	})
 	if err != nil {
 		e.circuit.failure(now)

@@ -41,7 +41,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		e.failCall(in, err, now)
 		return
 	}
-	e.circuit.success()
+	e.answered(now)
 	if d := now - in.sentAt; d > 0 {
 		if e.rtt == 0 {
 			e.rtt = d

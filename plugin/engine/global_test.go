@@ -381,3 +381,91 @@ func TestGlobalCountsRequestsLetInFromAQueue(t *testing.T) {
 		t.Errorf("%d admitted, %d rejected of 8 (the global limit is 3, every request decided)", admitted, rejected)
 	}
 }
+
+// TestGlobalCircuitRecoversWithItsEnvoy: two workers of an Envoy (one
+// shared data) open their circuits while the service fails. The service
+// answers again; the first worker's probe gets through just after the
+// second worker's probe met a failure (a service that answers some calls
+// and fails others while it reconnects). The second worker closes
+// its circuit at its next tick, without waiting for a probe of its own
+// (whose back-off has grown), since the service answered after its last
+// failure; a worker whose last failure came after that answer stays open.
+func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"g","scope":"global","limit":100,"window":"1m","key":["header:x-client"]}],
+		"global":{"cluster":"ratelimit","timeout":"50ms"},"on_error":"allow"}`)
+	store := newMemStore()
+	now := t0
+	svc := &fakeService{limit: 1000}
+	var workers []*Engine
+	for i := 0; i < 3; i++ {
+		e := New(cfg, store, 1)
+		e.SetGlobal(svc, func(*Pending, *Verdict) {})
+		e.Now = func() int64 { return now }
+		workers = append(workers, e)
+	}
+	a, b, c := workers[0], workers[1], workers[2]
+	// The service fails: every worker's call fails, four times in a row
+	// (the back-off grows to its maximum).
+	svc.down = true
+	for round := 0; round < 4; round++ {
+		for _, e := range workers {
+			if round == 0 {
+				e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "x"), now)
+			} else {
+				e.Sweep(now)
+			}
+		}
+		svc.deliver()
+		now += int64(circuitMaxBackoff)
+	}
+	for i, e := range workers {
+		if !e.CircuitOpen() {
+			t.Fatalf("worker %d: circuit closed while the service fails", i)
+		}
+	}
+	// b's probe meets a failure; c's probe is sent; the service answers
+	// a's probe; c's answer is a failure, after a's (a service that
+	// answers some calls and fails others while it reconnects).
+	b.Sweep(now)
+	svc.deliver()
+	now += int64(time.Millisecond)
+	c.Sweep(now)
+	now += int64(time.Millisecond)
+	a.Sweep(now)
+	if len(svc.pending) != 2 {
+		t.Fatalf("%d probes pending, want c's and a's", len(svc.pending))
+	}
+	cProbe, aProbe := svc.pending[0], svc.pending[1]
+	svc.pending = nil
+	svc.down = false
+	aProbe()
+	if a.CircuitOpen() {
+		t.Fatal("a: circuit open after its probe got through")
+	}
+	now += int64(time.Millisecond)
+	svc.down = true
+	cProbe()
+	if !b.CircuitOpen() || !c.CircuitOpen() {
+		t.Fatal("b or c closed by a failed probe")
+	}
+	// The next tick, long before b's back-off ends: b closes (the service
+	// answered a after b's last failure), c stays open (its failure came
+	// after).
+	now += int64(prefetchTick)
+	calls := len(svc.calls)
+	b.Sweep(now)
+	c.Sweep(now)
+	if b.CircuitOpen() {
+		t.Error("b: circuit still open after its Envoy's other worker was answered")
+	}
+	if !c.CircuitOpen() {
+		t.Error("c: circuit closed though it failed after the answer")
+	}
+	if len(svc.calls) != calls {
+		t.Errorf("%d probes sent before the back-off ended", len(svc.calls)-calls)
+	}
+	svc.down = false
+	if v := b.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "y"), now); v.Outcome != Call {
+		t.Errorf("b after the recovery: %v, want a call to the service", v.Outcome)
+	}
+}
