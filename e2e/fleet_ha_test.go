@@ -134,11 +134,13 @@ func TestFleetSentinel(t *testing.T) {
 	quietAdmitted += quietLate
 	late := spendRest(t, f, busy)
 	// Every worker decides by the service again within 10 s of the kill:
-	// probes from new clients (each needs a call) until 11 s after it,
-	// none decided by on_error after 10 s; every Envoy's circuits closed
-	// (as published once a second) from 11 s on.
-	lateProbes, lateOnError := probeUntil(t, f, b.killed.Add(11*time.Second), b.killed.Add(10*time.Second), run)
-	time.Sleep(1200 * time.Millisecond)
+	// probes from new clients (each needs a call) until every Envoy has
+	// shown no open circuit and no on_error decision for 2 s (as published
+	// once a second), or 11 s after the kill; none decided by on_error
+	// after 10 s.
+	lateProbes, lateOnError := probeUntil(t, f, func() bool {
+		return time.Since(b.killed) > 11*time.Second || watch.quietFor(2*time.Second)
+	}, b.killed.Add(10*time.Second), run)
 	watch.end()
 	lastOpen := watch.lastOnError(b.killed)
 	t.Logf("after the kill, each Envoy's last sample of an open circuit or an on_error decision: %v; probes from 10 s to 11 s after the kill: %d, by on_error %d",
@@ -243,10 +245,10 @@ func probeRecovery(t *testing.T, f *fleet, killed time.Time, run string) (recove
 	return 0, probes, onError
 }
 
-// probeUntil sends probes from new clients until end and returns how many
-// were sent after from and how many of those on_error decided.
-func probeUntil(t *testing.T, f *fleet, end, from time.Time, run string) (probes, onError int) {
-	for i := 0; time.Now().Before(end); i++ {
+// probeUntil sends probes from new clients until done and returns how
+// many were sent after from and how many of those on_error decided.
+func probeUntil(t *testing.T, f *fleet, done func() bool, from time.Time, run string) (probes, onError int) {
+	for i := 0; !done(); i++ {
 		at := time.Now()
 		_, svc := haGet(t, f, "/probe", fmt.Sprintf("%sprobe-late%d", run, i))
 		if at.Before(from) {
@@ -387,6 +389,25 @@ func (w *circuitWatch) end() {
 		close(w.stop)
 	}
 	<-w.done
+}
+
+// quietFor says whether the samples of the last d (at least d of them)
+// show every member with no circuit open and no on_error decision.
+func (w *circuitWatch) quietFor(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.samples)
+	if n < 2 || time.Since(w.samples[0].at) < d {
+		return false
+	}
+	for i := n - 1; i > 0 && time.Since(w.samples[i].at) <= d; i-- {
+		for m, o := range w.samples[i].open {
+			if o > 0 || w.samples[i].onError[m] > w.samples[i-1].onError[m] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // lastOnError returns, per member, the last time after since at which a
