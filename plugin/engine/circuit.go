@@ -66,9 +66,13 @@ func (e *Engine) answered(now int64) {
 }
 
 // peerRecovered closes the circuit, on the tick, when another worker of
-// the Envoy saw the service answer after this worker's last failure.
-func (e *Engine) peerRecovered() {
-	if e.circuit.failures == 0 {
+// the Envoy saw the service answer after this worker's last failure. When
+// this worker failed after that answer, the service answers some calls
+// and fails others (reconnecting): the next probe goes at the shortest
+// back-off, not the one grown while the service was down.
+func (e *Engine) peerRecovered(now int64) {
+	c := &e.circuit
+	if c.failures == 0 {
 		return
 	}
 	v, _, found, err := e.table.store.Get(recoveredKey)
@@ -76,7 +80,10 @@ func (e *Engine) peerRecovered() {
 		return
 	}
 	at := int64(binary.LittleEndian.Uint64(v))
-	if at > e.circuit.failedAt {
-		e.circuit.success()
+	switch {
+	case at > c.failedAt:
+		c.success()
+	case now-at < int64(circuitMaxBackoff):
+		c.openUntil = min(c.openUntil, c.failedAt+int64(circuitMinBackoff))
 	}
 }

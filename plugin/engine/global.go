@@ -489,7 +489,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
-	e.peerRecovered()
+	e.peerRecovered(now)
 	if e.circuit.probeDue(now) {
 		e.probe(now)
 	}

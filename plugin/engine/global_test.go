@@ -389,7 +389,8 @@ func TestGlobalCountsRequestsLetInFromAQueue(t *testing.T) {
 // and fails others while it reconnects). The second worker closes
 // its circuit at its next tick, without waiting for a probe of its own
 // (whose back-off has grown), since the service answered after its last
-// failure; a worker whose last failure came after that answer stays open.
+// failure; a worker whose last failure came after that answer stays open
+// and probes again at the shortest back-off.
 func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"g","scope":"global","limit":100,"window":"1m","key":["header:x-client"]}],
 		"global":{"cluster":"ratelimit","timeout":"50ms"},"on_error":"allow"}`)
@@ -464,7 +465,18 @@ func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 	if len(svc.calls) != calls {
 		t.Errorf("%d probes sent before the back-off ended", len(svc.calls)-calls)
 	}
+	// c probes again at the shortest back-off (the service answers some
+	// calls), not the 500 ms it had grown to.
+	now += int64(circuitMinBackoff)
+	c.Sweep(now)
+	if len(svc.calls) != calls+1 {
+		t.Errorf("c: %d probes at its shortest back-off, want 1", len(svc.calls)-calls)
+	}
 	svc.down = false
+	svc.deliver()
+	if c.CircuitOpen() {
+		t.Error("c: circuit open after its probe got through")
+	}
 	if v := b.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "y"), now); v.Outcome != Call {
 		t.Errorf("b after the recovery: %v, want a call to the service", v.Outcome)
 	}
