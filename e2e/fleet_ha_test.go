@@ -129,10 +129,25 @@ func TestFleetSentinel(t *testing.T) {
 	if newMaster == b.oldMaster {
 		t.Fatalf("no failover: the master is still %s", newMaster)
 	}
-	// Both clients spend the rest of their budget.
+	// Both clients spend the rest of their budget. What decided by on_error
+	// from here: the circuit (short_circuited) or failed calls.
+	why := []string{"short_circuited", "call_failures", "expired", "lost_answers", "probes"}
+	whyAt := func() []uint64 {
+		var n []uint64
+		for _, w := range why {
+			n = append(n, f.sum(t, "wasmcustom.sluice.global."+w))
+		}
+		return n
+	}
+	why0 := whyAt() // as published (each worker once a second)
 	quietLate, quietOnError := spendRestBy(t, f, quiet)
 	quietAdmitted += quietLate
 	late := spendRest(t, f, busy)
+	time.Sleep(1100 * time.Millisecond)
+	why1 := whyAt()
+	for i, w := range why {
+		t.Logf("after the recovery, while both clients spent the rest: %s %d", w, why1[i]-why0[i])
+	}
 	// Every worker decides by the service again within 10 s of the kill:
 	// probes from new clients (each needs a call) until every Envoy has
 	// shown no open circuit and no on_error decision for 2 s (as published
