@@ -142,7 +142,7 @@ func TestFleetSentinel(t *testing.T) {
 	why0 := whyAt() // as published (each worker once a second)
 	quietLate, quietOnError := spendRestBy(t, f, quiet)
 	quietAdmitted += quietLate
-	late := spendRest(t, f, busy)
+	late, lateOnError := spendRestBy(t, f, busy)
 	time.Sleep(1100 * time.Millisecond)
 	why1 := whyAt()
 	for i, w := range why {
@@ -168,10 +168,10 @@ func TestFleetSentinel(t *testing.T) {
 			t.Errorf("Envoy %d: a circuit open or on_error deciding %v after the kill", i, d.Round(time.Millisecond))
 		}
 	}
-	byService := b.admitted - b.byOnError + int64(late)
+	byService := b.admitted - b.byOnError + int64(late-lateOnError)
 	overByService := byService - haLimit
-	t.Logf("quiet: %d admitted in all (limit %d), %d of them after the recovery by on_error (a circuit still open); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery: %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
-		quietAdmitted, haLimit, quietOnError, b.atKill, b.admitted-b.atKill, b.byOnError, late, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
+	t.Logf("quiet: %d admitted in all (limit %d), %d of them after the recovery by on_error (a circuit still open); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery (%d by on_error): %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
+		quietAdmitted, haLimit, quietOnError, b.atKill, b.admitted-b.atKill, b.byOnError, late, lateOnError, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
 	if byService := quietAdmitted - quietOnError; byService > haLimit || byService < haLimit*9/10 {
 		t.Errorf("quiet: the service admitted %d (and on_error %d), want %d..%d", byService, quietOnError, haLimit*9/10, haLimit)
 	}
@@ -278,15 +278,8 @@ func probeUntil(t *testing.T, f *fleet, done func() bool, from time.Time, run st
 	return probes, onError
 }
 
-// spendRest sends client's requests until one is refused and returns how
-// many were admitted.
-func spendRest(t *testing.T, f *fleet, client string) int {
-	n, _ := spendRestBy(t, f, client)
-	return n
-}
-
-// spendRestBy is spendRest that also returns how many of the admissions
-// on_error decided (no limit headers): a worker whose circuit is still
+// spendRestBy sends client's requests until one is refused and returns how
+// many were admitted, and how many of those on_error decided (no limit headers): a worker whose circuit is still
 // open after the failover decides by on_error until its next probe
 // succeeds, and those admissions are on_error's, not the service's.
 func spendRestBy(t *testing.T, f *fleet, client string) (admitted, byOnError int) {

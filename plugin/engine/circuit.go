@@ -16,9 +16,13 @@ type circuit struct {
 	failedAt int64
 }
 
+// The back-off between probes doubles from circuitMinBackoff up to
+// circuitMaxBackoff: once the service answers again, a worker decides by
+// on_error at most that much longer (its next probe), and while the
+// service is down each worker sends it at most 4 probes a second.
 const (
 	circuitMinBackoff = 100 * time.Millisecond
-	circuitMaxBackoff = 500 * time.Millisecond
+	circuitMaxBackoff = 250 * time.Millisecond
 )
 
 // recoveredKey is the shared-data key where a worker whose circuit closes

@@ -42,7 +42,7 @@ import (
 // worker's circuit opens: requests that need a call are decided by
 // on_error at once without waiting, and the worker's tick sends probe calls
 // (no request waits for them) after a back-off that doubles from 100ms to
-// 500ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
+// 250ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
 // counted by the service before the failure). Only the service's failures
 // open the circuit: a call whose answer Envoy drops (the stream that sent
 // it ended) leaves its other requests to on_error at the next tick, and a

@@ -466,7 +466,7 @@ func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 		t.Errorf("%d probes sent before the back-off ended", len(svc.calls)-calls)
 	}
 	// c probes again at the shortest back-off (the service answers some
-	// calls), not the 500 ms it had grown to.
+	// calls), not the back-off it had grown to.
 	now += int64(circuitMinBackoff)
 	c.Sweep(now)
 	if len(svc.calls) != calls+1 {
