@@ -107,7 +107,7 @@ func TestFleetSentinel(t *testing.T) {
 	b := spendThroughKill(t, f, set, busy)
 	recovered, probes, probesOnError := probeRecovery(t, f, b.killed, run)
 	promoted := <-b.promoted
-	t.Logf("the Sentinels named the new master %v after the kill", promoted.Round(time.Millisecond))
+	t.Logf("the Sentinels named the new master %v after the kill; replication lag at the kill %d bytes", promoted.Round(time.Millisecond), b.lag)
 	if os.Getenv("SLUICE_DEBUG_RLS") != "" {
 		for _, l := range strings.Split(rls.Logs(), "\n") {
 			if strings.Contains(l, "rror") {
@@ -193,6 +193,27 @@ type killRun struct {
 	before                      uint64
 	atKill, admitted, byOnError int64
 	promoted                    chan time.Duration // after the kill
+	lag                         int64              // replication lag at the kill, bytes
+}
+
+// replOffset reads a replication offset (field of INFO replication) at
+// addr.
+func replOffset(t *testing.T, addr, field string) int64 {
+	r, err := envoytest.RedisDo(addr, "INFO", "replication")
+	if err != nil || len(r) == 0 {
+		t.Fatalf("INFO replication at %s: %v", addr, err)
+	}
+	for _, l := range strings.Split(r[0], "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", field, v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s at %s", field, addr)
+	return 0
 }
 
 // spendThroughKill has client spend its budget from four senders, kills the
@@ -224,6 +245,10 @@ func spendThroughKill(t *testing.T, f *fleet, set *envoytest.SentinelSet, client
 	time.Sleep(300 * time.Millisecond)
 	r := killRun{oldMaster: set.Master.Addr()}
 	r.before = redisCountAt(t, r.oldMaster, "*ha_budget*")
+	// The replication lag at the kill: what the master has written that
+	// the replica has not (bytes of the replication stream).
+	masterOff := replOffset(t, r.oldMaster, "master_repl_offset")
+	r.lag = masterOff - replOffset(t, set.Replica.Addr(), "slave_repl_offset")
 	set.Master.Kill()
 	r.killed = time.Now()
 	r.atKill = admitted.Load()
