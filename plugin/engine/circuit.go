@@ -12,8 +12,10 @@ type circuit struct {
 	failures  int
 	openUntil int64
 	probing   bool
-	// failedAt is the moment of the last failure (see peerRecovered).
-	failedAt int64
+	// failedAt is the moment of the last failure (see peerRecovered);
+	// probeAt when the last probe was sent; answeredAt when the service
+	// last answered this worker (or, told by another, its Envoy).
+	failedAt, probeAt, answeredAt int64
 }
 
 // The back-off between probes doubles from circuitMinBackoff up to
@@ -35,16 +37,31 @@ const (
 // Envoy's other workers were told by the service again.
 const recoveredKey = "sluice.v1.circuit.answered"
 
-// probeDue says whether the tick should send a probe at now.
+// probeDue says whether the tick should send a probe at now: once the
+// back-off has passed, and while a probe is out only once it has waited
+// circuitMaxBackoff (a probe stuck on a connection the service has not
+// yet replaced must not keep the circuit open until its timeout; the
+// first probe answered closes it).
 func (c *circuit) probeDue(now int64) bool {
-	if c.failures == 0 || c.probing || now < c.openUntil {
+	if c.failures == 0 || now < c.openUntil || (c.probing && now-c.probeAt < int64(circuitMaxBackoff)) {
 		return false
 	}
-	c.probing = true
+	c.probing, c.probeAt = true, now
 	return true
 }
 
 func (c *circuit) success() { c.failures, c.probing = 0, false }
+
+// failed counts the failure, at now, of a call sent at sentAt. A call sent
+// before the service last answered (one stuck on a connection the service
+// has replaced since, failing at its timeout) does not open the circuit
+// again: the service answers.
+func (c *circuit) failed(sentAt, now int64) {
+	if c.answeredAt > sentAt {
+		return
+	}
+	c.failure(now)
+}
 
 func (c *circuit) failure(now int64) {
 	c.failures++
@@ -60,6 +77,7 @@ func (e *Engine) CircuitOpen() bool { return e.circuit.failures > 0 }
 // answered closes the circuit after an answer of the service at now; a
 // circuit that was open tells the Envoy's other workers (recoveredKey).
 func (e *Engine) answered(now int64) {
+	e.circuit.answeredAt = max(e.circuit.answeredAt, now)
 	if e.circuit.failures == 0 {
 		return
 	}
@@ -87,6 +105,7 @@ func (e *Engine) peerRecovered(now int64) {
 	switch {
 	case at > c.failedAt:
 		c.success()
+		c.answeredAt = max(c.answeredAt, at)
 	case now-at < int64(circuitMaxBackoff):
 		c.openUntil = min(c.openUntil, c.failedAt+int64(circuitMinBackoff))
 	}

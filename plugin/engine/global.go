@@ -566,7 +566,7 @@ func (e *Engine) forget(in *inflight) {
 // failCall counts a failure of the service (in's call failed or could not
 // be sent) and leaves the decision on in's waiters to on_error.
 func (e *Engine) failCall(in *inflight, err error, now int64) {
-	e.circuit.failure(now)
+	e.circuit.failed(in.sentAt, now)
 	r := &e.cfg.Rules[in.ref.rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
@@ -593,7 +593,7 @@ func (e *Engine) probe(now int64) {
 	err := e.caller.Call(g.Cluster, e.callBuf, g.Timeout, func(resp rls.Response, err error) {
 		t := e.now()
 		if err != nil {
-			e.circuit.failure(t)
+			e.circuit.failed(now, t)
 			return
 		}
 		e.answered(t)

@@ -481,3 +481,55 @@ func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 		t.Errorf("b after the recovery: %v, want a call to the service", v.Outcome)
 	}
 }
+
+// TestGlobalCircuitProbeNotStuck: a probe the service does not answer (its
+// call stuck until its timeout) does not keep the circuit open: another
+// probe goes after the longest back-off, the first answered closes it,
+// and the stuck one's late failure does not open it again.
+func TestGlobalCircuitProbeNotStuck(t *testing.T) {
+	e, svc, _, now := globalEngine(t, 100, "allow")
+	svc.down = true
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "a"), *now)
+	svc.deliver()
+	if !e.CircuitOpen() {
+		t.Fatal("circuit closed after a failure")
+	}
+	*now += int64(circuitMinBackoff)
+	e.Sweep(*now)
+	if e.Global.Probes != 1 {
+		t.Fatalf("probes %d, want 1", e.Global.Probes)
+	}
+	stuck := svc.pending
+	svc.pending = nil
+	*now += int64(circuitMaxBackoff) - int64(time.Millisecond)
+	e.Sweep(*now)
+	if e.Global.Probes != 1 {
+		t.Fatalf("a second probe before the first waited %v", circuitMaxBackoff)
+	}
+	*now += int64(time.Millisecond)
+	e.Sweep(*now)
+	if e.Global.Probes != 2 {
+		t.Fatalf("probes %d: none sent while the first is stuck", e.Global.Probes)
+	}
+	svc.down = false
+	svc.deliver()
+	if e.CircuitOpen() {
+		t.Fatal("circuit open after the second probe was answered")
+	}
+	// The stuck probe fails at last (its timeout): sent before the
+	// service answered, it does not open the circuit again.
+	svc.down = true
+	*now += int64(10 * time.Millisecond)
+	for _, f := range stuck {
+		f()
+	}
+	if e.CircuitOpen() {
+		t.Error("the late failure of a probe sent before the answer opened the circuit")
+	}
+	// A call sent after the answer that fails opens it.
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "b"), *now)
+	svc.deliver()
+	if !e.CircuitOpen() {
+		t.Error("a failure after the answer left the circuit closed")
+	}
+}
