@@ -24,10 +24,13 @@ import (
 // data): 3,516,725 bytes then. Raised for global rules' deposits sized to
 // what requests cost (the deposit, its moving average shared by an Envoy's
 // workers, charges sent as the response passes, resends of undelivered
-// calls: about 23 KB): 3,540,231 bytes then. A feature that needs more raises it
+// calls: about 23 KB): 3,540,231 bytes then. Raised for responses held until
+// the service counted their debt, circuits that close with their Envoy and
+// probes not blocked by a stuck one (5,061 bytes over main's 3,547,061):
+// 3,552,122 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_552_000
+const moduleCeiling = 3_560_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
