@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 	"github.com/sluicehq/sluice/shared/limit"
@@ -273,12 +274,17 @@ func (e *Engine) countPost(v *Verdict) {
 // upstream's response headers are here (resp reads them, ":status"
 // included), and updates the numbers the headers report. It charges once:
 // the charges are forgotten.
-func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
+func (e *Engine) Settle(v *Verdict, resp Request, now int64) { e.settle(v, resp, now, nil) }
+
+// settle is Settle; sc, when not nil, gathers the debt calls the response
+// waits for (SettleHeld).
+func (e *Engine) settle(v *Verdict, resp Request, now int64, sc *settling) {
 	status := uint32(0)
 	haveStatus := false
 	for i := 0; i < v.post.n; i++ {
 		c := v.post.at(i)
 		r := &e.cfg.Rules[c.rule]
+		e.trace(StepSettle, c.rule)
 		if len(r.Cost.OnStatus) > 0 {
 			if !haveStatus {
 				s, _ := resp.Header(":status")
@@ -287,7 +293,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			if !r.Cost.ChargesStatus(status) {
 				if r.Global {
 					e.learnCost(c.rule, 0)
-					e.debitGlobal(c, 0, now)
+					e.debitGlobal(c, 0, now, sc)
 				}
 				continue
 			}
@@ -300,7 +306,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 		e.Stats.Rules[c.rule].Charged += uint64(n)
 		if r.Global {
 			e.learnCost(c.rule, n)
-			e.debitGlobal(c, n, now)
+			e.debitGlobal(c, n, now, sc)
 			continue
 		}
 		d, _, err := e.table.Update(Debit, c.fp, c.rule, &r.Limit, now, n, 0)
@@ -331,7 +337,7 @@ type debt struct {
 // taken from: the service counted them there, and a later window's lease
 // holds only hits counted in that window (giving them there would admit
 // more than the service counted).
-func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
+func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64, sc *settling) {
 	r := &e.cfg.Rules[c.rule]
 	w := r.Limit.Window()
 	end := lease.WindowEnd(now, w)
@@ -367,15 +373,15 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	if err != nil {
 		owed = extra
 	}
-	e.owe(c, owed)
+	e.owe(c, owed, sc)
 }
 
 // owe records that c's client owes the service hits (a charge the lease
 // could not cover) and sends them at once when it can (sendDebt);
 // otherwise they wait for the client's next call or the tick.
-func (e *Engine) owe(c *PostCharge, hits uint32) {
-	if d := e.keepOwed(c, hits); d != nil && e.caller != nil && !e.CircuitOpen() {
-		e.sendDebt(callKey{c.rule, c.fp}, d) // if it is not sent, the tick sends it
+func (e *Engine) owe(c *PostCharge, hits uint32, sc *settling) {
+	if d := e.keepOwed(c, hits); d != nil && e.link.Ready() && !e.CircuitOpen() {
+		e.sendDebt(callKey{c.rule, c.fp}, d, sc) // if it is not sent, the tick sends it
 	}
 }
 
@@ -451,27 +457,25 @@ func (e *Engine) dropDebt(key callKey) {
 // The answer tells whether the client is now over its limit: its lease is
 // then exhausted until the window ends, so this Envoy refuses it at once.
 func (e *Engine) sendCharges(now int64) {
-	if len(e.debts) == 0 || e.caller == nil || e.CircuitOpen() {
+	if len(e.debts) == 0 || !e.link.Ready() || e.CircuitOpen() {
 		return
 	}
 	for key, d := range e.debts {
 		// A debt that could not be sent stays owed for the next tick.
-		e.sendDebt(key, d)
+		e.sendDebt(key, d, nil)
 	}
 }
 
 // DetachedCaller is a Caller that can send a call no request waits for
-// (a charge) so that the end of the current stream does not cancel it.
-type DetachedCaller interface {
-	CallDetached(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
-}
+// (global.DetachedCaller).
+type DetachedCaller = global.DetachedCaller
 
 // sendDebt sends what the client key owes the service (d) in one call, in
 // the current proxy-wasm context; no request waits for it. The answer
 // tells whether the client is now over its limit: its lease is then
 // exhausted until the window ends, so this Envoy refuses it at once. It
 // reports whether the call was sent (the debt is then paid).
-func (e *Engine) sendDebt(key callKey, d *debt) bool {
+func (e *Engine) sendDebt(key callKey, d *debt, sc *settling) bool {
 	r := &e.cfg.Rules[d.ref.rule]
 	unit, _ := rls.UnitOf(r.Limit.Window())
 	req := rls.Request{
@@ -481,19 +485,14 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 		Unit:    unit,
 		Hits:    d.hits,
 	}
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	ref, hits, fp, rule, w := d.ref, d.hits, d.ref.fp, d.ref.rule, r.Limit.Window()
-	call := e.caller.Call
-	if dc, ok := e.caller.(DetachedCaller); ok {
-		call = dc.CallDetached
-	}
 	// A response held for this call (SettleHeld) waits at most the time
 	// a request waits for the service.
-	h, timeout := e.holdFor(), debtTimeout
+	h, timeout := sc.hold(), debtTimeout
 	if h != nil {
 		timeout = e.cfg.Global.Timeout
 	}
-	err := call(e.cfg.Global.Cluster, e.callBuf, timeout, func(resp rls.Response, err error) {
+	err := e.link.Send(e.cfg.Global.Cluster, &req, timeout, true, func(resp rls.Response, err error) {
 		defer h.answered()
 		if err != nil {
 			e.Global.CallFailures++

@@ -43,10 +43,9 @@ func (h *debtHold) answered() {
 // within global.timeout). resume runs later, in the answer's context (the
 // response's stream), never inside SettleHeld.
 func (e *Engine) SettleHeld(v *Verdict, resp Request, now int64, resume func()) bool {
-	e.settleResume, e.settleHold = resume, nil
-	e.Settle(v, resp, now)
-	h := e.settleHold
-	e.settleResume, e.settleHold = nil, nil
+	sc := settling{resume: resume}
+	e.settle(v, resp, now, &sc)
+	h := sc.h
 	if h == nil || h.n == 0 {
 		return false
 	}
@@ -55,14 +54,21 @@ func (e *Engine) SettleHeld(v *Verdict, resp Request, now int64, resume func()) 
 	return true
 }
 
-// holdFor returns the hold the debt call about to be sent joins: the
-// response being settled by SettleHeld, or nil (the tick's calls, Settle).
-func (e *Engine) holdFor() *debtHold {
-	if e.settleResume == nil {
+// settling is a response being settled by SettleHeld: what it resumes, and
+// the hold its debt calls join (made with the first).
+type settling struct {
+	resume func()
+	h      *debtHold
+}
+
+// hold returns the hold the debt call about to be sent joins: the
+// response's, or nil (sc nil: the tick's calls, Settle).
+func (sc *settling) hold() *debtHold {
+	if sc == nil {
 		return nil
 	}
-	if e.settleHold == nil {
-		e.settleHold = &debtHold{resume: e.settleResume}
+	if sc.h == nil {
+		sc.h = &debtHold{resume: sc.resume}
 	}
-	return e.settleHold
+	return sc.h
 }

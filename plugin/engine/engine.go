@@ -174,8 +174,10 @@ type Engine struct {
 	concurrencyRules // slots, their leases and the queue (concurrency.go)
 	adaptiveRules    // learnt limits (adaptive.go)
 	classRules       // priority classes of concurrency rules (classes.go)
-	// Now is the clock of answers to calls (nanoseconds since the epoch).
-	Now func() int64
+	// Now is the engine's clock (nanoseconds since the epoch), given to
+	// New: the clock of answers to calls and of the tick's work. Decide
+	// and the other entry points take their time as an argument.
+	Now Clock
 	// HoldsFull: the worker holds as many requests as it can (the plugin
 	// sets it before each decision); a rate rule that would hold a
 	// request (max_delay) refuses it instead.
@@ -185,6 +187,8 @@ type Engine struct {
 	// local rules charged at admission were charged for the first request:
 	// they decide it without charging it again.
 	Redirected bool
+	// tracer, when set, is told each step of a request's route (trace.go).
+	tracer Tracer
 	// RoundEnded, when set, is told each decision of an adaptive rule's
 	// Gauge this worker made: rule i's Gauge went from prev (its last
 	// round's samples, without the batch that ended it) to next.
@@ -210,18 +214,24 @@ type localRules struct {
 // back is spent.
 const maxKept = 64
 
-func (e *Engine) now() int64 {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now().UnixNano()
-}
+// Clock returns the time in nanoseconds since the epoch. The engine never
+// reads the time itself (lint refuses time.Now here): the plugin passes
+// the host's clock, and tests a clock they control, so that every decision
+// is a function of the times it was given.
+type Clock func() int64
 
-// New returns an engine for cfg over store. seed keys the fingerprint hash;
-// every worker must use the same seed (the plugin keeps it in shared data),
-// and a random one keeps clients from choosing which bucket they land in.
-func New(cfg *config.Config, store Store, seed uint64) *Engine {
+func (e *Engine) now() int64 { return e.Now() }
+
+// New returns an engine for cfg over store, with clock now. seed keys the
+// fingerprint hash; every worker must use the same seed (the plugin keeps
+// it in shared data), and a random one keeps clients from choosing which
+// bucket they land in.
+func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
+	if now == nil {
+		panic("engine.New: nil clock")
+	}
 	e := &Engine{
+		Now:   now,
 		cfg:   cfg,
 		table: NewTable(store, Regions(cfg)),
 		seed:  seed,
@@ -251,7 +261,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
 	}
-	e.table.AdoptLayouts(time.Now().UnixNano())
+	e.table.AdoptLayouts(now())
 	return e
 }
 
@@ -360,7 +370,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	if len(e.matched) == 0 {
 		return v
 	}
+	e.traceMatched()
 	if e.exempt(&ri) {
+		e.trace(StepExempt, -1)
 		v.Exempt = true
 		return v
 	}
@@ -443,6 +455,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
+				e.trace(StepLocalRefuse, i)
 				e.Stats.OnErrorDenied++
 				v.violate(i)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
@@ -474,11 +487,13 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 		return false
 	}
 	if !d.Allowed {
+		e.trace(StepLocalRefuse, i)
 		st.Rejected++
 		v.violate(i)
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 		return true
 	}
+	e.trace(StepLocal, i)
 	if n > 0 {
 		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
 	}
@@ -529,6 +544,7 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // the requests it would have admitted as allowed (it never holds one), so
 // that its shadow_rejected has something to be compared with.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
+	e.trace(StepAdmit, -1)
 	e.countSlots(v)
 	if v.Delay > 0 {
 		v.held = append(v.held[:0:0], charged...)
@@ -588,6 +604,7 @@ func (v *Verdict) Forwarded(at int64) {
 // max_delay: one that would only hold it did not refuse it, so it is not
 // violated and its hold does not lengthen the Retry-After.
 func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
+	e.trace(StepReject, rejected)
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 )
 
@@ -89,7 +90,7 @@ func globalEngine(t *testing.T, limit int, onError string) (*Engine, *fakeServic
 	t.Helper()
 	now := new(int64)
 	*now = t0 + int64(time.Second)
-	e := New(mustConfig(t, fmt.Sprintf(globalDoc, limit, onError)), newMemStore(), 7)
+	e := New(mustConfig(t, fmt.Sprintf(globalDoc, limit, onError)), newMemStore(), 7, wallClock)
 	svc := &fakeService{limit: uint32(limit)}
 	var decided []*Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { c := *v; decided = append(decided, &c) })
@@ -206,7 +207,7 @@ func TestGlobalFailureCircuit(t *testing.T) {
 	if len(svc.calls) != 1 {
 		t.Fatalf("probe before the back-off")
 	}
-	*now += int64(circuitMinBackoff)
+	*now += int64(global.CircuitMinBackoff)
 	e.Sweep(*now)
 	e.Sweep(*now)
 	if len(svc.calls) != 2 || e.Global.Probes != 1 {
@@ -247,7 +248,7 @@ func TestGlobalSweep(t *testing.T) {
 // service, and different clients differently.
 func TestGlobalDescriptorFleetStable(t *testing.T) {
 	call := func(seed uint64, client string) string {
-		e := New(mustConfig(t, fmt.Sprintf(globalDoc, 100, "allow")), newMemStore(), seed)
+		e := New(mustConfig(t, fmt.Sprintf(globalDoc, 100, "allow")), newMemStore(), seed, wallClock)
 		svc := &fakeService{limit: 100}
 		e.SetGlobal(svc, func(*Pending, *Verdict) {})
 		e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", client), t0)
@@ -335,7 +336,8 @@ func TestGlobalCountsRequestsLetInFromAQueue(t *testing.T) {
 	e := New(mustConfig(t, `{"rules":[
 		{"name":"g","scope":"global","limit":3,"window":"1m","key":["header:x-client"]},
 		{"name":"slot","algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"10s"}],
-		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7)
+		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7, wallClock)
+
 	svc := &fakeService{limit: 3}
 	admitted, rejected := 0, 0
 	var holding []SlotRef
@@ -399,7 +401,7 @@ func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 	svc := &fakeService{limit: 1000}
 	var workers []*Engine
 	for i := 0; i < 3; i++ {
-		e := New(cfg, store, 1)
+		e := New(cfg, store, 1, wallClock)
 		e.SetGlobal(svc, func(*Pending, *Verdict) {})
 		e.Now = func() int64 { return now }
 		workers = append(workers, e)
@@ -417,7 +419,7 @@ func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 			}
 		}
 		svc.deliver()
-		now += int64(circuitMaxBackoff)
+		now += int64(global.CircuitMaxBackoff)
 	}
 	for i, e := range workers {
 		if !e.CircuitOpen() {
@@ -467,7 +469,7 @@ func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
 	}
 	// c probes again at the shortest back-off (the service answers some
 	// calls), not the back-off it had grown to.
-	now += int64(circuitMinBackoff)
+	now += int64(global.CircuitMinBackoff)
 	c.Sweep(now)
 	if len(svc.calls) != calls+1 {
 		t.Errorf("c: %d probes at its shortest back-off, want 1", len(svc.calls)-calls)
@@ -494,17 +496,17 @@ func TestGlobalCircuitProbeNotStuck(t *testing.T) {
 	if !e.CircuitOpen() {
 		t.Fatal("circuit closed after a failure")
 	}
-	*now += int64(circuitMinBackoff)
+	*now += int64(global.CircuitMinBackoff)
 	e.Sweep(*now)
 	if e.Global.Probes != 1 {
 		t.Fatalf("probes %d, want 1", e.Global.Probes)
 	}
 	stuck := svc.pending
 	svc.pending = nil
-	*now += int64(circuitMaxBackoff) - int64(time.Millisecond)
+	*now += int64(global.CircuitMaxBackoff) - int64(time.Millisecond)
 	e.Sweep(*now)
 	if e.Global.Probes != 1 {
-		t.Fatalf("a second probe before the first waited %v", circuitMaxBackoff)
+		t.Fatalf("a second probe before the first waited %v", global.CircuitMaxBackoff)
 	}
 	*now += int64(time.Millisecond)
 	e.Sweep(*now)

@@ -26,11 +26,11 @@ import (
 // workers, charges sent as the response passes, resends of undelivered
 // calls: about 23 KB): 3,540,231 bytes then. Raised for responses held until
 // the service counted their debt, circuits that close with their Envoy and
-// probes not blocked by a stuck one (5,061 bytes over main's 3,547,061):
-// 3,552,122 bytes then. A feature that needs more raises it
+// probes not blocked by a stuck one (10,379 bytes over main's 3,547,628):
+// 3,558,007 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_560_000
+const moduleCeiling = 3_566_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
