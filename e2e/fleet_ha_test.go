@@ -142,7 +142,7 @@ func TestFleetSentinel(t *testing.T) {
 	why0 := whyAt() // as published (each worker once a second)
 	quietLate, quietOnError := spendRestBy(t, f, quiet)
 	quietAdmitted += quietLate
-	late, lateOnError := spendRestBy(t, f, busy)
+	late, busyLateOnError := spendRestBy(t, f, busy)
 	time.Sleep(1100 * time.Millisecond)
 	why1 := whyAt()
 	for i, w := range why {
@@ -168,10 +168,10 @@ func TestFleetSentinel(t *testing.T) {
 			t.Errorf("Envoy %d: a circuit open or on_error deciding %v after the kill", i, d.Round(time.Millisecond))
 		}
 	}
-	byService := b.admitted - b.byOnError + int64(late-lateOnError)
+	byService := b.admitted - b.byOnError + int64(late-busyLateOnError)
 	overByService := byService - haLimit
 	t.Logf("quiet: %d admitted in all (limit %d), %d of them after the recovery by on_error (a circuit still open); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery (%d by on_error): %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
-		quietAdmitted, haLimit, quietOnError, b.atKill, b.admitted-b.atKill, b.byOnError, late, lateOnError, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
+		quietAdmitted, haLimit, quietOnError, b.atKill, b.admitted-b.atKill, b.byOnError, late, busyLateOnError, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
 	if byService := quietAdmitted - quietOnError; byService > haLimit || byService < haLimit*9/10 {
 		t.Errorf("quiet: the service admitted %d (and on_error %d), want %d..%d", byService, quietOnError, haLimit*9/10, haLimit)
 	}
