@@ -528,10 +528,16 @@ func TestGlobalCircuitProbeNotStuck(t *testing.T) {
 	if e.CircuitOpen() {
 		t.Error("the late failure of a probe sent before the answer opened the circuit")
 	}
-	// A call sent after the answer that fails opens it.
+	// Calls sent after the answer that fail: the first, so soon after an
+	// answer, leaves it closed; the second opens it.
 	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "b"), *now)
 	svc.deliver()
+	if e.CircuitOpen() {
+		t.Error("one failure just after an answer opened the circuit")
+	}
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "c"), *now)
+	svc.deliver()
 	if !e.CircuitOpen() {
-		t.Error("a failure after the answer left the circuit closed")
+		t.Error("two failures in a row left the circuit closed")
 	}
 }

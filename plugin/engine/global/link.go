@@ -65,12 +65,29 @@ func (l *Link) Failed(now int64) { l.circuit.failure(now) }
 // sent before the service last answered (one stuck on a connection the
 // service has replaced since, failing at its timeout) does not open the
 // circuit again: the service answers.
+//
+// While closed, a single failure within toleranceWindow of an answer does
+// not open it either: a service that answers most calls and fails some
+// (reconnecting to Redis after a failover, one stale connection of its
+// pool at a time) decides more requests than a circuit that opens at each
+// of its failures and leaves every request to on_error until a probe. The
+// next failure before an answer opens it: a service that went down fails
+// the calls that follow as well.
 func (l *Link) FailedCall(sentAt, now int64) {
-	if l.circuit.answeredAt > sentAt {
+	c := &l.circuit
+	if c.answeredAt > sentAt {
 		return
 	}
-	l.circuit.failure(now)
+	if c.failures == 0 && !c.tolerated && c.answeredAt > 0 && now-c.answeredAt < int64(toleranceWindow) {
+		c.tolerated = true
+		return
+	}
+	c.failure(now)
 }
+
+// toleranceWindow: how recent an answer lets one failure pass (see
+// FailedCall).
+const toleranceWindow = time.Second
 
 // Succeeded closes the circuit: the service answered at now. It reports
 // whether the circuit was open (the engine then tells the Envoy's other
@@ -143,6 +160,9 @@ type circuit struct {
 	// when the last probe was sent; answeredAt when the service last
 	// answered this worker (or, told by another, its Envoy).
 	failedAt, probeAt, answeredAt int64
+	// tolerated: one failure since the last answer left the circuit
+	// closed (FailedCall).
+	tolerated bool
 }
 
 // The circuit's back-off before a probe: it doubles with each failure
@@ -168,7 +188,7 @@ func (c *circuit) probeDue(now int64) bool {
 	return true
 }
 
-func (c *circuit) success() { c.failures, c.probing = 0, false }
+func (c *circuit) success() { c.failures, c.probing, c.tolerated = 0, false, false }
 
 func (c *circuit) failure(now int64) {
 	c.failures++

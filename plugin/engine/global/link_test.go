@@ -100,7 +100,8 @@ func TestLinkSend(t *testing.T) {
 
 // TestLinkRecovery: a probe out does not block the next beyond
 // CircuitMaxBackoff; a failure of a call sent before the last answer
-// leaves the circuit closed; another worker's answer after this one's last
+// leaves the circuit closed, so does one failure just after an answer
+// (the next opens it); another worker's answer after this one's last
 // failure closes it, one before it brings the next probe to the shortest
 // back-off.
 func TestLinkRecovery(t *testing.T) {
@@ -122,8 +123,12 @@ func TestLinkRecovery(t *testing.T) {
 		t.Fatal("the late failure of a call sent before the answer opened the circuit")
 	}
 	l.FailedCall(answered+2, answered+3)
+	if l.Open() {
+		t.Fatal("one failure just after an answer opened the circuit")
+	}
+	l.FailedCall(answered+3, answered+3)
 	if !l.Open() {
-		t.Fatal("a call sent after the answer failed: the circuit stays closed")
+		t.Fatal("a second failure without an answer between: the circuit stays closed")
 	}
 	// Another worker answered before this failure: the next probe at the
 	// shortest back-off.
