@@ -318,6 +318,9 @@ type httpContext struct {
 	sampled bool
 	// responded: the response's headers came through this filter.
 	responded bool
+	// heldResponse: the response waits for the service to count its
+	// charge (cost.go).
+	heldResponse bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -409,7 +412,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if len(h.verdict.Slots) > 0 {
 		h.sample(nowNanos(), true)
 	}
-	h.settle()
+	held := h.settle()
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
@@ -420,12 +423,20 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if endOfStream {
 		h.responseDone()
 	}
+	if held {
+		// The client learns of this response only once the service has
+		// counted its charge (engine.SettleHeld).
+		return types.ActionPause
+	}
 	return types.ActionContinue
 }
 
 func (h *httpContext) OnHttpResponseBody(_ int, endOfStream bool) types.Action {
 	if endOfStream {
 		h.responseDone()
+	}
+	if h.heldResponse {
+		return types.ActionPause // buffered until the charge is counted
 	}
 	return types.ActionContinue
 }

@@ -35,7 +35,7 @@ type metrics struct {
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
-	chargeCalls, lostAnswers, granted                                                                counter
+	chargeCalls, lostAnswers, granted, heldResponses                                                 counter
 	circuitOpen                                                                                      gauge
 	open                                                                                             bool
 }
@@ -192,6 +192,7 @@ func newFleetMetrics() *fleetMetrics {
 	f.chargeCalls = defineCounter("sluice.global.charge_calls")
 	f.lostAnswers = defineCounter("sluice.global.lost_answers")
 	f.granted = defineCounter("sluice.global.granted")
+	f.heldResponses = defineCounter("sluice.global.held_responses")
 	f.circuitOpen = defineGauge("sluice.global.circuit_open")
 	return f
 }
@@ -295,6 +296,7 @@ func (m *metrics) flushFleet(e *engine.Engine) {
 	addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
 	addDelta(f.lostAnswers, cur.LostAnswers, &last.LostAnswers)
 	addDelta(f.granted, cur.Granted, &last.Granted)
+	addDelta(f.heldResponses, cur.HeldResponses, &last.HeldResponses)
 	// Workers whose circuit is open, process-wide: each adds its change.
 	if open := e.CircuitOpen(); open != f.open {
 		f.open = open

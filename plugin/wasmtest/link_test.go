@@ -28,10 +28,12 @@ import (
 // subsystems as packages (match, global: each package's and type's
 // metadata; the code itself moved) and the plugin context's parts, on a
 // main that was already 3,553,497 bytes (adaptive stalls): 3,554,482 bytes
-// then. A feature that needs more raises it
+// then. Raised for responses held until the service counted their debt,
+// circuits that close with their Envoy and probes not blocked by a stuck
+// one (about 10 KB): 3,565,166 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_556_000
+const moduleCeiling = 3_567_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
