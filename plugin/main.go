@@ -528,6 +528,10 @@ func (h *httpContext) end() {
 	// on this worker, for the new request, the same request of the client,
 	// charged here already (it is decided without a charge).
 	p.redirectNext = forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect"
+	if p.redirectNext && h.verdict.ChargesAfterResponse() {
+		// Its global deposits are settled on the redirect's response.
+		p.engine.Redirecting(h.verdict)
+	}
 	if len(h.verdict.Slots) > 0 {
 		now := nowNanos()
 		h.sample(now, false)

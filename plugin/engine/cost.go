@@ -180,6 +180,34 @@ func (l *postList) at(i int) *PostCharge {
 // upstream's response headers arrive (call Settle then).
 func (v *Verdict) ChargesAfterResponse() bool { return v.post.n > 0 }
 
+// Redirecting keeps v's global charges after the response: v's stream
+// ended without a response because Envoy follows the upstream's redirect
+// itself, and the next decision (Redirected) is that redirect, which its
+// global rules do not charge again: the deposits taken for v are settled
+// on the redirect's response.
+func (e *Engine) Redirecting(v *Verdict) {
+	e.redirected = postList{}
+	for i := 0; i < v.post.n; i++ {
+		if c := v.post.at(i); e.cfg.Rules[c.rule].Global {
+			e.redirected.add(*c)
+		}
+	}
+}
+
+// carryRedirected moves the charges Redirecting kept into v, the
+// redirect's verdict; any other decision forgets them.
+func (e *Engine) carryRedirected(v *Verdict) {
+	if e.redirected.n == 0 {
+		return
+	}
+	if e.Redirected {
+		for i := 0; i < e.redirected.n; i++ {
+			v.post.add(*e.redirected.at(i))
+		}
+	}
+	e.redirected = postList{}
+}
+
 // DropCharges forgets v's charges after the response: the response did not
 // come from the upstream (Envoy answered itself), so nothing is charged.
 func (v *Verdict) DropCharges() { v.post = postList{} }

@@ -182,8 +182,8 @@ type Engine struct {
 	HoldsFull bool
 	// Redirected: the request being decided is Envoy's internal redirect of
 	// one this worker admitted (the plugin sets it for one decision). Its
-	// local rules charged at admission were charged for the first request:
-	// they decide it without charging it again.
+	// local rules charged at admission and its global rules were charged
+	// for the first request: they decide it without charging it again.
 	Redirected bool
 	// RoundEnded, when set, is told each decision of an adaptive rule's
 	// Gauge this worker made: rule i's Gauge went from prev (its last
@@ -356,6 +356,7 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 // for a request every rule before it admitted), then admit or refuse.
 func (e *Engine) Decide(req Request, now int64) Verdict {
 	v := Verdict{measured: now} // the rate rules' numbers are now's
+	e.carryRedirected(&v)
 	ri := e.matchRules(req)
 	if len(e.matched) == 0 {
 		return v
@@ -419,6 +420,12 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, ri)
 		if r.Global {
+			if e.Redirected {
+				// The request this redirect follows took its hit (the
+				// service counted it): not asked again, only reported.
+				e.reportRedirected(v, r, i, fp, now)
+				continue
+			}
 			// Global rules are decided after every local rule admitted the
 			// request: a call is made only for requests that can pass.
 			// The client's key bytes are kept (in a reused buffer) for the

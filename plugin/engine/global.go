@@ -96,6 +96,10 @@ type globalRules struct {
 	// is set while Decide runs (the deciding request's stream is current).
 	ctxOwner *Pending
 	inDecide bool
+	// redirected: the global charges after the response of a request
+	// whose stream Envoy ended to follow a redirect itself (Redirecting),
+	// for the redirect that the next decision is.
+	redirected postList
 	// debts are global rules' charges after the response that wait for
 	// the tick (cost.go).
 	debts map[callKey]*debt
@@ -629,6 +633,24 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 			e.debitGlobal(&pc, g.cost, now)
 		}
 	}
+	reportLease(&p.verdict, r, st, now, end)
+}
+
+// reportRedirected puts global rule r's numbers for client fp into v for
+// an internal redirect, which is not charged (the request it follows was):
+// the lease is read, not taken from. A lease that cannot be read (the
+// rule's share is full) reports nothing.
+func (e *Engine) reportRedirected(v *Verdict, r *config.Rule, i int, fp uint64, now int64) {
+	end := lease.WindowEnd(now, r.Limit.Window())
+	st, err := e.table.Lease(fp, i, now, end, func(*lease.State) bool { return false })
+	if err == nil {
+		reportLease(v, r, &st, now, end)
+	}
+}
+
+// reportLease makes global rule r's numbers from its lease st (window
+// ending at end) v's, if they are the tightest.
+func reportLease(v *Verdict, r *config.Rule, st *lease.State, now, end int64) {
 	rem := int64(st.Tokens)
 	if st.Known {
 		rem += int64(st.Remaining)
@@ -637,7 +659,6 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	}
 	rem = min(rem, r.Limit.Limit()-1)
 	reset := time.Duration(end - now)
-	v := &p.verdict
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && reset > v.Reset) {
 		v.Report, v.Remaining, v.Reset, v.measured = r, rem, reset, now
 	}
