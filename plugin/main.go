@@ -119,6 +119,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.engine.RoundEnded = p.logRound
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)
+	p.metrics.owner = p.owner
 	p.tickMS = 1000
 	if cfg.HasGlobal() {
 		p.rls = newRLSCaller(cfg.Global.Cluster, p.id)

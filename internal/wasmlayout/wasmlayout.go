@@ -125,7 +125,9 @@ const offNoptrdata = 8 + 6*24 + 5*8
 func (m image) moduledata(pages uint64) (Layout, error) {
 	var found []Layout
 	for _, s := range m {
-		for off := uint64(0); off+11*8 <= uint64(len(s.data)); off += 8 {
+		// moduledata is 8-aligned in memory; a segment need not start
+		// so (the linker splits data at runs of zeros).
+		for off := (8 - s.addr%8) % 8; off+11*8 <= uint64(len(s.data)); off += 8 {
 			var b [11]uint64
 			ok := true
 			for i := range b {
