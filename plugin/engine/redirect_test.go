@@ -61,12 +61,11 @@ func TestRedirectNotChargedByGlobalRule(t *testing.T) {
 func TestRedirectSettlesTheFirstDeposit(t *testing.T) {
 	const doc = `{"rules":[{"name":"g","scope":"global","limit":100,"window":"1m","key":["header:x-client"],
 		"cost":{"response_header":"x-used","max":50}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`
-	e := New(mustConfig(t, doc), newMemStore(), 7)
+	now := t0 + int64(time.Second)
+	e := New(mustConfig(t, doc), newMemStore(), 7, func() int64 { return now })
 	svc := &fakeService{limit: 100}
 	var decided []Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided = append(decided, *v) })
-	now := t0 + int64(time.Second)
-	e.Now = func() int64 { return now }
 	r := req("/", "GET", "10.0.0.1:1", "x-client", "a")
 	v := e.Decide(r, now)
 	if v.Outcome == Call {
@@ -76,7 +75,7 @@ func TestRedirectSettlesTheFirstDeposit(t *testing.T) {
 	if v.Outcome != Allow || !v.ChargesAfterResponse() {
 		t.Fatalf("request: outcome %v, want admitted and charged after its response", v.Outcome)
 	}
-	e.Redirecting(&v) // its stream ended for Envoy's internal redirect
+	c := e.Redirecting(&v) // its stream ended for Envoy's internal redirect
 	e.Redirected = true
 	w := e.Decide(r, now)
 	e.Redirected = false
@@ -87,6 +86,7 @@ func TestRedirectSettlesTheFirstDeposit(t *testing.T) {
 	if w.Outcome != Allow {
 		t.Fatalf("redirect: outcome %v, want admitted", w.Outcome)
 	}
+	w.Carry(c)
 	e.Settle(&w, resp("200", "x-used", "5"), now)
 	for len(svc.pending) > 0 {
 		svc.deliver()

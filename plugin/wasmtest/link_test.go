@@ -24,14 +24,14 @@ import (
 // data): 3,516,725 bytes then. Raised for global rules' deposits sized to
 // what requests cost (the deposit, its moving average shared by an Envoy's
 // workers, charges sent as the response passes, resends of undelivered
-// calls: about 23 KB): 3,540,231 bytes then. Raised by 4 KB for defects of
+// calls: about 23 KB): 3,540,231 bytes then. Raised by 12 KB for defects of
 // issue 36 (internal redirects not charged again by global rules, their
 // numbers read from the lease: 6.8 KB; the layout record read before a
-// fresh state: 2.1 KB; the record of workers' gauge counts: 3.2 KB):
-// 3,554,141 bytes then. A feature that needs more raises it
+// fresh state: 2.1 KB; the record of workers' gauge counts: 3.2 KB): main
+// was 3,547,061 bytes, with them 3,559,014. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_556_000
+const moduleCeiling = 3_564_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
