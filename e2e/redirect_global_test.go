@@ -21,7 +21,9 @@ func TestGlobalInternalRedirect(t *testing.T) {
 	_, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
 	aux := startAux(t)
 	const cfg = `{"rules":[
-		{"name":"gredir","scope":"global","match":{"path_prefix":"/redir"},"key":["header:x-api-key"],"limit":3,"window":"1h"}],
+		{"name":"gredir","scope":"global","match":{"path_prefix":"/redir"},"key":["header:x-api-key"],"limit":3,"window":"1h"},
+		{"name":"gcost","scope":"global","match":{"path_prefix":"/credir"},"key":["header:x-api-key"],"limit":1000,"window":"1h",
+		 "cost":{"response_header":"x-units","max":10}}],
 		"global":{"cluster":"ratelimit","domain":"sluice","timeout":"1s"},"on_error":"deny"}`
 	e := startSluice(t, 2, cfg, func(o *envoytest.Options) {
 		o.ExtraClustersYAML = shippedCluster(t, rls.GRPCAddr)
@@ -29,6 +31,7 @@ func TestGlobalInternalRedirect(t *testing.T) {
 		o.Clusters = map[string]string{"aux": aux.ln.Addr().String()}
 		o.Routes = []envoytest.Route{
 			{Name: "redir", Prefix: "/redir", Cluster: "aux", InternalRedirect: true},
+			{Name: "credir", Prefix: "/credir", Cluster: "aux", InternalRedirect: true},
 			{Name: "default", Prefix: "/"},
 		}
 	})
@@ -69,5 +72,34 @@ func TestGlobalInternalRedirect(t *testing.T) {
 	t.Logf("statuses %v; rule gredir allowed %d, rejected %d", got, allowed, rejected)
 	if allowed != 3 || rejected != 1 {
 		t.Errorf("rule gredir counted %d allowed and %d rejected, want 3 and 1 (a redirect is the request it follows)", allowed, rejected)
+	}
+	redirectSettles(ctx, t, e, key)
+}
+
+// redirectSettles: a global rule charged after the response (X-Units) is
+// charged what the redirect's response says, once per client request: the
+// deposit taken for the request Envoy redirected is settled on it.
+func redirectSettles(ctx context.Context, t *testing.T, e *envoytest.Envoy, key string) {
+	t.Helper()
+	for i := 0; i < 3; i++ {
+		resp, body, err := e.Get(ctx, "/credir", http.Header{"X-Api-Key": {key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || body != "ok\n" {
+			t.Errorf("/credir %d: %d %q, want the redirect followed", i, resp.StatusCode, body)
+		}
+	}
+	var allowed, charged uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		st, _ := e.Stats(`sluice\.rule\.gcost`)
+		allowed, charged = st["wasmcustom.sluice.rule.gcost.allowed"], st["wasmcustom.sluice.rule.gcost.charged"]
+		if allowed >= 3 && charged >= 15 {
+			break
+		}
+	}
+	t.Logf("rule gcost: allowed %d, charged %d units", allowed, charged)
+	if allowed != 3 || charged != 15 {
+		t.Errorf("rule gcost counted %d allowed and %d units charged for 3 requests of 5 units, each redirected once: want 3 and 15", allowed, charged)
 	}
 }
