@@ -117,9 +117,8 @@ func (t *Table) RenewLayouts(now int64) {
 	}
 }
 
-// renewLayout is RenewLayouts for region rg. locate also calls it before
-// it gives a client a fresh state while this table's view has one layout
-// (see there).
+// renewLayout is RenewLayouts for region rg. Decisions call it too, where
+// a stale view would give a client two states (see the top of this file).
 func (t *Table) renewLayout(rg *region, now int64) {
 	key := rg.recordKey
 	val, cas, err := t.loadInto(key, 24, &t.record) // no garbage: decisions call it
@@ -171,7 +170,7 @@ type prevSlot struct {
 	// clearStale).
 	stale bool
 	// rg is the region of a move out of its previous layout, at the time
-	// of the decision (see write).
+	// of the decision (see markMoving).
 	rg *region
 	at int64
 }
