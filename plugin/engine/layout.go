@@ -110,7 +110,9 @@ func (t *Table) adoptLayout(rg *region, now int64) {
 // pushes the record's "until" to a state's life ahead; a worker whose
 // layout is the current one re-reads until when the previous is read. When
 // the previous layout's last worker is gone, its states are read for one
-// more life, as after any change.
+// more life, as after any change. A third live layout (the record holds
+// two) decides the clients it does not hold in the current one; those it
+// holds keep a state of their own there until it expires.
 func (t *Table) RenewLayouts(now int64) {
 	for r := range t.regions {
 		t.renewLayout(&t.regions[r], now)
@@ -147,6 +149,14 @@ func (t *Table) renewLayout(rg *region, now int64) {
 		copy(b[:], val)
 		putUint64(b[16:24], uint64(now+int64(rg.life)))
 		_, _ = t.store.Set(key, b[:], cas)
+	case cur != 0:
+		// A third live layout: the record holds two (one of two
+		// long-lived listeners reloaded with another share, its old
+		// workers draining). Clients this table does not hold are
+		// decided in the current layout, as by the previous one's
+		// tables; those it holds stay here until they expire (the
+		// current layout does not read this one).
+		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
 	}
 }
 
