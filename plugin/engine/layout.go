@@ -111,8 +111,10 @@ func (t *Table) adoptLayout(rg *region, now int64) {
 // layout is the current one re-reads until when the previous is read. When
 // the previous layout's last worker is gone, its states are read for one
 // more life, as after any change. A third live layout (the record holds
-// two) decides the clients it does not hold in the current one; those it
-// holds keep a state of their own there until it expires.
+// two) decides the clients it does not hold in the current one; a client
+// it holds an active state of keeps it, and the current layout's tables,
+// which do not read this layout, give that client a second state until
+// the first expires.
 func (t *Table) RenewLayouts(now int64) {
 	for r := range t.regions {
 		t.renewLayout(&t.regions[r], now)
