@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -137,6 +138,10 @@ type Stats struct {
 	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
 	// that failed (the worker learnt on its own copy meanwhile).
 	GaugeErrors uint64
+	// LateWindows counts the sample windows of adaptive rules dropped
+	// because this worker's loop ran late while their requests were out
+	// (see loopLag).
+	LateWindows uint64
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's call carrying a charge
 	// failed).
@@ -241,7 +246,11 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			charged: make([]charge, 0, len(cfg.Rules)),
 			keyBuf:  make([]byte, 0, 256),
 		},
-		globalRules: globalRules{calls: map[callKey]*inflight{}},
+		globalRules: globalRules{
+			calls: map[callKey]*inflight{},
+			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
+			costs: global.NewCosts(len(cfg.Rules), store),
+		},
 		concurrencyRules: concurrencyRules{
 			holdings: map[holdKey]*holding{},
 			hold:     make([]int64, len(cfg.Rules)),
@@ -263,6 +272,18 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 	}
 	e.table.AdoptLayouts(now())
 	return e
+}
+
+// costRules counts the global rules with a cost: each has its part of
+// global.MaxDebts.
+func costRules(cfg *config.Config) int {
+	n := 0
+	for i := range cfg.Rules {
+		if r := &cfg.Rules[i]; r.Global && r.Cost.Set() {
+			n++
+		}
+	}
+	return n
 }
 
 // Regions returns the state table's regions for the rules of cfg: one per

@@ -90,17 +90,10 @@ type globalRules struct {
 	ctxOwner *Pending
 	inDecide bool
 	// debts are global rules' charges after the response that wait for
-	// the tick (cost.go).
-	debts map[callKey]*debt
-	// debtsOf counts the debts per rule, each at most debtCap (see
-	// maxDebts).
-	debtsOf []int
-	debtCap int
-	// costAvg is, per rule charged after the response, the moving average
-	// of its charges on this worker (fixed point, costShift; 0: none yet):
-	// the deposit (cost.go).
-	costAvg []int64
-	costPub []int64 // the deposit last published in shared data, per rule
+	// a call (cost.go); costs what those rules' requests have been
+	// costing, their deposit. Package global owns their state.
+	debts global.Debts
+	costs global.Costs
 }
 
 // persist returns a Pending that outlives the current decision: the
@@ -178,10 +171,9 @@ const (
 	prefetchTick = 20 * time.Millisecond
 )
 
-type callKey struct {
-	rule int
-	fp   uint64
-}
+// callKey is a client of a global rule on this worker (its rule and
+// fingerprint): at most one call in flight, one debt.
+type callKey = global.Key
 
 type inflight struct {
 	// owner is the request whose stream was the proxy-wasm context when
@@ -313,7 +305,7 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 // made (the circuit is open, the send failed), on_error decides. done
 // says the decision stops here: p waits, or on_error refused it.
 func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.State, now int64) (waiting, done bool) {
-	key := callKey{g.rule, g.fp}
+	key := callKey{Rule: g.rule, FP: g.fp}
 	// own: the current proxy-wasm context is p's stream (p is deciding, or
 	// the answer being handled is of a call p's stream sent), so a call
 	// sent now is answered to p.
@@ -364,7 +356,7 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 // near the limit. The call is sent from the tick (root context), so that
 // its answer is delivered whatever happens to this request's stream.
 func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
-	key := callKey{g.rule, g.fp}
+	key := callKey{Rule: g.rule, FP: g.fp}
 	if _, ok := e.calls[key]; ok || e.link.Open() || !e.link.Ready() {
 		return
 	}
@@ -447,7 +439,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		Unit:    unit,
 		Hits:    in.k,
 	}
-	in.debt = e.owed(in.key)
+	in.debt = e.debts.Owed(in.key)
 	req.Hits += in.debt
 	e.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
@@ -460,7 +452,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		e.Global.CallFailures++
 		return err
 	}
-	e.paid(in.key, in.debt)
+	e.debts.Paid(in.key, in.debt)
 	e.calls[in.key] = in
 	return nil
 }

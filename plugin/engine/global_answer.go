@@ -34,7 +34,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		e.Global.CallFailures++
 		// The debt it carried is owed again (see keepOwed), sent with the
 		// client's next call or the tick.
-		e.keepOwed(&PostCharge{rule: in.key.rule, fp: in.key.fp, desc: in.desc}, in.debt)
+		e.keepOwed(&PostCharge{rule: in.key.Rule, fp: in.key.FP, desc: in.desc}, in.debt)
 		if e.retryFailed(in, err, now) {
 			return
 		}

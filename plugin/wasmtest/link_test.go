@@ -28,10 +28,11 @@ import (
 // issue 36 (internal redirects not charged again by global rules, their
 // numbers read from the lease: 6.8 KB; the layout record read before a
 // fresh state: 2.1 KB; the record of workers' gauge counts: 3.2 KB): main
-// was 3,547,061 bytes, with them 3,559,014. A feature that needs more raises it
+// was 3,553,497 bytes (at 047b8af, already past 3,552,000), with them
+// 3,565,525. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_564_000
+const moduleCeiling = 3_568_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
