@@ -24,14 +24,19 @@ import (
 // data): 3,516,725 bytes then. Raised for global rules' deposits sized to
 // what requests cost (the deposit, its moving average shared by an Envoy's
 // workers, charges sent as the response passes, resends of undelivered
-// calls: about 23 KB): 3,540,231 bytes then. Raised for the adaptive rule's
-// stall handling (a worker's stall drops the samples of the requests out
-// during it: Sampler.Late, the stall noted on the tick and the response
-// path, its counter and debug line): main was 3,550,074 bytes before it,
-// 3,553,888 with it. A feature that needs more raises it
+// calls: about 23 KB): 3,540,231 bytes then. Raised for the engine's
+// subsystems as packages (match, global: each package's and type's
+// metadata; the code itself moved) and the plugin context's parts, on a
+// main that was already 3,553,497 bytes (adaptive stalls): 3,554,482 bytes
+// then. Raised for responses held until the service counted their debt,
+// circuits that close with their Envoy and probes not blocked by a stuck
+// one (about 10 KB), and by 12 KB for internal redirects not charged again
+// by global rules (their numbers read from the lease: 6.8 KB), the layout
+// record read before a fresh state (2.1 KB) and the record of workers'
+// gauge counts (3.2 KB): 3,577,146 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_556_000
+const moduleCeiling = 3_579_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
