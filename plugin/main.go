@@ -73,16 +73,15 @@ type pluginContext struct {
 	metrics  *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
-	// a rejection's body, the request's header map.
-	tick    ticker
-	logs    logLimits
-	census  censusWorker
-	queue   waitingStreams
-	problem problemBody
-	pairs   headerPairs
-	// redirectNext: the stream that just ended was redirected internally by
-	// Envoy; the next request this worker decides is that redirect.
-	redirectNext bool
+	// a rejection's body, the request's header map, Envoy's internal
+	// redirects.
+	tick     ticker
+	logs     logLimits
+	census   censusWorker
+	queue    waitingStreams
+	problem  problemBody
+	pairs    headerPairs
+	redirect redirects
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -108,6 +107,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.engine.RoundEnded = p.logRound
 	p.census = newCensusWorker(seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt()))
 	p.metrics = newMetrics(cfg)
+	p.metrics.owner = p.census.id()
 	tickMS := uint32(1000)
 	if cfg.HasGlobal() {
 		p.rls = newRLSCaller(cfg.Global.Cluster, p.id)
@@ -337,15 +337,18 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	now := nowNanos()
 	p.engine.HoldsFull = p.held.len() >= maxHeld
 	p.pairs.reset() // read again by the first header key (HeaderFields)
-	if p.redirectNext {
+	carried, next := p.redirect.take()
+	if next {
 		// Envoy's internal redirect of the request whose stream just ended
 		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
 		// Envoy sets on a redirect and strips from clients' requests.
-		p.redirectNext = false
 		_, p.engine.Redirected = h.Header("x-envoy-original-url")
 	}
 	h.verdict = p.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
+	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
+		h.verdict.Carry(carried)
+	}
 	h.decided = true
 	v := h.verdict
 	h.sent = now + int64(v.Delay)
@@ -520,7 +523,11 @@ func (h *httpContext) end() {
 	// the stream ends without a response, and the filter chain runs at once,
 	// on this worker, for the new request, the same request of the client,
 	// charged here already (it is decided without a charge).
-	p.redirectNext = forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect"
+	if forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect" {
+		p.redirect.set(true, p.engine.Redirecting(h.verdict))
+	} else {
+		p.redirect.set(false, engine.Carried{})
+	}
 	if len(h.verdict.Slots) > 0 {
 		now := nowNanos()
 		h.sample(now, false)

@@ -124,6 +124,32 @@ func (l *postList) at(i int) *PostCharge {
 // upstream's response headers arrive (call Settle then).
 func (v *Verdict) ChargesAfterResponse() bool { return v.post.n > 0 }
 
+// Carried is what a request leaves for Envoy's internal redirect of it
+// (Redirecting): its global rules' charges after the response.
+type Carried struct{ post postList }
+
+// Redirecting returns v's global charges after the response: v's stream
+// ended without a response because Envoy follows the upstream's redirect
+// itself, and the next decision (Redirected) is that redirect, which its
+// global rules do not charge again: the deposits taken for v are settled
+// on the redirect's response (Carry).
+func (e *Engine) Redirecting(v *Verdict) (c Carried) {
+	for i := 0; i < v.post.n; i++ {
+		if pc := v.post.at(i); e.cfg.Rules[pc.rule].Global {
+			c.post.add(*pc)
+		}
+	}
+	return c
+}
+
+// Carry adds what the request v redirects left (Redirecting) to v's
+// charges after the response.
+func (v *Verdict) Carry(c Carried) {
+	for i := 0; i < c.post.n; i++ {
+		v.post.add(*c.post.at(i))
+	}
+}
+
 // DropCharges forgets v's charges after the response: the response did not
 // come from the upstream (Envoy answered itself), so nothing is charged.
 func (v *Verdict) DropCharges() { v.post = postList{} }

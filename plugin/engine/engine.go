@@ -191,8 +191,8 @@ type Engine struct {
 	HoldsFull bool
 	// Redirected: the request being decided is Envoy's internal redirect of
 	// one this worker admitted (the plugin sets it for one decision). Its
-	// local rules charged at admission were charged for the first request:
-	// they decide it without charging it again.
+	// local rules charged at admission and its global rules were charged
+	// for the first request: they decide it without charging it again.
 	Redirected bool
 	// tracer, when set, is told each step of a request's route (trace.go).
 	tracer Tracer
@@ -447,6 +447,12 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, ri)
 		if r.Global {
+			if e.Redirected {
+				// The request this redirect follows took its hit (the
+				// service counted it): not asked again, only reported.
+				e.reportRedirected(v, r, i, fp, now)
+				continue
+			}
 			// Global rules are decided after every local rule admitted the
 			// request: a call is made only for requests that can pass.
 			// The client's key bytes are kept (in a reused buffer) for the

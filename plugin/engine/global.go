@@ -616,6 +616,24 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 			e.debitGlobal(&pc, g.cost, now, nil)
 		}
 	}
+	reportLease(&p.verdict, r, st, now, end)
+}
+
+// reportRedirected puts global rule r's numbers for client fp into v for
+// an internal redirect, which is not charged (the request it follows was):
+// the lease is read, not taken from. A lease that cannot be read (the
+// rule's share is full) reports nothing.
+func (e *Engine) reportRedirected(v *Verdict, r *config.Rule, i int, fp uint64, now int64) {
+	end := lease.WindowEnd(now, r.Limit.Window())
+	st, err := e.table.Lease(fp, i, now, end, func(*lease.State) bool { return false })
+	if err == nil {
+		reportLease(v, r, &st, now, end)
+	}
+}
+
+// reportLease makes global rule r's numbers from its lease st (window
+// ending at end) v's, if they are the tightest.
+func reportLease(v *Verdict, r *config.Rule, st *lease.State, now, end int64) {
 	rem := int64(st.Tokens)
 	if st.Known {
 		rem += int64(st.Remaining)
@@ -624,7 +642,6 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	}
 	rem = min(rem, r.Limit.Limit()-1)
 	reset := time.Duration(end - now)
-	v := &p.verdict
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && reset > v.Reset) {
 		v.Report, v.Remaining, v.Reset, v.measured = r, rem, reset, now
 	}

@@ -30,10 +30,13 @@ import (
 // main that was already 3,553,497 bytes (adaptive stalls): 3,554,482 bytes
 // then. Raised for responses held until the service counted their debt,
 // circuits that close with their Envoy and probes not blocked by a stuck
-// one (about 10 KB): 3,565,166 bytes then. A feature that needs more raises it
+// one (about 10 KB), and by 12 KB for internal redirects not charged again
+// by global rules (their numbers read from the lease: 6.8 KB), the layout
+// record read before a fresh state (2.1 KB) and the record of workers'
+// gauge counts (3.2 KB): 3,577,146 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_567_000
+const moduleCeiling = 3_579_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
