@@ -50,11 +50,12 @@ var sourceAddressBuf [64]byte
 // getSourceAddress returns Envoy's source.address, in sourceAddressBuf when
 // it fits: valid until the next call (engine.Request.SourceAddress).
 func getSourceAddress() []byte {
-	var ret *byte
-	var size int32
+	out := &hostOut
+	*out = hostResult{}
 	allocInto = sourceAddressBuf[:]
-	st := proxyGetProperty(&sourceAddressPath[0], int32(len(sourceAddressPath)), unsafe.Pointer(&ret), &size)
+	st := proxyGetProperty(&sourceAddressPath[0], int32(len(sourceAddressPath)), unsafe.Pointer(&out.ret), &out.size)
 	allocInto = nil
+	ret, size := out.ret, out.size
 	if st != 0 || ret == nil {
 		return nil
 	}
@@ -73,11 +74,12 @@ var routeNameBuf [128]byte
 // routed by a named route), in routeNameBuf when it fits: valid until the
 // next call.
 func getRouteName() []byte {
-	var ret *byte
-	var size int32
+	out := &hostOut
+	*out = hostResult{}
 	allocInto = routeNameBuf[:]
-	st := proxyGetProperty(&routeNamePath[0], int32(len(routeNamePath)), unsafe.Pointer(&ret), &size)
+	st := proxyGetProperty(&routeNamePath[0], int32(len(routeNamePath)), unsafe.Pointer(&out.ret), &out.size)
 	allocInto = nil
+	ret, size := out.ret, out.size
 	if st != 0 || ret == nil {
 		return nil
 	}
@@ -210,12 +212,12 @@ func sdkStatusToError(status uint32) error
 
 // GetInto implements engine.BufferStore: the value lands in buf when it fits.
 func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) {
-	var ret *byte
-	var size int32
-	var cas uint32
+	out := &hostOut
+	*out = hostResult{}
 	allocInto = buf
-	st := proxyGetSharedData(unsafe.StringData(key), int32(len(key)), unsafe.Pointer(&ret), &size, &cas)
+	st := proxyGetSharedData(unsafe.StringData(key), int32(len(key)), unsafe.Pointer(&out.ret), &out.size, &out.cas)
 	allocInto = nil
+	ret, size, cas := out.ret, out.size, out.cas
 	switch {
 	case st == statusNotFound:
 		return nil, 0, false, nil
@@ -260,11 +262,12 @@ const maxHeaderPairsBuf = 64 << 10
 // encoding (headerFields reads it): one host call, nothing allocated once
 // the buffer fits the maps seen. Valid until the next call.
 func getRequestHeaderPairs() []byte {
-	var ret *byte
-	var size int32
+	out := &hostOut
+	*out = hostResult{}
 	allocInto = headerPairsBuf
-	st := proxyGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&ret), &size)
+	st := proxyGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&out.ret), &out.size)
 	allocInto = nil
+	ret, size := out.ret, out.size
 	if st != statusOK || ret == nil || size <= 0 {
 		return nil
 	}
@@ -274,3 +277,22 @@ func getRequestHeaderPairs() []byte {
 	}
 	return b
 }
+
+// hostResult receives the out-parameters of the direct host calls above
+// (the value's address and size, a shared-data CAS). They live in a
+// package variable, not on the calling goroutine's stack: the host calls
+// back into the module (proxy_on_memory_allocate) before it writes them,
+// and that call may grow the stack, which moves it. With the variables on
+// the stack (go:noescape lets them stay there) the host then wrote the
+// answer to where the stack was: the read looked empty (a shared-data
+// bucket read as damaged and started over: an adaptive rule's learnt
+// limit read as cold in a new VM, TestReconfigAdaptiveLearntLimit).
+// The module is single-threaded, and every call copies them out before
+// any other host call.
+type hostResult struct {
+	ret  *byte
+	size int32
+	cas  uint32
+}
+
+var hostOut hostResult

@@ -17,11 +17,12 @@ var codeDetailsBuf [64]byte
 // stream ("via_upstream" for a response of the upstream), valid until the
 // next call; nil when Envoy has none.
 func getCodeDetails() []byte {
-	var ret *byte
-	var size int32
+	out := &hostOut
+	*out = hostResult{}
 	allocInto = codeDetailsBuf[:]
-	st := proxyGetProperty(&codeDetailsPath[0], int32(len(codeDetailsPath)), unsafe.Pointer(&ret), &size)
+	st := proxyGetProperty(&codeDetailsPath[0], int32(len(codeDetailsPath)), unsafe.Pointer(&out.ret), &out.size)
 	allocInto = nil
+	ret, size := out.ret, out.size
 	if st != 0 || ret == nil {
 		return nil
 	}
