@@ -213,7 +213,7 @@ func (p *pluginContext) pollQueues(now int64) {
 			h.pending = v.Pending
 			h.pending.Ctx = h
 		case engine.Reject:
-			_ = p.reject(v, now)
+			_ = p.reject(h, v, now)
 		case engine.Delay:
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 {
@@ -245,18 +245,26 @@ func (p *pluginContext) giveBack(v *engine.Verdict, now int64) {
 	v.Slots = nil
 }
 
-// reject answers the current stream with the rejection v: its filter
+// reject answers the current stream h with the rejection v: its filter
 // state for the access log, its headers and body (and gRPC's retry
 // pushback for a gRPC call), a rate-limited log line, the configured
 // status.
-func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
+func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) error {
 	p.tell(v)
 	p.headers.Build(v, p.engine.Config().Headers, true)
 	body, ctype := p.rejectionBody(v)
 	p.headers.Add(header.ContentType, ctype)
-	// A refused gRPC call: one more host call, on the reject path only.
-	if ct, err := proxywasm.GetHttpRequestHeader("content-type"); err == nil && header.IsGRPC(ct) {
-		p.headers.AddPushback(v.RetryAfter)
+	// A refused gRPC call: one more host call, on the reject path only,
+	// and only for a request with a body. A unary gRPC call always has
+	// one (its message, in DATA frames after the headers), so a request
+	// whose headers ended the stream (a GET, most of what a flood sends)
+	// costs no read. The one gRPC call without a body, a streaming call
+	// closed before its first message, is refused without the pushback
+	// (Retry-After still says when).
+	if !h.bodyless {
+		if ct, err := proxywasm.GetHttpRequestHeader("content-type"); err == nil && header.IsGRPC(ct) {
+			p.headers.AddPushback(v.RetryAfter)
+		}
 	}
 	p.logRejection(v, now)
 	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), body)
@@ -336,9 +344,12 @@ type httpContext struct {
 	sampled bool
 	// responded: the response's headers came through this filter.
 	responded bool
+	// bodyless: the request's headers ended its stream (no body), so it
+	// is no gRPC call (reject).
+	bodyless bool
 }
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
 	// A bug must never take traffic down with it: a panic lets the request
 	// through and is logged, instead of trapping the VM.
 	defer func() {
@@ -350,6 +361,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	}()
 	p := h.plugin
 	now := nowNanos()
+	h.bodyless = endOfStream
 	p.engine.HoldsFull = p.held.len() >= maxHeld
 	p.headerPairsRead = false // read again by the first header key (HeaderFields)
 	if p.redirectNext {
@@ -380,7 +392,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		p.waiting[h.id] = h
 		return types.ActionPause
 	case engine.Reject:
-		if err := p.reject(v, now); err != nil {
+		if err := p.reject(h, v, now); err != nil {
 			proxywasm.LogError(sprintf.Sprintf("sluice: cannot send the rejection: %v", err))
 			return types.ActionContinue
 		}
@@ -414,7 +426,7 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 	if v.Delayer != nil {
 		v.Report = v.Delayer
 	}
-	_ = p.reject(v, now)
+	_ = p.reject(h, v, now)
 	return false
 }
 

@@ -568,13 +568,17 @@ func extraVariants(spec, admitCfg, rejectCfg string, mk func(key, what string, e
 			continue
 		}
 		abs, _ := filepath.Abs(file)
-		vs = append(vs,
-			mk(key, filepath.Base(file)+", all admitted", func(op *envoytest.Options) {
+		// key-reject=file counts only the rejected row.
+		if k, ok := strings.CutSuffix(key, "-reject"); ok {
+			key = k
+		} else {
+			vs = append(vs, mk(key, filepath.Base(file)+", all admitted", func(op *envoytest.Options) {
 				op.Wasm = &envoytest.Wasm{File: abs, Config: fmt.Sprintf(admitCfg, "legacy")}
-			}),
-			mk(key+"-reject", filepath.Base(file)+", all rejected", func(op *envoytest.Options) {
-				op.Wasm = &envoytest.Wasm{File: abs, Config: rejectCfg}
 			}))
+		}
+		vs = append(vs, mk(key+"-reject", filepath.Base(file)+", all rejected", func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: abs, Config: rejectCfg}
+		}))
 	}
 	return vs
 }
