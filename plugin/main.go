@@ -84,9 +84,12 @@ type pluginContext struct {
 	conc    bool
 	waiting map[uint32]*httpContext
 	events  []engine.ConcEvent
-	// a rejection's body (why.go), reused
-	body  []byte
-	names []string
+	// a rejection's body (why.go), reused: the last one, built for the
+	// rules bodyNames and bodySecs seconds.
+	body      []byte
+	names     []string
+	bodyNames []string
+	bodySecs  int64
 	// the request header map of the decision under way (HeaderFields),
 	// read at most once per request, when a rule keys on a header.
 	headerPairs     []byte

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
 )
@@ -47,14 +49,22 @@ func (p *pluginContext) tell(v *engine.Verdict) {
 }
 
 // rejectionBody returns the body of v's rejection and its content type,
-// built in a buffer the next rejection reuses (the host copies it).
+// in a buffer the next rejection reuses (the host copies it). The body
+// depends only on the rules that refused and the whole seconds of
+// Retry-After, so the last one is kept and sent again while those are the
+// same, as they are for most rejections of a flood.
 func (p *pluginContext) rejectionBody(v *engine.Verdict) ([]byte, string) {
 	cfg := p.engine.Config()
 	if cfg.TextBody {
 		return textBody, header.TextContentType
 	}
 	p.names = v.ViolatedNames(cfg, p.names[:0])
-	p.body = header.AppendProblem(p.body[:0], int(cfg.Status), p.names, v.RetryAfter)
+	secs := header.RetryAfterSeconds(v.RetryAfter)
+	if len(p.body) == 0 || secs != p.bodySecs || !slices.Equal(p.names, p.bodyNames) {
+		p.body = header.AppendProblem(p.body[:0], int(cfg.Status), p.names, v.RetryAfter)
+		p.bodySecs = secs
+		p.bodyNames = append(p.bodyNames[:0], p.names...)
+	}
 	return p.body, header.ProblemContentType
 }
 

@@ -634,3 +634,23 @@ func TestChargeRequestHeaderThrottled(t *testing.T) {
 		t.Errorf("after the held requests left, the next was released after %v, want 0.99s", at)
 	}
 }
+
+// TestRejectionBodyReused: the plugin sends the last rejection's body again
+// while the rules that refused and the whole seconds of Retry-After are the
+// same; any change of either builds the body anew.
+func TestRejectionBodyReused(t *testing.T) {
+	h := newHost(t)
+	vm := workers(t, h, 1, `{"rules":[
+		{"name":"a","match":{"path_prefix":"/a"},"limit":1,"window":"1h","burst":1},
+		{"name":"b","match":{"path_prefix":"/b"},"limit":1,"window":"1m","burst":1},
+		{"name":"all","limit":1000,"window":"1h"}]}`)[0]
+	get(vm, "/a", "10.0.0.1:1").Must(t)
+	get(vm, "/b", "10.0.0.1:1").Must(t)
+	checkRefusal(t, get(vm, "/a", "10.0.0.1:1"), "3600", "a")
+	checkRefusal(t, get(vm, "/a", "10.0.0.1:1"), "3600", "a")
+	checkRefusal(t, get(vm, "/b", "10.0.0.1:1"), "60", "b")
+	h.AdvanceClock(1500 * time.Millisecond)
+	checkRefusal(t, get(vm, "/b", "10.0.0.1:1"), "59", "b")
+	checkRefusal(t, get(vm, "/a", "10.0.0.1:1"), "3599", "a")
+	healthy(t, vm)
+}
