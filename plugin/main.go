@@ -70,6 +70,7 @@ type pluginContext struct {
 	headers   engine.HeaderSet
 	held      heldQueue
 	verdicts  verdictPool
+	contexts  contextPool
 	metrics   *metrics
 	tickMS    uint32
 	lastFlush int64 // when the counters were last published
@@ -146,7 +147,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	return &httpContext{id: contextID, plugin: p}
+	h := p.contexts.get()
+	*h = httpContext{id: contextID, plugin: p}
+	return h
 }
 
 // OnTick releases held requests whose time has come and, about once a
@@ -215,6 +218,7 @@ func (p *pluginContext) pollQueues(now int64) {
 			// Its global rules wait for the rate-limit service (onDecided).
 			h.pending = v.Pending
 			h.pending.Ctx = h
+			h.shared = true
 		case engine.Reject:
 			_ = p.reject(h, v, now)
 		case engine.Delay:
@@ -350,6 +354,9 @@ type httpContext struct {
 	// bodyless: the request's headers ended its stream (no body), so it
 	// is no gRPC call (reject).
 	bodyless bool
+	// shared: a pending call or a concurrency queue refers to h, so it is
+	// not reused once its stream ends (contextPool).
+	shared bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
@@ -390,9 +397,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	case engine.Call:
 		h.pending = v.Pending
 		h.pending.Ctx = h
+		h.shared = true
 		return types.ActionPause
 	case engine.Queue:
 		p.waiting[h.id] = h
+		h.shared = true
 		return types.ActionPause
 	case engine.Reject:
 		if err := p.reject(h, v, now); err != nil {
@@ -510,15 +519,17 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.plugin.engine.CancelPending(h.pending, nowNanos())
 		h.pending = nil
 	}
-	if !h.decided {
-		return
+	if h.decided {
+		h.end()
+		// Nothing refers to the verdict any more: the held queue and the
+		// waiters know the stream by its id, a pending call has its own.
+		h.decided = false
+		h.plugin.verdicts.put(h.verdict)
+		h.verdict = nil
 	}
-	h.end()
-	// Nothing refers to the verdict any more: the held queue and the
-	// waiters know the stream by its id, a pending call has its own.
-	h.decided = false
-	h.plugin.verdicts.put(h.verdict)
-	h.verdict = nil
+	// This is the stream's last callback (its context is deleted next):
+	// the next stream may reuse h.
+	h.plugin.contexts.put(h)
 }
 
 // end gives back what the decided stream h still holds.
