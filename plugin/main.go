@@ -63,17 +63,22 @@ func (p *pluginContext) retire() {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	id        uint32 // the plugin context's ID
-	retired   bool   // its context ended (retire)
-	engine    *engine.Engine
-	rls       *rlsCaller // global rules' calls (nil without global rules)
-	headers   engine.HeaderSet
-	held      heldQueue
-	verdicts  verdictPool
-	contexts  contextPool
-	metrics   *metrics
-	tickMS    uint32
-	lastFlush int64 // when the counters were last published
+	id      uint32 // the plugin context's ID
+	retired bool   // its context ended (retire)
+	engine  *engine.Engine
+	rls     *rlsCaller       // global rules' calls (nil without global rules)
+	headers engine.HeaderSet // an admitted response's
+	// a rejection's headers (why.go), and what they said (the zero key:
+	// nothing to reuse)
+	rejectHeaders engine.HeaderSet
+	rejectEncoded []byte
+	lastReject    rejectKey
+	held          heldQueue
+	verdicts      verdictPool
+	contexts      contextPool
+	metrics       *metrics
+	tickMS        uint32
+	lastFlush     int64 // when the counters were last published
 	// rejection log sampling (see logRejection)
 	lastRejectLog   int64
 	rejectsSinceLog int
@@ -258,9 +263,8 @@ func (p *pluginContext) giveBack(v *engine.Verdict, now int64) {
 // status.
 func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) error {
 	p.tell(v)
-	p.headers.Build(v, p.engine.Config().Headers, true)
 	body, ctype := p.rejectionBody(v)
-	p.headers.Add(header.ContentType, ctype)
+	pushback := false
 	// A refused gRPC call: one more host call, on the reject path only,
 	// and only for a request with a body. A unary gRPC call always has
 	// one (its message, in DATA frames after the headers), so a request
@@ -269,12 +273,24 @@ func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) err
 	// closed before its first message, is refused without the pushback
 	// (Retry-After still says when).
 	if !h.bodyless {
-		if ct, err := proxywasm.GetHttpRequestHeader("content-type"); err == nil && header.IsGRPC(ct) {
-			p.headers.AddPushback(v.RetryAfter)
-		}
+		ct, err := proxywasm.GetHttpRequestHeader("content-type")
+		pushback = err == nil && header.IsGRPC(ct)
 	}
 	p.logRejection(v, now)
-	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), body)
+	// The headers are those of the last rejection while what they say is
+	// the same (rejectKey): then their encoding is sent again as it is.
+	k := rejectKeyOf(v)
+	same := !pushback && p.lastReject == k
+	if !same {
+		p.rejectHeaders.Build(v, p.engine.Config().Headers, true)
+		p.rejectHeaders.Add(header.ContentType, ctype)
+		if pushback {
+			p.rejectHeaders.AddPushback(v.RetryAfter)
+			k = rejectKey{} // its milliseconds change with every request
+		}
+		p.lastReject = k
+	}
+	return sendLocalResponse(p.engine.Config().Status, p.rejectHeaders.List(), body, &p.rejectEncoded, same)
 }
 
 // logRejection logs a rejection at debug level, at most once a second per

@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 
+	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
 )
@@ -69,3 +70,22 @@ func (p *pluginContext) rejectionBody(v *engine.Verdict) ([]byte, string) {
 }
 
 var textBody = []byte(header.TextBody)
+
+// rejectKey is what a rejection's headers say (engine.HeaderSet.Build with
+// rejected set): the rules they name, and their numbers as the headers
+// write them (whole seconds). Two rejections with equal keys have the same
+// headers, as a flood's rejections mostly do; the zero key is no rejection.
+type rejectKey struct {
+	report, shadow            *config.Rule
+	reportLimit, remaining    int64
+	retry, reset, shadowRetry int64
+}
+
+func rejectKeyOf(v *engine.Verdict) rejectKey {
+	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
+		retry: header.RetryAfterSeconds(v.RetryAfter), reset: header.CeilSeconds(v.Reset)}
+	if v.Shadow != nil {
+		k.shadowRetry = header.RetryAfterSeconds(v.ShadowRetryAfter)
+	}
+	return k
+}
