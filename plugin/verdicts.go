@@ -6,7 +6,10 @@ import "github.com/sluicehq/sluice/plugin/engine"
 // that deciding a request allocates none: the verdict is most of a
 // stream's context, and a VM's linear memory keeps the peak of its heap
 // for life.
-type verdictPool struct{ free []*engine.Verdict }
+type verdictPool struct {
+	free     []*engine.Verdict
+	contexts []*httpContext // getContext
+}
 
 // maxPooledVerdicts bounds what the pool keeps after a burst of streams.
 const maxPooledVerdicts = 256
@@ -29,28 +32,26 @@ func (p *verdictPool) put(v *engine.Verdict) {
 	p.free = append(p.free, v)
 }
 
-// contextPool keeps ended streams' contexts for the next streams. A
-// context was the one allocation of a request: with none, a VM's Go heap
-// stops growing once it serves traffic, and the collector, which runs
-// inline on Envoy's worker and marks the whole heap each time, does not
-// run on the request path at all.
-type contextPool struct{ free []*httpContext }
-
-func (p *contextPool) get() *httpContext {
-	if n := len(p.free); n > 0 {
-		h := p.free[n-1]
-		p.free = p.free[:n-1]
+// getContext and putContext keep ended streams' contexts for the next
+// streams, as get and put keep verdicts. A context was the one allocation
+// of a request: with none, a VM's Go heap stops growing once it serves
+// traffic, and the collector, which runs inline on Envoy's worker and
+// marks the whole heap each time, does not run on the request path.
+func (p *verdictPool) getContext() *httpContext {
+	if n := len(p.contexts); n > 0 {
+		h := p.contexts[n-1]
+		p.contexts = p.contexts[:n-1]
 		return h
 	}
 	return new(httpContext)
 }
 
-// put takes back h, whose stream ended, unless something outside it may
-// still refer to it (shared: a call to the rate-limit service or a
+// putContext takes back h, whose stream ended, unless something outside
+// it may still refer to it (shared: a call to the rate-limit service or a
 // concurrency queue held it).
-func (p *contextPool) put(h *httpContext) {
-	if h.shared || len(p.free) >= maxPooledVerdicts {
+func (p *verdictPool) putContext(h *httpContext) {
+	if h.shared || len(p.contexts) >= maxPooledVerdicts {
 		return
 	}
-	p.free = append(p.free, h)
+	p.contexts = append(p.contexts, h)
 }

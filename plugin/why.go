@@ -1,8 +1,6 @@
 package main
 
 import (
-	"slices"
-
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
@@ -49,32 +47,45 @@ func (p *pluginContext) tell(v *engine.Verdict) {
 	}
 }
 
-// rejectionBody returns the body of v's rejection and its content type,
-// in a buffer the next rejection reuses (the host copies it). The body
-// depends only on the rules that refused and the whole seconds of
-// Retry-After, so the last one is kept and sent again while those are the
-// same, as they are for most rejections of a flood.
-func (p *pluginContext) rejectionBody(v *engine.Verdict) ([]byte, string) {
+// rejectionBody returns the body of v's rejection, built in a buffer the
+// next rejection reuses (the host copies it).
+func (p *pluginContext) rejectionBody(v *engine.Verdict) []byte {
 	cfg := p.engine.Config()
 	if cfg.TextBody {
-		return textBody, header.TextContentType
+		return textBody
 	}
-	p.names = v.ViolatedNames(cfg, p.names[:0])
-	secs := header.RetryAfterSeconds(v.RetryAfter)
-	if len(p.body) == 0 || secs != p.bodySecs || !slices.Equal(p.names, p.bodyNames) {
-		p.body = header.AppendProblem(p.body[:0], int(cfg.Status), p.names, v.RetryAfter)
-		p.bodySecs = secs
-		p.bodyNames = append(p.bodyNames[:0], p.names...)
-	}
-	return p.body, header.ProblemContentType
+	return p.problem.build(cfg, v)
 }
 
 var textBody = []byte(header.TextBody)
 
+// headers returns the headers of v's rejection under cfg (with gRPC's
+// retry pushback when pushback), the buffer for their encoding, and
+// whether that buffer holds it already: they are the last rejection's
+// when what they say is the same (rejectKey).
+func (b *problemBody) headers(cfg *config.Config, v *engine.Verdict, pushback bool) ([][2]string, *[]byte, bool) {
+	k := rejectKeyOf(v)
+	if !pushback && b.key == k {
+		return b.hdrs.List(), &b.encoded, true
+	}
+	b.hdrs.Build(v, cfg.Headers, true)
+	if cfg.TextBody {
+		b.hdrs.Add(header.ContentType, header.TextContentType)
+	} else {
+		b.hdrs.Add(header.ContentType, header.ProblemContentType)
+	}
+	if pushback {
+		b.hdrs.AddPushback(v.RetryAfter)
+		k = rejectKey{} // its milliseconds change with every request
+	}
+	b.key = k
+	return b.hdrs.List(), &b.encoded, false
+}
+
 // rejectKey is what a rejection's headers say (engine.HeaderSet.Build with
 // rejected set): the rules they name, and their numbers as the headers
 // write them (whole seconds). Two rejections with equal keys have the same
-// headers, as a flood's rejections mostly do; the zero key is no rejection.
+// headers; the zero key is no rejection (Retry-After is at least 1).
 type rejectKey struct {
 	report, shadow            *config.Rule
 	reportLimit, remaining    int64

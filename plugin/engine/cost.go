@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 	"github.com/sluicehq/sluice/shared/limit"
@@ -374,7 +375,7 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 // could not cover) and sends them at once when it can (sendDebt);
 // otherwise they wait for the client's next call or the tick.
 func (e *Engine) owe(c *PostCharge, hits uint32) {
-	if d := e.keepOwed(c, hits); d != nil && e.caller != nil && !e.CircuitOpen() {
+	if d := e.keepOwed(c, hits); d != nil && e.link.Ready() && !e.CircuitOpen() {
 		e.sendDebt(callKey{c.rule, c.fp}, d) // if it is not sent, the tick sends it
 	}
 }
@@ -451,7 +452,7 @@ func (e *Engine) dropDebt(key callKey) {
 // The answer tells whether the client is now over its limit: its lease is
 // then exhausted until the window ends, so this Envoy refuses it at once.
 func (e *Engine) sendCharges(now int64) {
-	if len(e.debts) == 0 || e.caller == nil || e.CircuitOpen() {
+	if len(e.debts) == 0 || !e.link.Ready() || e.CircuitOpen() {
 		return
 	}
 	for key, d := range e.debts {
@@ -461,10 +462,8 @@ func (e *Engine) sendCharges(now int64) {
 }
 
 // DetachedCaller is a Caller that can send a call no request waits for
-// (a charge) so that the end of the current stream does not cancel it.
-type DetachedCaller interface {
-	CallDetached(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
-}
+// (global.DetachedCaller).
+type DetachedCaller = global.DetachedCaller
 
 // sendDebt sends what the client key owes the service (d) in one call, in
 // the current proxy-wasm context; no request waits for it. The answer
@@ -481,13 +480,8 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 		Unit:    unit,
 		Hits:    d.hits,
 	}
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	ref, hits, fp, rule, w := d.ref, d.hits, d.ref.fp, d.ref.rule, r.Limit.Window()
-	call := e.caller.Call
-	if dc, ok := e.caller.(DetachedCaller); ok {
-		call = dc.CallDetached
-	}
-	err := call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
+	err := e.link.Send(e.cfg.Global.Cluster, &req, debtTimeout, true, func(resp rls.Response, err error) {
 		if err != nil {
 			e.Global.CallFailures++
 			e.keepOwed(&ref, hits) // for the next tick

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 	"github.com/sluicehq/sluice/plugin/internal/sha256"
@@ -48,13 +49,8 @@ import (
 // it ended) leaves its other requests to on_error at the next tick, and a
 // call that waited for a late tick is sent then (Sweep).
 
-// Caller sends one call to the rate-limit service: a gRPC ShouldRateLimit
-// request (framed body) to cluster, answered through done within timeout.
-// The plugin implements it with DispatchHttpCall; done runs on the same
-// worker, later (never inside Call). An error means the call was not sent.
-type Caller interface {
-	Call(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
-}
+// Caller sends one call to the rate-limit service (global.Caller).
+type Caller = global.Caller
 
 // Pending is a request waiting for a call to the rate-limit service. The
 // plugin keeps it to cancel it if the stream goes away.
@@ -80,14 +76,11 @@ type Pending struct {
 type globalRules struct {
 	// Global counts what the global rules did (exported as metrics).
 	Global  GlobalStats
-	caller  Caller
 	decided Decided
 	calls   map[callKey]*inflight
-	circuit circuit
-	callBuf []byte
-	// rtt is a moving average of how long the service takes to answer
-	// (ns), which sets how early a lease is refilled (prefetch).
-	rtt     int64
+	// link sends the calls, keeps the circuit and measures the service's
+	// round trip (package global owns its state).
+	link    global.Link
 	scratch Pending
 	globals []globalRef
 	gkeys   []byte
@@ -183,8 +176,6 @@ const (
 	// prefetchTick is the tick period of the plugin with global rules
 	// (plugin/global.go): a prefetched call waits for it at most.
 	prefetchTick = 20 * time.Millisecond
-	// initialRTT is assumed until calls are measured.
-	initialRTT = 5 * time.Millisecond
 )
 
 type callKey struct {
@@ -216,7 +207,8 @@ type inflight struct {
 // SetGlobal gives the engine what global rules need: the caller of the
 // service and the function told of decisions made after a call.
 func (e *Engine) SetGlobal(c Caller, d Decided) {
-	e.caller, e.decided = c, d
+	e.link.SetCaller(c)
+	e.decided = d
 }
 
 // descriptorKey is the client's key at the service: the same on every
@@ -349,7 +341,7 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g)}
 	if err := e.sendOrDefer(in, now, p.Deadline, own); err != nil {
-		e.circuit.failure(now)
+		e.link.Failed(now)
 		return false, e.onError(p, r, g.rule, err)
 	}
 	q := e.persist(p)
@@ -370,16 +362,12 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 // its answer is delivered whatever happens to this request's stream.
 func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
 	key := callKey{g.rule, g.fp}
-	if _, ok := e.calls[key]; ok || e.circuit.failures > 0 || e.caller == nil {
+	if _, ok := e.calls[key]; ok || e.link.Open() || !e.link.Ready() {
 		return
 	}
 	r := &e.cfg.Rules[g.rule]
 	w := r.Limit.Window()
-	rtt := e.rtt
-	if rtt == 0 {
-		rtt = int64(initialRTT)
-	}
-	if !lease.PrefetchN(*st, w, now, time.Duration(2*rtt)+prefetchTick, g.dep) {
+	if !lease.PrefetchN(*st, w, now, 2*e.link.RTT()+prefetchTick, g.dep) {
 		return
 	}
 	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
@@ -458,10 +446,9 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 	}
 	in.debt = e.owed(in.key)
 	req.Hits += in.debt
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
-	err := e.caller.Call(g.Cluster, e.callBuf, timeout, func(resp rls.Response, err error) {
+	err := e.link.Send(g.Cluster, &req, timeout, false, func(resp rls.Response, err error) {
 		e.answer(in, resp, err, false)
 	})
 	if err != nil {
@@ -482,7 +469,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
-	if e.circuit.probeDue(now) {
+	if e.link.ProbeDue(now) {
 		e.probe(now)
 	}
 	e.sendCharges(now)
@@ -558,7 +545,7 @@ func (e *Engine) forget(in *inflight) {
 // failCall counts a failure of the service (in's call failed or could not
 // be sent) and leaves the decision on in's waiters to on_error.
 func (e *Engine) failCall(in *inflight, err error, now int64) {
-	e.circuit.failure(now)
+	e.link.Failed(now)
 	r := &e.cfg.Rules[in.ref.rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
@@ -580,17 +567,16 @@ func (e *Engine) probe(now int64) {
 		Unit:    rls.UnitSecond,
 		Hits:    1,
 	}
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Probes++
-	err := e.caller.Call(g.Cluster, e.callBuf, g.Timeout, func(resp rls.Response, err error) {
+	err := e.link.Send(g.Cluster, &req, g.Timeout, false, func(resp rls.Response, err error) {
 		if err != nil {
-			e.circuit.failure(e.now())
+			e.link.Failed(e.now())
 			return
 		}
-		e.circuit.success()
+		e.link.Succeeded()
 	})
 	if err != nil {
-		e.circuit.failure(now)
+		e.link.Failed(now)
 	}
 }
 
