@@ -280,6 +280,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 	for i := 0; i < v.post.n; i++ {
 		c := v.post.at(i)
 		r := &e.cfg.Rules[c.rule]
+		e.trace(StepSettle, c.rule)
 		if len(r.Cost.OnStatus) > 0 {
 			if !haveStatus {
 				s, _ := resp.Header(":status")

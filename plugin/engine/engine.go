@@ -187,6 +187,8 @@ type Engine struct {
 	// local rules charged at admission were charged for the first request:
 	// they decide it without charging it again.
 	Redirected bool
+	// tracer, when set, is told each step of a request's route (trace.go).
+	tracer Tracer
 	// RoundEnded, when set, is told each decision of an adaptive rule's
 	// Gauge this worker made: rule i's Gauge went from prev (its last
 	// round's samples, without the batch that ended it) to next.
@@ -368,7 +370,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	if len(e.matched) == 0 {
 		return v
 	}
+	e.traceMatched()
 	if e.exempt(&ri) {
+		e.trace(StepExempt, -1)
 		v.Exempt = true
 		return v
 	}
@@ -451,6 +455,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
+				e.trace(StepLocalRefuse, i)
 				e.Stats.OnErrorDenied++
 				v.violate(i)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
@@ -482,11 +487,13 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 		return false
 	}
 	if !d.Allowed {
+		e.trace(StepLocalRefuse, i)
 		st.Rejected++
 		v.violate(i)
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 		return true
 	}
+	e.trace(StepLocal, i)
 	if n > 0 {
 		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
 	}
@@ -537,6 +544,7 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // the requests it would have admitted as allowed (it never holds one), so
 // that its shadow_rejected has something to be compared with.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
+	e.trace(StepAdmit, -1)
 	e.countSlots(v)
 	if v.Delay > 0 {
 		v.held = append(v.held[:0:0], charged...)
@@ -596,6 +604,7 @@ func (v *Verdict) Forwarded(at int64) {
 // max_delay: one that would only hold it did not refuse it, so it is not
 // violated and its hold does not lengthen the Retry-After.
 func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
+	e.trace(StepReject, rejected)
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client

@@ -269,6 +269,9 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		default:
 			// The lease is empty: this request needs the service.
 			if waiting, done := e.callService(p, g, r, &st, now); done {
+				if waiting {
+					e.trace(StepCall, g.rule)
+				}
 				return waiting
 			}
 		}
@@ -594,6 +597,7 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
+	e.trace(StepGlobal, g.rule)
 	if p.next < len(p.globals) && p.globals[p.next].rule == g.rule {
 		// After an answer g is the call's: p's own reference has p's cost
 		// and the offset of p's key bytes.
@@ -633,6 +637,8 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 // for the client until end) and refunds what p was charged.
 func (e *Engine) rejectGlobal(p *Pending, i int, now, end int64) {
 	r := &e.cfg.Rules[i]
+	e.trace(StepGlobalRefuse, i)
+	e.trace(StepReject, i)
 	e.Stats.Rules[i].Rejected++
 	v := &p.verdict
 	wait := time.Duration(end - now)
@@ -648,6 +654,7 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 	v := &p.verdict
 	v.Err, v.ErrRule = err, r
 	if e.cfg.OnErrorDeny {
+		e.trace(StepReject, i)
 		e.Stats.OnErrorDenied++
 		v.Outcome, v.Delay = Reject, 0
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
