@@ -31,24 +31,13 @@ type vmContext struct{ types.DefaultVMContext }
 
 func (*vmContext) NewPluginContext(contextID uint32) types.PluginContext {
 	p := &pluginContext{id: contextID}
-	plugins = append(plugins, p)
+	plugins[contextID] = p
 	return p
 }
 
-// plugins are this VM's live plugin contexts: the module's own
-// end-of-context export (streamend_wasip1.go) retires them. A slice, not a
-// map: it is looked up at every stream's end and holds one or two.
-var plugins []*pluginContext
-
-// pluginByID returns the live plugin context id, or nil.
-func pluginByID(id uint32) *pluginContext {
-	for _, p := range plugins {
-		if p.id == id {
-			return p
-		}
-	}
-	return nil
-}
+// plugins are this VM's plugin contexts by context ID: the module's own
+// end-of-context export (streamend_wasip1.go) retires them.
+var plugins = map[uint32]*pluginContext{}
 
 // OnPluginDone retires p (see retire) where the SDK's proxy_on_done runs
 // (a plain `go build`; `make build` ends contexts in sluiceOnStreamEnd).
@@ -64,12 +53,7 @@ func (p *pluginContext) retire() {
 		return
 	}
 	p.retired = true
-	for i, q := range plugins {
-		if q == p {
-			plugins = append(plugins[:i], plugins[i+1:]...)
-			break
-		}
-	}
+	delete(plugins, p.id)
 	if p.metrics != nil && p.engine != nil {
 		p.metrics.flush(p.engine, p.held.len())
 		p.metrics.retire()

@@ -34,7 +34,7 @@ func sdkOnDelete(contextID uint32)
 
 //go:wasmexport sluice_on_stream_end
 func sluiceOnStreamEnd(contextID uint32) {
-	if p := pluginByID(contextID); p != nil {
+	if p := plugins[contextID]; p != nil {
 		p.retire() // the plugin context ends: no proxy_on_done either
 	}
 	sdkOnLog(contextID)
