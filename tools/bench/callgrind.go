@@ -195,6 +195,12 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 	op := v.opts
 	op.Bin = wrapper
 	e, err := startEnvoy(ctx, op)
+	// Another Envoy forked while this wrapper was being written may hold
+	// it open for a moment (ETXTBSY): try again.
+	for i := 0; err != nil && strings.Contains(err.Error(), "text file busy") && i < 5; i++ {
+		time.Sleep(200 * time.Millisecond)
+		e, err = startEnvoy(ctx, op)
+	}
 	if err != nil {
 		return err
 	}
