@@ -47,8 +47,8 @@ func (p *verdictPool) getContext() *httpContext {
 }
 
 // putContext takes back h, whose stream ended, unless something outside
-// it may still refer to it (shared: a call to the rate-limit service or a
-// concurrency queue held it).
+// it may still refer to it (shared: a call to the rate-limit service, a
+// concurrency queue or a response held for its charge held it).
 func (p *verdictPool) putContext(h *httpContext) {
 	if h.shared || len(p.contexts) >= maxPooledVerdicts {
 		return

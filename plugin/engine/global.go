@@ -43,7 +43,7 @@ import (
 // worker's circuit opens: requests that need a call are decided by
 // on_error at once without waiting, and the worker's tick sends probe calls
 // (no request waits for them) after a back-off that doubles from 100ms to
-// 500ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
+// 250ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
 // counted by the service before the failure). Only the service's failures
 // open the circuit: a call whose answer Envoy drops (the stream that sent
 // it ended) leaves its other requests to on_error at the next tick, and a
@@ -90,17 +90,10 @@ type globalRules struct {
 	ctxOwner *Pending
 	inDecide bool
 	// debts are global rules' charges after the response that wait for
-	// the tick (cost.go).
-	debts map[callKey]*debt
-	// debtsOf counts the debts per rule, each at most debtCap (see
-	// maxDebts).
-	debtsOf []int
-	debtCap int
-	// costAvg is, per rule charged after the response, the moving average
-	// of its charges on this worker (fixed point, costShift; 0: none yet):
-	// the deposit (cost.go).
-	costAvg []int64
-	costPub []int64 // the deposit last published in shared data, per rule
+	// a call (cost.go); costs what those rules' requests have been
+	// costing, their deposit. Package global owns their state.
+	debts global.Debts
+	costs global.Costs
 }
 
 // persist returns a Pending that outlives the current decision: the
@@ -170,6 +163,9 @@ type GlobalStats struct {
 	// the deposits its requests took (one per request without a cost),
 	// what its Envoy holds in leases or lost with them.
 	Granted uint64
+	// HeldResponses are responses held until the service answered the
+	// charge their lease could not cover (SettleHeld).
+	HeldResponses uint64
 }
 
 const (
@@ -178,10 +174,9 @@ const (
 	prefetchTick = 20 * time.Millisecond
 )
 
-type callKey struct {
-	rule int
-	fp   uint64
-}
+// callKey is a client of a global rule on this worker (its rule and
+// fingerprint): at most one call in flight, one debt.
+type callKey = global.Key
 
 type inflight struct {
 	// owner is the request whose stream was the proxy-wasm context when
@@ -313,7 +308,7 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 // made (the circuit is open, the send failed), on_error decides. done
 // says the decision stops here: p waits, or on_error refused it.
 func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.State, now int64) (waiting, done bool) {
-	key := callKey{g.rule, g.fp}
+	key := callKey{Rule: g.rule, FP: g.fp}
 	// own: the current proxy-wasm context is p's stream (p is deciding, or
 	// the answer being handled is of a call p's stream sent), so a call
 	// sent now is answered to p.
@@ -364,7 +359,7 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 // near the limit. The call is sent from the tick (root context), so that
 // its answer is delivered whatever happens to this request's stream.
 func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
-	key := callKey{g.rule, g.fp}
+	key := callKey{Rule: g.rule, FP: g.fp}
 	if _, ok := e.calls[key]; ok || e.link.Open() || !e.link.Ready() {
 		return
 	}
@@ -447,7 +442,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		Unit:    unit,
 		Hits:    in.k,
 	}
-	in.debt = e.owed(in.key)
+	in.debt = e.debts.Owed(in.key)
 	req.Hits += in.debt
 	e.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
@@ -460,7 +455,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		e.Global.CallFailures++
 		return err
 	}
-	e.paid(in.key, in.debt)
+	e.debts.Paid(in.key, in.debt)
 	e.calls[in.key] = in
 	return nil
 }
@@ -472,6 +467,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
+	e.peerRecovered(now)
 	if e.link.ProbeDue(now) {
 		e.probe(now)
 	}
@@ -548,7 +544,7 @@ func (e *Engine) forget(in *inflight) {
 // failCall counts a failure of the service (in's call failed or could not
 // be sent) and leaves the decision on in's waiters to on_error.
 func (e *Engine) failCall(in *inflight, err error, now int64) {
-	e.link.Failed(now)
+	e.link.FailedCall(in.sentAt, now)
 	r := &e.cfg.Rules[in.ref.rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
@@ -572,11 +568,12 @@ func (e *Engine) probe(now int64) {
 	}
 	e.Global.Probes++
 	err := e.link.Send(g.Cluster, &req, g.Timeout, false, func(resp rls.Response, err error) {
+		t := e.now()
 		if err != nil {
-			e.link.Failed(e.now())
+			e.link.FailedCall(now, t)
 			return
 		}
-		e.link.Succeeded()
+		e.answered(e.link.Succeeded(t), t)
 	})
 	if err != nil {
 		e.link.Failed(now)
@@ -616,9 +613,27 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 			p.verdict.post.add(pc)
 		} else if g.cost > int64(dep) { // a cost over the rule's limit
 			e.Stats.Rules[g.rule].Charged += uint64(g.cost) - uint64(dep)
-			e.debitGlobal(&pc, g.cost, now)
+			e.debitGlobal(&pc, g.cost, now, nil)
 		}
 	}
+	reportLease(&p.verdict, r, st, now, end)
+}
+
+// reportRedirected puts global rule r's numbers for client fp into v for
+// an internal redirect, which is not charged (the request it follows was):
+// the lease is read, not taken from. A lease that cannot be read (the
+// rule's share is full) reports nothing.
+func (e *Engine) reportRedirected(v *Verdict, r *config.Rule, i int, fp uint64, now int64) {
+	end := lease.WindowEnd(now, r.Limit.Window())
+	st, err := e.table.Lease(fp, i, now, end, func(*lease.State) bool { return false })
+	if err == nil {
+		reportLease(v, r, &st, now, end)
+	}
+}
+
+// reportLease makes global rule r's numbers from its lease st (window
+// ending at end) v's, if they are the tightest.
+func reportLease(v *Verdict, r *config.Rule, st *lease.State, now, end int64) {
 	rem := int64(st.Tokens)
 	if st.Known {
 		rem += int64(st.Remaining)
@@ -627,7 +642,6 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	}
 	rem = min(rem, r.Limit.Limit()-1)
 	reset := time.Duration(end - now)
-	v := &p.verdict
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && reset > v.Reset) {
 		v.Report, v.Remaining, v.Reset, v.measured = r, rem, reset, now
 	}

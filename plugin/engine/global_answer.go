@@ -34,14 +34,14 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		e.Global.CallFailures++
 		// The debt it carried is owed again (see keepOwed), sent with the
 		// client's next call or the tick.
-		e.keepOwed(&PostCharge{rule: in.key.rule, fp: in.key.fp, desc: in.desc}, in.debt)
+		e.keepOwed(&PostCharge{rule: in.key.Rule, fp: in.key.FP, desc: in.desc}, in.debt)
 		if e.retryFailed(in, err, now) {
 			return
 		}
 		e.failCall(in, err, now)
 		return
 	}
-	e.link.Answered(in.sentAt, now)
+	e.answered(e.link.Answered(in.sentAt, now), now)
 	if lease.WindowStart(in.callAt, w) != lease.WindowStart(now, w) {
 		// The answer crossed a window boundary: the service may have counted
 		// the hits in either window. Use none of them (under-admission, at

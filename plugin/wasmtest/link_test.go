@@ -24,13 +24,22 @@ import (
 // data): 3,516,725 bytes then. Raised for global rules' deposits sized to
 // what requests cost (the deposit, its moving average shared by an Envoy's
 // workers, charges sent as the response passes, resends of undelivered
-// calls: about 23 KB): 3,540,231 bytes then. Raised for the rejected
+// calls: about 23 KB): 3,540,231 bytes then. Raised for the engine's
+// subsystems as packages (match, global: each package's and type's
+// metadata; the code itself moved) and the plugin context's parts, on a
+// main that was already 3,553,497 bytes (adaptive stalls): 3,554,482 bytes
+// then. Raised for responses held until the service counted their debt,
+// circuits that close with their Envoy and probes not blocked by a stuck
+// one (about 10 KB), and by 12 KB for internal redirects not charged again
+// by global rules (their numbers read from the lease: 6.8 KB), the layout
+// record read before a fresh state (2.1 KB) and the record of workers'
+// gauge counts (3.2 KB): 3,577,146 bytes then. Raised for the rejected
 // path's reuse of its last body and headers and the pool of stream contexts
-// (about 6 KB: 7k fewer instructions per rejected request, none allocated
-// per request; docs/design/request-cost.md): 3,553,730 bytes then. A feature that needs more raises it
+// (about 6 KB: 11k fewer instructions per rejected request, none allocated
+// per request; docs/design/request-cost.md): 3,583,861 bytes then. A feature that needs more raises it
 // on purpose, saying in the commit what the bytes buy: every byte of static
 // data is also copied into each VM's linear memory.
-const moduleCeiling = 3_558_000
+const moduleCeiling = 3_586_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
