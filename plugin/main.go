@@ -200,9 +200,7 @@ func (p *pluginContext) pollQueues(now int64) {
 		switch v.Outcome {
 		case engine.Call:
 			// Its global rules wait for the rate-limit service (onDecided).
-			h.pending = v.Pending
-			h.pending.Ctx = h
-			h.shared = true
+			h.awaitCall(v.Pending)
 		case engine.Reject:
 			_ = p.reject(h, v, now)
 		case engine.Delay:
@@ -379,13 +377,10 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	}
 	switch v.Outcome {
 	case engine.Call:
-		h.pending = v.Pending
-		h.pending.Ctx = h
-		h.shared = true
+		h.awaitCall(v.Pending)
 		return types.ActionPause
 	case engine.Queue:
 		p.queue.add(h)
-		h.shared = true
 		return types.ActionPause
 	case engine.Reject:
 		if err := p.reject(h, v, now); err != nil {
@@ -555,6 +550,14 @@ func (h *httpContext) end() {
 		h.sample(now, false)
 		h.releaseSlots(now, true)
 	}
+}
+
+// awaitCall makes h wait for the rate-limit service's answer to pd
+// (onDecided). The call refers to h, so h is never reused.
+func (h *httpContext) awaitCall(pd *engine.Pending) {
+	h.pending = pd
+	pd.Ctx = h
+	h.shared = true
 }
 
 // StreamID implements engine.StreamRequest.

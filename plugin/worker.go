@@ -113,7 +113,10 @@ func (w *waitingStreams) enable() {
 func (w *waitingStreams) enabled() bool { return w.on }
 
 // add records h as waiting.
-func (w *waitingStreams) add(h *httpContext) { w.byID[h.id] = h }
+func (w *waitingStreams) add(h *httpContext) {
+	w.byID[h.id] = h
+	h.shared = true // never reused: the queue refers to it
+}
 
 // take returns the waiting stream id (nil: not ours any more) and forgets it.
 func (w *waitingStreams) take(id uint32) *httpContext {
