@@ -235,6 +235,12 @@ func (e *Engine) ClassSlots(i, k int) (inFlight, queued int64, ok bool) {
 	return s[0], s[1], e.lastSlots[i].known
 }
 
+// SlotsKnown reports whether this worker has seen the slots of concurrency
+// rule i (an admission, a wait or a release of it): until then LastSlots
+// has nothing to say, and an idle worker must not publish its zeros over
+// the figures of the others.
+func (e *Engine) SlotsKnown(i int) bool { return e.lastSlots[i].known }
+
 // modifyClasses is Modify for a rule with classes: o.class's transition on
 // the key's classes ss (caps at the rule's limit). It reports whether ss
 // changed.
