@@ -113,9 +113,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCritical(sprintf.Sprintf("sluice: shared data unavailable at start: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
-	p.engine = engine.New(cfg, store, seed)
-	// Answers to calls read the clock too: one host call, as the request path.
-	p.engine.Now = nowNanos
+	// The engine's clock (answers to calls, the tick) is the request
+	// path's: one host call.
+	p.engine = engine.New(cfg, store, seed, nowNanos)
 	p.engine.RoundEnded = p.logRound
 	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
 	p.metrics = newMetrics(cfg)

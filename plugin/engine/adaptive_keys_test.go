@@ -35,7 +35,7 @@ func keyedRound(e *Engine, ip string, now int64, latency time.Duration) int {
 // key freeing: (waiting+1) × hold / limit of that key. It must not depend on
 // which other client's Gauge this worker exchanged last.
 func TestKeyedRetryAfterUsesOwnKeysLimit(t *testing.T) {
-	e := New(mustConfig(t, `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["client_ip"]}]}`), newMemStore(), 1)
+	e := New(mustConfig(t, `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["client_ip"]}]}`), newMemStore(), 1, wallClock)
 	now := t0
 	// Client A: fast upstream answers, its limit grows well above 4.
 	for i := 0; i < 40; i++ {
@@ -85,7 +85,7 @@ func TestKeyedRetryAfterUsesOwnKeysLimit(t *testing.T) {
 // learnt limit, client B (limit 4) must not queue more than
 // max_delay × 4 / hold.
 func TestKeyedQueueBoundUsesOwnKeysLimit(t *testing.T) {
-	e := New(mustConfig(t, `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["client_ip"],"max_delay":"100ms"}]}`), newMemStore(), 1)
+	e := New(mustConfig(t, `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["client_ip"],"max_delay":"100ms"}]}`), newMemStore(), 1, wallClock)
 	now := t0
 	for i := 0; i < 40; i++ {
 		now += int64(50 * time.Millisecond)
@@ -129,7 +129,7 @@ func TestManyKeysStillLearn(t *testing.T) {
 		t.Run(fmt.Sprint(clients), func(t *testing.T) {
 			store := newMemStore()
 			cfg := mustConfig(t, `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["client_ip"]}]}`)
-			e := New(cfg, store, 1)
+			e := New(cfg, store, 1, wallClock)
 			type inflight struct {
 				slots []SlotRef
 				sent  int64
@@ -170,7 +170,7 @@ func TestManyKeysStillLearn(t *testing.T) {
 				maxLearners = max(maxLearners, len(e.learners))
 			}
 			// Another worker reads each key's shared Gauge.
-			o := New(cfg, store, 1)
+			o := New(cfg, store, 1, wallClock)
 			cold := 0
 			for i := 0; i < clients; i++ {
 				if g := o.learnerFor(0, fps[i], now).g; g.Base == 0 {

@@ -33,7 +33,7 @@ func adaptiveRound(e *Engine, now int64, latency time.Duration, kind SampleKind)
 func TestAdaptiveSamplesAndSharing(t *testing.T) {
 	store := newMemStore()
 	cfg := mustConfig(t, adaptiveDoc)
-	a, b := New(cfg, store, 1), New(cfg, store, 1)
+	a, b := New(cfg, store, 1, wallClock), New(cfg, store, 1, wallClock)
 	now := t0
 	// Fast 503s and early ends before any learning: no sample at all.
 	for i := 0; i < 20; i++ {
@@ -76,7 +76,7 @@ func TestAdaptiveSamplesAndSharing(t *testing.T) {
 // round used its limit), even when none of the round's samples was
 // admitted at the limit; admissions under it do not.
 func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
-	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 	now := t0
 	v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), now)
 	if v.Outcome != Allow || v.Slots[0].Saturated {
@@ -106,7 +106,7 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 // rule's requests are answered it reads 0, not the count of its last
 // admission (an idle rule showing its last burst as in flight).
 func TestInFlightGaugeFollowsReleases(t *testing.T) {
-	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 	var held [][]SlotRef
 	for i := 0; i < 3; i++ {
 		v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), t0)
@@ -133,7 +133,7 @@ func TestInFlightGaugeFollowsReleases(t *testing.T) {
 func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 	const period = 100 * time.Millisecond
 	learn := func(late time.Duration) (time.Duration, time.Duration) {
-		e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+		e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 		now := t0
 		for i := 0; i < 20; i++ {
 			now += int64(period + late)
@@ -160,7 +160,7 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 	// A stall that is over is not taken out: a tick on time after ticks
 	// 30 ms late leaves the mean at 22 ms, but responses read on time then
 	// teach the 40 ms they took.
-	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 	now := t0
 	for i := 0; i < 20; i++ {
 		now += int64(130 * time.Millisecond)
@@ -181,7 +181,7 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 		t.Errorf("after the ticks caught up: Base %v, want 40 ms", base)
 	}
 	// A stall (a paused process) counts as MaxLoopLag at most.
-	e = New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e = New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 	e.Ticked(t0, period)
 	e.TickDone(t0)
 	e.Ticked(t0+int64(time.Hour), period)
@@ -195,7 +195,7 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 // its release: the window's other samples still count. A request sampled
 // is not counted twice at its release.
 func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
-	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1)
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
 	now := t0
 	var held [][]SlotRef
 	for range 4 {
@@ -236,7 +236,7 @@ func TestAdaptiveHeldRequestGivesNoSample(t *testing.T) {
 	doc := `{"rules":[
 	  {"name":"pace","match":{"path_prefix":"/slow"},"key":["client_ip"],"limit":1,"window":"1s","burst":1,"max_delay":"10s"},
 	  {"name":"a","algorithm":"adaptive_concurrency","key":["method"]}]}`
-	e := New(mustConfig(t, doc), newMemStore(), 1)
+	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
 	now := t0
 	for range 30 { // Base 10 ms
 		now += int64(50 * time.Millisecond)

@@ -58,7 +58,7 @@ func BenchmarkDecide(b *testing.B) {
 	for _, s := range stores {
 		for _, c := range cases {
 			b.Run(s.name+"/"+c.name, func(b *testing.B) {
-				e := New(mustConfig(b, c.cfg), s.new(), 42)
+				e := New(mustConfig(b, c.cfg), s.new(), 42, wallClock)
 				var hs HeaderSet
 				now := t0
 				// Warm up: create every bucket and, for reject, spend the budget.
@@ -135,7 +135,7 @@ func BenchmarkDecideSettle(b *testing.B) {
 	rp := resp("200", "x-tokens-used", "42")
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			e := New(mustConfig(b, c.cfg), newNoCopyStore(), 1)
+			e := New(mustConfig(b, c.cfg), newNoCopyStore(), 1, wallClock)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				v := e.Decide(r, t0)

@@ -15,7 +15,7 @@ func classEngines(t *testing.T, extra string, n int) []*Engine {
 	store := newMemStore()
 	var es []*Engine
 	for i := 0; i < n; i++ {
-		es = append(es, New(cfg, store, 5))
+		es = append(es, New(cfg, store, 5, wallClock))
 	}
 	return es
 }

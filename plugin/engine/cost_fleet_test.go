@@ -37,7 +37,7 @@ func newCostFleet(t *testing.T, doc string, envoys, perEnvoy int, limit uint32, 
 		store := newMemStore()
 		for i := 0; i < perEnvoy; i++ {
 			wk := &costWorker{decided: map[*Pending]Verdict{}, tick: f.now + int64(rng.IntN(20))*int64(time.Millisecond)}
-			wk.e = New(cfg, store, uint64(env+1))
+			wk.e = New(cfg, store, uint64(env+1), wallClock)
 			wk.e.SetGlobal(f.svc, func(p *Pending, v *Verdict) { wk.decided[p] = *v })
 			wk.e.Now = func() int64 { return f.now }
 			f.workers = append(f.workers, wk)

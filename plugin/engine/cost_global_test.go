@@ -20,7 +20,7 @@ func TestCostGlobalFleet(t *testing.T) {
 	var fleet []*Engine
 	var decided []Verdict
 	for i := 0; i < 3; i++ {
-		e := New(cfg, newMemStore(), 7)
+		e := New(cfg, newMemStore(), 7, wallClock)
 		e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided = append(decided, *v) })
 		e.Now = func() int64 { return now }
 		fleet = append(fleet, e)
@@ -116,7 +116,7 @@ func TestCostGlobalWaitersPayTheirOwnCost(t *testing.T) {
 		"cost":{"request_header":"x-cost","max":50}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`
 	svc := &fakeService{limit: 1000}
 	now := t0 + int64(time.Second)
-	e := New(mustConfig(t, doc), newMemStore(), 7)
+	e := New(mustConfig(t, doc), newMemStore(), 7, wallClock)
 	var decided []Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided = append(decided, *v) })
 	e.Now = func() int64 { return now }

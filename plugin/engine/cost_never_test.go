@@ -14,7 +14,8 @@ func TestCostOverCapacityNeverPasses(t *testing.T) {
 	for _, alg := range []string{`"burst":5`, `"algorithm":"fixed_window"`, `"algorithm":"sliding_window"`} {
 		t.Run(alg, func(t *testing.T) {
 			e := New(mustConfig(t, `{"rules":[{"name":"r","limit":5,"window":"1h",`+alg+`,
-				"cost":{"request_header":"x-cost","max":50}}]}`), newMemStore(), 1)
+				"cost":{"request_header":"x-cost","max":50}}]}`), newMemStore(), 1, wallClock)
+
 			if n := e.cfg.Rules[0].NeverPasses(); n != 5 {
 				t.Errorf("NeverPasses %d, want 5", n)
 			}

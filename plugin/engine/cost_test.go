@@ -35,7 +35,7 @@ func TestParseCost(t *testing.T) {
 // the client (a correct one too), another client is unaffected.
 func TestCostOnStatus(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"login","limit":3,"window":"15m","cost":{"on_status":[401,403]}}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	a := func() *fakeRequest { return req("/login", "POST", "10.0.0.1:1") }
 	for i := 0; i < 10; i++ {
 		v := e.Decide(a(), t0)
@@ -80,7 +80,7 @@ func TestCostOnStatus(t *testing.T) {
 func TestCostResponseHeaderDebt(t *testing.T) {
 	for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window"} {
 		cfg := mustConfig(t, `{"rules":[{"name":"llm","algorithm":"`+alg+`","key":["header:x-api-key"],"limit":1000,"window":"1m","cost":{"response_header":"x-tokens-used","max":100000}}]}`)
-		e := New(cfg, newMemStore(), 1)
+		e := New(cfg, newMemStore(), 1, wallClock)
 		now := t0
 		admitted := 0
 		var v Verdict
@@ -116,7 +116,7 @@ func TestCostResponseHeaderDebt(t *testing.T) {
 func TestCostRequestHeader(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"export","limit":10,"window":"1h","cost":{"request_header":"x-cost"}},
 		{"name":"gate","match":{"path_prefix":"/gate"},"limit":1,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	n := 0
 	for i := 0; i < 4; i++ {
 		if v := e.Decide(req("/export", "GET", "10.0.0.1:1", "x-cost", "4"), t0); v.Outcome == Allow {
@@ -154,7 +154,7 @@ func TestCostSettleAcrossWorkers(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			e := New(cfg, store, 7)
+			e := New(cfg, store, 7, wallClock)
 			var vs []Verdict
 			for i := 0; i < 200; i++ {
 				vs = append(vs, e.Decide(req("/", "GET", "10.0.0.1:1"), t0))
@@ -172,7 +172,7 @@ func TestCostSettleAcrossWorkers(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
-	e := New(cfg, store, 7)
+	e := New(cfg, store, 7, wallClock)
 	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 	if charged != sum || uint64(1000000-v.Remaining) != sum {
 		t.Fatalf("charged %d, balance says %d, responses said %d", charged, 1000000-v.Remaining, sum)
@@ -204,7 +204,7 @@ func TestCostInSummary(t *testing.T) {
 func TestCostShadow(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"all","limit":100,"window":"1h"},
 		{"name":"s","limit":2,"window":"1h","shadow":true,"cost":{"response_header":"x-used"}}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	for i := 0; i < 4; i++ {
 		v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 		if v.Outcome != Allow || v.Report == nil || v.Report.Name != "all" {

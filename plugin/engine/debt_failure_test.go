@@ -19,7 +19,8 @@ func TestGlobalDebtKeptWhenTheCallFails(t *testing.T) {
 
 func debtAcrossFailure(t *testing.T, viaLease bool) {
 	e := New(mustConfig(t, `{"rules":[{"name":"g","scope":"global","limit":100000,"window":"1h","key":["header:x-client"],
-		"cost":{"response_header":"x-used","max":1000}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7)
+		"cost":{"response_header":"x-used","max":1000}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7, wallClock)
+
 	svc := &fakeService{limit: 100000}
 	var decided []Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided = append(decided, *v) })

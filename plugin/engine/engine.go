@@ -174,8 +174,10 @@ type Engine struct {
 	concurrencyRules // slots, their leases and the queue (concurrency.go)
 	adaptiveRules    // learnt limits (adaptive.go)
 	classRules       // priority classes of concurrency rules (classes.go)
-	// Now is the clock of answers to calls (nanoseconds since the epoch).
-	Now func() int64
+	// Now is the engine's clock (nanoseconds since the epoch), given to
+	// New: the clock of answers to calls and of the tick's work. Decide
+	// and the other entry points take their time as an argument.
+	Now Clock
 	// HoldsFull: the worker holds as many requests as it can (the plugin
 	// sets it before each decision); a rate rule that would hold a
 	// request (max_delay) refuses it instead.
@@ -210,18 +212,24 @@ type localRules struct {
 // back is spent.
 const maxKept = 64
 
-func (e *Engine) now() int64 {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now().UnixNano()
-}
+// Clock returns the time in nanoseconds since the epoch. The engine never
+// reads the time itself (lint refuses time.Now here): the plugin passes
+// the host's clock, and tests a clock they control, so that every decision
+// is a function of the times it was given.
+type Clock func() int64
 
-// New returns an engine for cfg over store. seed keys the fingerprint hash;
-// every worker must use the same seed (the plugin keeps it in shared data),
-// and a random one keeps clients from choosing which bucket they land in.
-func New(cfg *config.Config, store Store, seed uint64) *Engine {
+func (e *Engine) now() int64 { return e.Now() }
+
+// New returns an engine for cfg over store, with clock now. seed keys the
+// fingerprint hash; every worker must use the same seed (the plugin keeps
+// it in shared data), and a random one keeps clients from choosing which
+// bucket they land in.
+func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
+	if now == nil {
+		panic("engine.New: nil clock")
+	}
 	e := &Engine{
+		Now:   now,
 		cfg:   cfg,
 		table: NewTable(store, Regions(cfg)),
 		seed:  seed,
@@ -251,7 +259,7 @@ func New(cfg *config.Config, store Store, seed uint64) *Engine {
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
 	}
-	e.table.AdoptLayouts(time.Now().UnixNano())
+	e.table.AdoptLayouts(now())
 	return e
 }
 

@@ -56,7 +56,7 @@ func TestBurstAcrossWorkersIsExact(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					e := New(cfg, store, 42)
+					e := New(cfg, store, 42, wallClock)
 					n := 0
 					for i := 0; i < 2000/workers; i++ {
 						if e.Decide(req("/", "GET", "10.0.0.1:1234"), t0).Outcome == Allow {
@@ -85,7 +85,7 @@ func TestFirstRequestRaceOnMissingKey(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}]}`)
 	store := newMemStore()
 	seedA, _ := LoadSeed(store)
-	a, b := New(cfg, store, seedA), New(cfg, store, seedA)
+	a, b := New(cfg, store, seedA, wallClock), New(cfg, store, seedA, wallClock)
 	injected := false
 	store.beforeSet = func(key string) {
 		if injected || key == SeedKey {
@@ -112,7 +112,7 @@ func TestFirstRequestRaceOnMissingKey(t *testing.T) {
 
 func TestRefillAndRetryAfter(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":10,"window":"1s","burst":5}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	for i := 0; i < 5; i++ {
 		if v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0); v.Outcome != Allow || v.Remaining != int64(4-i) {
 			t.Fatalf("request %d: %+v", i, v)
@@ -138,7 +138,7 @@ func TestRulesPerRouteAndRefund(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[
 		{"name":"all","limit":100,"window":"1h"},
 		{"name":"checkout","match":{"path_prefix":"/checkout","methods":["post"]},"limit":2,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	c := "10.1.1.1:9"
 	for i := 0; i < 2; i++ {
 		v := e.Decide(req("/checkout/pay", "POST", c), t0)
@@ -165,7 +165,7 @@ func TestRejectReportsLongestWait(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[
 		{"name":"fast","limit":1,"window":"1s"},
 		{"name":"slow","limit":1,"window":"1m"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 	if v.Outcome != Reject || v.Report.Name != "slow" || v.RetryAfter != time.Minute {
@@ -175,7 +175,7 @@ func TestRejectReportsLongestWait(t *testing.T) {
 
 func TestKeysAndHeaderFallback(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"api","key":["header:x-api-key"],"limit":1,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	if e.Decide(req("/", "GET", "10.0.0.1:1", "x-api-key", "k1"), t0).Outcome != Allow {
 		t.Fatal("k1 first")
 	}
@@ -216,7 +216,7 @@ func (r fieldsRequest) HeaderFields(name string) (string, int) {
 // the last), so rotating the first value buys no fresh budget.
 func TestRepeatedKeyedHeader(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"api","key":["header:x-api-key"],"limit":1,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	fr := func(ip string, vals ...string) Request {
 		return fieldsRequest{req("/", "GET", ip), map[string][]string{"x-api-key": vals}}
 	}
@@ -236,7 +236,7 @@ func TestRepeatedKeyedHeader(t *testing.T) {
 
 func TestClientIPResolution(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":2,"ipv6_prefix":64},"exempt_cidrs":["192.168.0.0/16"]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	// One trusted proxy appended 203.0.113.7; Envoy (use_remote_address)
 	// appended the peer 127.0.0.1, which counts: 2 is the proxy's entry. A
 	// client that prepends entries cannot change the result.
@@ -249,7 +249,7 @@ func TestClientIPResolution(t *testing.T) {
 	// Without use_remote_address, source.address is the header's last entry
 	// (port 0): it is still counted, so a prepended entry is never the key.
 	cfg1 := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1}}`)
-	e1 := New(cfg1, newMemStore(), 1)
+	e1 := New(cfg1, newMemStore(), 1, wallClock)
 	for i, xff := range []string{"198.51.100.7", "1.1.1.1, 198.51.100.7", "2.2.2.2, 3.3.3.3, 198.51.100.7", "9.9.9.9, 198.51.100.7"} {
 		want := Reject
 		if i == 0 {
@@ -325,7 +325,7 @@ func TestParsers(t *testing.T) {
 func TestBoundedTableKeepsActiveClients(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":3,"window":"1h"}],"max_keys":800}`)
 	store := newMemStore()
-	e := New(cfg, store, 7)
+	e := New(cfg, store, 7, wallClock)
 	victim := "10.9.9.9:1"
 	for i := 0; i < 3; i++ {
 		e.Decide(req("/", "GET", victim), t0)
@@ -392,7 +392,7 @@ func TestHeaderSet(t *testing.T) {
 
 func TestDecideAllocatesNothing(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1000000,"window":"1s"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	r := req("/x", "GET", "10.0.0.1:1")
 	e.Decide(r, t0)
 	// memStore allocates 3 itself (the copy a get returns, like Envoy, and the
@@ -420,7 +420,7 @@ func TestSpellingsShareABudget(t *testing.T) {
 	}
 	for _, g := range groups {
 		for _, via := range []string{"xff", "source"} {
-			e := New(cfg, newMemStore(), 1)
+			e := New(cfg, newMemStore(), 1, wallClock)
 			for i, s := range g {
 				r := req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s)
 				if via == "source" {
@@ -437,7 +437,7 @@ func TestSpellingsShareABudget(t *testing.T) {
 			}
 		}
 	}
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	for _, s := range []string{"192.0.2.9", "::ffff:192.0.2.9", "::FFFF:C000:0209", "[::ffff:192.0.2.9]:1", "2001:db8:ee:1::1", "2001:DB8:EE:0001::1",
 		"[2001:db8:ee::1]:5"} {
 		for i := 0; i < 3; i++ {
@@ -454,7 +454,7 @@ func TestSpellingsShareABudget(t *testing.T) {
 func TestMappedExemptRange(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1},
 		"exempt_cidrs":["::ffff:192.0.2.0/120","::ffff:198.51.100.7"]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	for _, s := range []string{"192.0.2.9", "::ffff:192.0.2.200", "198.51.100.7", "::ffff:198.51.100.7"} {
 		if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s), t0); !v.Exempt {
 			t.Errorf("%q is in a mapped exempt range but was not exempt", s)
@@ -472,7 +472,7 @@ func TestMappedExemptRange(t *testing.T) {
 // arrival, reports 6s. A concurrency rule's Reset estimates a hold and does
 // not count down.
 func TestForwardedCountsDownRateResets(t *testing.T) {
-	e := New(mustConfig(t, `{"rules":[{"name":"pace","limit":10,"window":"1m","burst":1,"max_delay":"1m"}]}`), newMemStore(), 1)
+	e := New(mustConfig(t, `{"rules":[{"name":"pace","limit":10,"window":"1m","burst":1,"max_delay":"1m"}]}`), newMemStore(), 1, wallClock)
 	e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 	if v.Outcome != Delay || v.Delay != 6*time.Second || v.Reset != 12*time.Second {
@@ -483,7 +483,7 @@ func TestForwardedCountsDownRateResets(t *testing.T) {
 	if v.Reset != 6*time.Second {
 		t.Errorf("forwarded after its 6s hold: reset %v, want 6s", v.Reset)
 	}
-	c := New(mustConfig(t, `{"rules":[{"name":"slots","algorithm":"concurrency","limit":2}]}`), newMemStore(), 1)
+	c := New(mustConfig(t, `{"rules":[{"name":"slots","algorithm":"concurrency","limit":2}]}`), newMemStore(), 1, wallClock)
 	cv := c.Decide(req("/", "GET", "10.0.0.1:1"), t0)
 	if cv.Report == nil || cv.Outcome != Allow {
 		t.Fatalf("concurrency: outcome %d report %v", cv.Outcome, cv.Report)
@@ -501,7 +501,7 @@ func TestForwardedCountsDownRateResets(t *testing.T) {
 func TestExemptByOwnAddressKeyByGroup(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1},
 		"exempt_cidrs":["2001:db8::10/128","fe80::/10"]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	for _, s := range []string{"2001:db8::10", "[2001:db8::10]:443", "fe80::1%eth0"} {
 		if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", s), t0); !v.Exempt {
 			t.Errorf("%q is in an exempt range but was not exempt", s)

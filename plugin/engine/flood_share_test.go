@@ -48,7 +48,7 @@ func TestAdaptiveShareIsAHardBound(t *testing.T) {
 		{"name":"buy","algorithm":"adaptive_concurrency","key":["header:x-k"],"max_keys":18},
 		{"name":"other","limit":5,"window":"1m"}],"max_keys":27}`)
 	store := newMemStore()
-	e := New(cfg, store, 1)
+	e := New(cfg, store, 1, wallClock)
 	if c := e.Table().Capacity(); c > cfg.MaxKeys {
 		t.Errorf("table capacity %d states for max_keys %d (regions: %d)", c, cfg.MaxKeys, e.Table().Regions())
 	}

@@ -113,7 +113,7 @@ func newEnvoy(t *testing.T, doc string, svc interface {
 	deliver()
 }, now *int64) *envoy {
 	n := &envoy{t: t, svc: svc, now: now, got: map[*Pending]Verdict{}}
-	n.e = New(mustConfig(t, doc), newMemStore(), 7)
+	n.e = New(mustConfig(t, doc), newMemStore(), 7, wallClock)
 	n.e.SetGlobal(svc, func(p *Pending, v *Verdict) {
 		if _, dup := n.got[p]; dup {
 			t.Errorf("request decided twice")
@@ -414,7 +414,7 @@ func TestGlobalFleetNeverExceedsPerWindow(t *testing.T) {
 				store := newMemStore()
 				for w := 0; w < 2; w++ {
 					wk := &worker{waiting: map[*Pending]string{}}
-					wk.e = New(cfg, store, uint64(env+1))
+					wk.e = New(cfg, store, uint64(env+1), wallClock)
 					wk.e.SetGlobal(svc, func(p *Pending, v *Verdict) {
 						key, ok := wk.waiting[p]
 						if !ok {
@@ -818,7 +818,7 @@ func TestGlobalDescriptorsPerRuleAndKey(t *testing.T) {
 	svc := newWindowService(&now, time.Minute, 100)
 	seen := map[string]int{}
 	for _, seed := range []uint64{1, 2} {
-		e := New(mustConfig(t, doc), newMemStore(), seed)
+		e := New(mustConfig(t, doc), newMemStore(), seed, wallClock)
 		e.SetGlobal(svc, func(*Pending, *Verdict) {})
 		e.Now = func() int64 { return now }
 		for _, c := range []string{"a", "b"} {

@@ -62,7 +62,7 @@ func globalRefusal(t *testing.T, alg, burst, refusal string, behind, bLeaves boo
 		{"name":"r","key":["client_ip"],"algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"},
 		{"name":"g","scope":"global","match":{"path_prefix":"/g"},"limit":100,"window":"1m","key":["client_ip"]}],
 		"global":{"cluster":"ratelimit","timeout":"100ms"},"on_error":"`+onError+`"}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	svc := &fakeService{limit: 0, down: refusal == "call_failed"}
 	var decided []Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided = append(decided, *v) })
@@ -123,7 +123,7 @@ func TestRefuseDoesNotFreeAnotherWorkersHeldTurn(t *testing.T) {
 			n := 0
 			{
 				st := newMemStore()
-				w := New(cfg, st, 1)
+				w := New(cfg, st, 1, wallClock)
 				w.Decide(rq("/x"), t0)
 				st.beforeSet = func(string) { n++ }
 				if vA := w.Decide(rq("/x"), t0); vA.Outcome != Reject {
@@ -131,7 +131,7 @@ func TestRefuseDoesNotFreeAnotherWorkersHeldTurn(t *testing.T) {
 				}
 			}
 			st := newMemStore()
-			w1, w2 := New(cfg, st, 1), New(cfg, st, 1)
+			w1, w2 := New(cfg, st, 1, wallClock), New(cfg, st, 1, wallClock)
 			w1.Decide(rq("/x"), t0)
 			var vB Verdict
 			k := 0
@@ -167,7 +167,7 @@ func TestCancelledCallGivesChargesBack(t *testing.T) {
 		{"name":"r","key":["client_ip"],"limit":1,"window":"1h"},
 		{"name":"g","scope":"global","match":{"path_prefix":"/g"},"limit":100,"window":"1m","key":["client_ip"]}],
 		"global":{"cluster":"ratelimit","timeout":"100ms"}}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	svc := &fakeService{limit: 100}
 	var decided int
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { decided++ })

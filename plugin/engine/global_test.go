@@ -89,7 +89,7 @@ func globalEngine(t *testing.T, limit int, onError string) (*Engine, *fakeServic
 	t.Helper()
 	now := new(int64)
 	*now = t0 + int64(time.Second)
-	e := New(mustConfig(t, fmt.Sprintf(globalDoc, limit, onError)), newMemStore(), 7)
+	e := New(mustConfig(t, fmt.Sprintf(globalDoc, limit, onError)), newMemStore(), 7, wallClock)
 	svc := &fakeService{limit: uint32(limit)}
 	var decided []*Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { c := *v; decided = append(decided, &c) })
@@ -247,7 +247,7 @@ func TestGlobalSweep(t *testing.T) {
 // service, and different clients differently.
 func TestGlobalDescriptorFleetStable(t *testing.T) {
 	call := func(seed uint64, client string) string {
-		e := New(mustConfig(t, fmt.Sprintf(globalDoc, 100, "allow")), newMemStore(), seed)
+		e := New(mustConfig(t, fmt.Sprintf(globalDoc, 100, "allow")), newMemStore(), seed, wallClock)
 		svc := &fakeService{limit: 100}
 		e.SetGlobal(svc, func(*Pending, *Verdict) {})
 		e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", client), t0)
@@ -335,7 +335,8 @@ func TestGlobalCountsRequestsLetInFromAQueue(t *testing.T) {
 	e := New(mustConfig(t, `{"rules":[
 		{"name":"g","scope":"global","limit":3,"window":"1m","key":["header:x-client"]},
 		{"name":"slot","algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"10s"}],
-		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7)
+		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7, wallClock)
+
 	svc := &fakeService{limit: 3}
 	admitted, rejected := 0, 0
 	var holding []SlotRef

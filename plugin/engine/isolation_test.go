@@ -20,7 +20,7 @@ func TestFloodOnOneRuleLeavesOthersAlone(t *testing.T) {
 				{"name":"login","match":{"path_prefix":"/login"},"limit":2,"window":"1h","burst":2}],
 				"max_keys":900,"on_error":"`+onError+`"}`)
 			store := newMemStore()
-			e := New(cfg, store, 7)
+			e := New(cfg, store, 7, wallClock)
 			now := t0
 			// An old client of the flooding rule spends one of its two.
 			if e.Decide(req("/k", "GET", "10.0.0.1:1", "x-api-key", "old"), now).Outcome != Allow {
@@ -152,7 +152,7 @@ func TestGlobalFloodUsesTheOverflowLease(t *testing.T) {
 		{"name":"g","scope":"global","limit":100000,"window":"1m","key":["header:x-client"]},
 		{"name":"h","match":{"path_prefix":"/h"},"scope":"global","limit":5,"window":"1m"}],
 		"global":{"cluster":"ratelimit","timeout":"50ms"},"on_error":"deny","max_keys":36}`)
-	e := New(cfg, newMemStore(), 7)
+	e := New(cfg, newMemStore(), 7, wallClock)
 	svc := &fakeService{limit: 1 << 30}
 	var decided []*Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) { c := *v; decided = append(decided, &c) })
@@ -203,7 +203,7 @@ func TestConcurrencyFloodSharesTheOverflowSlots(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[
 		{"name":"conc","match":{"path_prefix":"/c"},"key":["header:x-key"],"algorithm":"concurrency","limit":2},
 		{"name":"login","match":{"path_prefix":"/login"},"limit":2,"window":"1h"}],"max_keys":36,"on_error":"deny"}`)
-	e := New(cfg, newMemStore(), 7)
+	e := New(cfg, newMemStore(), 7, wallClock)
 	now := t0
 	var held []SlotRef
 	admitted := 0

@@ -20,7 +20,7 @@ func admitted(e *Engine, paths []string, source string, now int64) int {
 
 func TestCaseInsensitivePrefix(t *testing.T) {
 	ci := mustConfig(t, `{"rules":[{"name":"login","match":{"path_prefix":"/login","case_sensitive":false},"limit":2,"window":"1h"}]}`)
-	e := New(ci, newMemStore(), 1)
+	e := New(ci, newMemStore(), 1, wallClock)
 	if got := admitted(e, loginSpellings, "10.0.0.1:1", t0); got != 2 {
 		t.Errorf("case_sensitive false: %d of %d spellings admitted, want 2", got, len(loginSpellings))
 	}
@@ -28,7 +28,7 @@ func TestCaseInsensitivePrefix(t *testing.T) {
 		t.Error("/logout matched the /login rule")
 	}
 	cs := mustConfig(t, `{"rules":[{"name":"login","match":{"path_prefix":"/login"},"limit":2,"window":"1h"}]}`)
-	e = New(cs, newMemStore(), 1)
+	e = New(cs, newMemStore(), 1, wallClock)
 	// Case-sensitive: of the spellings only "/login" matches the rule.
 	if got := admitted(e, loginSpellings, "10.0.0.1:1", t0); got != len(loginSpellings) {
 		t.Errorf("case_sensitive true: %d of %d spellings admitted, want all", got, len(loginSpellings))
@@ -38,7 +38,7 @@ func TestCaseInsensitivePrefix(t *testing.T) {
 func TestCaseInsensitivePathKey(t *testing.T) {
 	// One budget for every spelling of a path, per path.
 	cfg := mustConfig(t, `{"rules":[{"name":"pages","match":{"case_sensitive":false},"key":["path"],"limit":2,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	exact := []string{"/login", "/LOGIN", "/Login", "/%4Cogin", "//LOGIN", "/log%C4%B1n"}
 	if got := admitted(e, exact, "10.0.0.1:1", t0); got != 2 {
 		t.Errorf("path key, case_sensitive false: %d admitted, want 2", got)
@@ -47,7 +47,7 @@ func TestCaseInsensitivePathKey(t *testing.T) {
 		t.Errorf("another path: %d admitted, want its own 2", got)
 	}
 	cs := mustConfig(t, `{"rules":[{"name":"pages","key":["path"],"limit":2,"window":"1h"}]}`)
-	e = New(cs, newMemStore(), 1)
+	e = New(cs, newMemStore(), 1, wallClock)
 	if got := admitted(e, []string{"/login", "/LOGIN", "/Login", "/login"}, "10.0.0.1:1", t0); got != 4 {
 		t.Errorf("path key, case-sensitive: %d admitted, want 4 (three paths)", got)
 	}
@@ -63,7 +63,7 @@ func (r *routeRequest) RouteName() string { r.routes++; return r.route }
 
 func TestRouteMatch(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"co","match":{"route":["checkout","cart"]},"limit":1,"window":"1h"},{"name":"all","limit":100,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	r := &routeRequest{fakeRequest: req("/x", "GET", "10.0.0.1:1"), route: "checkout"}
 	if e.Decide(r, t0).Outcome != Allow || e.Decide(r, t0).Outcome != Reject {
 		t.Fatal("route checkout: want 1 admitted then rejected")
@@ -78,7 +78,7 @@ func TestRouteMatch(t *testing.T) {
 		}
 	}
 	// No route rule: the property is never read.
-	e = New(mustConfig(t, `{"rules":[{"name":"all","limit":100,"window":"1h"}]}`), newMemStore(), 1)
+	e = New(mustConfig(t, `{"rules":[{"name":"all","limit":100,"window":"1h"}]}`), newMemStore(), 1, wallClock)
 	r.routes = 0
 	e.Decide(r, t0)
 	if r.routes != 0 {
@@ -88,7 +88,7 @@ func TestRouteMatch(t *testing.T) {
 
 func TestMatchNoAllocCaseInsensitive(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"login","match":{"path_prefix":"/login","case_sensitive":false},"key":["path"],"limit":1000000,"window":"1h"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	// A clean path (CleanPath copies one it cleans, as before): what
 	// folding adds allocates nothing.
 	r := req("/Login/Caf\u00e9", "GET", "10.0.0.1:1")

@@ -47,7 +47,7 @@ func TestPoolBusyRule(t *testing.T) {
 	if cfg.Pool != 9000 || cfg.Rules[0].Share != 90 {
 		t.Fatalf("pool %d, share %d: want 9000 and 90", cfg.Pool, cfg.Rules[0].Share)
 	}
-	e := New(cfg, newMemStore(), 7)
+	e := New(cfg, newMemStore(), 7, wallClock)
 	got := firstAdmits(t, e, "/r0/x", 0, 2000, t0)
 	t.Logf("busy rule: %d of 2000 new clients admitted with their own state", got)
 	if got < 1800 {
@@ -66,7 +66,7 @@ func TestPoolBusyRule(t *testing.T) {
 func TestPoolFloodIsolation(t *testing.T) {
 	cfg := mustConfig(t, poolConfig(100, 18000, "1h"))
 	store := newMemStore()
-	e := New(cfg, store, 7)
+	e := New(cfg, store, 7, wallClock)
 	firstAdmits(t, e, "/r0/x", 0, 20000, t0)
 	poolKeys := 0
 	store.mu.Lock()
@@ -99,7 +99,7 @@ func TestPoolStateNotDuplicated(t *testing.T) {
 	if b := (cfg.Rules[0].Share - 1) / SlotsPerBucket; b != 1 {
 		t.Fatalf("share %d: want one bucket", cfg.Rules[0].Share)
 	}
-	e := New(cfg, newMemStore(), 7)
+	e := New(cfg, newMemStore(), 7, wallClock)
 	for i := 0; i < 8; i++ {
 		if e.Decide(req("/r0/x", "GET", clientAddr(i)), t0).Outcome != Allow {
 			t.Fatalf("client %d refused", i)

@@ -22,7 +22,7 @@ func queuedThenAdmitted(t *testing.T, slotFirst bool) {
 	if slotFirst {
 		rate, slot, ri, si = slot, rate, 1, 0
 	}
-	e := New(mustConfig(t, `{"rules":[`+rate+`,`+slot+`]}`), newMemStore(), 1)
+	e := New(mustConfig(t, `{"rules":[`+rate+`,`+slot+`]}`), newMemStore(), 1, wallClock)
 	rq := func(id uint32) streamReq { return streamReq{req("/x", "GET", "10.0.0.1:1"), id} }
 	v1 := e.Decide(rq(1), t0)
 	v2 := e.Decide(rq(2), t0)
@@ -50,7 +50,8 @@ func TestQueuedThenAdmittedCountsItsRateRulesBeforeAGlobalRule(t *testing.T) {
 		{"name":"rate","key":["client_ip"],"limit":100,"window":"1s"},
 		{"name":"g","scope":"global","limit":100,"window":"1m","key":["header:x-client"]},
 		{"name":"slot","algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"10s"}],
-		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7)
+		"global":{"cluster":"ratelimit","timeout":"50ms"}}`), newMemStore(), 7, wallClock)
+
 	svc := &fakeService{limit: 100}
 	var admitted []*Verdict
 	e.SetGlobal(svc, func(p *Pending, v *Verdict) {

@@ -21,7 +21,7 @@ func TestRuleWideKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			store := newMemStore()
 			cfg := mustConfig(t, `{"rules":[{"name":"r","key":[],`+body+`}]}`)
-			workers := []*Engine{New(cfg, store, 9), New(cfg, store, 9)}
+			workers := []*Engine{New(cfg, store, 9, wallClock), New(cfg, store, 9, wallClock)}
 			admitted := 0
 			for i := 0; i < 12; i++ {
 				path := []string{"/a", "/b", "/c?q=1"}[i%3]
@@ -32,7 +32,7 @@ func TestRuleWideKey(t *testing.T) {
 			}
 			// What one client on one path gets of the rule is what all of
 			// them get together.
-			one := New(cfg, newMemStore(), 9)
+			one := New(cfg, newMemStore(), 9, wallClock)
 			want := 0
 			for i := 0; i < 12; i++ {
 				if one.Decide(req("/a", "GET", "10.0.0.1:1"), t0).Outcome == Allow {
@@ -44,7 +44,7 @@ func TestRuleWideKey(t *testing.T) {
 			}
 			// Without key: one budget per client IP, so 7 clients get more.
 			per := mustConfig(t, `{"rules":[{"name":"r",`+body+`}]}`)
-			e := New(per, newMemStore(), 9)
+			e := New(per, newMemStore(), 9, wallClock)
 			admitted = 0
 			for i := 0; i < 12; i++ {
 				client := "10.0.0." + string(rune('1'+i%7)) + ":1"
@@ -65,7 +65,7 @@ func TestRuleWideKey(t *testing.T) {
 func TestRuleWideKeyGlobalDescriptor(t *testing.T) {
 	doc := `{"rules":[{"name":"g","scope":"global","limit":100,"window":"1m","key":[]}],"global":{"cluster":"ratelimit"}}`
 	call := func(seed uint64, client, d string) string {
-		e := New(mustConfig(t, d), newMemStore(), seed)
+		e := New(mustConfig(t, d), newMemStore(), seed, wallClock)
 		svc := &fakeService{limit: 100}
 		e.SetGlobal(svc, func(*Pending, *Verdict) {})
 		e.Decide(req("/x", "GET", client, "x-client", client), t0)

@@ -13,7 +13,7 @@ import (
 func TestUnholdMiddleHeldRequest(t *testing.T) {
 	for alg, burst := range map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""} {
 		cfg := mustConfig(t, `{"rules":[{"name":"r","algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"}]}`)
-		e := New(cfg, newMemStore(), 1)
+		e := New(cfg, newMemStore(), 1, wallClock)
 		rq := func() Request { return req("/", "GET", "10.0.0.1:1") }
 		release := func(at int64, v Verdict) int64 { return at + int64(v.Delay) }
 		v1 := e.Decide(rq(), t0)
@@ -44,7 +44,7 @@ func TestUnholdWholeLineInAnyOrder(t *testing.T) {
 	for alg, burst := range map[string]string{"token_bucket": `,"burst":1`, "leaky_bucket": `,"burst":3`, "fixed_window": ""} {
 		for _, firstFirst := range []bool{true, false} {
 			cfg := mustConfig(t, `{"rules":[{"name":"r","algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"}]}`)
-			e := New(cfg, newMemStore(), 1)
+			e := New(cfg, newMemStore(), 1, wallClock)
 			rq := func() Request { return req("/", "GET", "10.0.0.1:1") }
 			e.Decide(rq(), t0)
 			v2, v3 := e.Decide(rq(), t0), e.Decide(rq(), t0)

@@ -41,7 +41,7 @@ func waiterLeaves(t *testing.T, alg, burst string, at time.Duration, poll bool) 
 	cfg := mustConfig(t, `{"rules":[
 		{"name":"r","key":["client_ip"],"algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"},
 		{"name":"slot","match":{"path_prefix":"/slow"},"algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"1500ms"}]}`)
-	e := New(cfg, newMemStore(), 1)
+	e := New(cfg, newMemStore(), 1, wallClock)
 	rq := func(path string, id uint32) streamReq { return streamReq{req(path, "GET", "10.0.0.1:1"), id} }
 	v0 := e.Decide(rq("/slow", 1), t0)
 	vA := e.Decide(rq("/slow", 2), t0)
@@ -94,7 +94,7 @@ func TestAbandonedWaiterGivesItsTurnBack(t *testing.T) {
 			cfg := mustConfig(t, `{"rules":[
 				{"name":"r","key":["client_ip"],"algorithm":"`+alg+`","limit":1,"window":"1s"`+burst+`,"max_delay":"10s"},
 				{"name":"slot","match":{"path_prefix":"/slow"},"algorithm":"concurrency","limit":1,"key":["path"],"max_delay":"10s"}]}`)
-			e := New(cfg, newMemStore(), 1)
+			e := New(cfg, newMemStore(), 1, wallClock)
 			rq := func(path string, id uint32) streamReq { return streamReq{req(path, "GET", "10.0.0.1:1"), id} }
 			e.Decide(rq("/slow", 1), t0)
 			if vA := e.Decide(rq("/slow", 2), t0); vA.Outcome != Queue {

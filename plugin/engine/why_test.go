@@ -23,7 +23,7 @@ func TestDecisionOfEachOutcome(t *testing.T) {
 		{"name":"inner","match":{"path_prefix":"/a/b/c"},"limit":1,"window":"1h"},
 		{"name":"watch","match":{"path_prefix":"/s"},"limit":1,"window":"1h","shadow":true},
 		{"name":"slow","match":{"path_prefix":"/d"},"limit":1,"window":"1s","burst":1,"max_delay":"5s"}]}`)
-	e := New(cfg, newMemStore(), 7)
+	e := New(cfg, newMemStore(), 7, wallClock)
 	t0 := int64(time.Hour)
 	check := func(path string, wantD Decision, wantRule string, wantViolated ...string) {
 		t.Helper()
@@ -62,7 +62,7 @@ func TestDecisionOfEachOutcome(t *testing.T) {
 		want Decision
 	}{{`"allow"`, OnErrorAllowed}, {`"deny"`, OnErrorDenied}} {
 		cfg := mustConfig(t, `{"rules":[{"name":"r","limit":1,"window":"1h"}],"on_error":`+c.doc+`}`)
-		v := New(cfg, brokenStore{}, 7).Decide(req("/", "GET", "10.0.0.1:1"), t0)
+		v := New(cfg, brokenStore{}, 7, wallClock).Decide(req("/", "GET", "10.0.0.1:1"), t0)
 		d, r, ok := v.Decision(cfg)
 		if !ok || d != c.want || r == nil || r.Name != "r" {
 			t.Errorf("on_error %s: %v %v", c.doc, d, r)
