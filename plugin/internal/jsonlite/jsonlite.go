@@ -168,12 +168,6 @@ type parser struct {
 	data  []byte
 	i     int
 	depth int
-	// members and elems are stacks of the objects' and arrays' values
-	// being parsed: each gets a list of its exact size when it ends,
-	// instead of one grown by doubling (a thousand rules' document left
-	// its copies as garbage, and a VM's memory keeps its peak for life).
-	members []Member
-	elems   []Value
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
@@ -256,7 +250,6 @@ func (p *parser) object() (Value, error) {
 		return Value{}, err
 	}
 	v := Value{Kind: Object}
-	mark := len(p.members)
 	p.i++ // '{'
 	p.skipSpace()
 	if p.i < len(p.data) && p.data[p.i] == '}' {
@@ -282,11 +275,8 @@ func (p *parser) object() (Value, error) {
 		if err != nil {
 			return Value{}, err
 		}
-		p.members = append(p.members, Member{Key: key, Value: val})
+		v.Members = append(v.Members, Member{Key: key, Value: val})
 		if done, err := p.next('}', "after object key:value pair"); done || err != nil {
-			v.Members = append([]Member(nil), p.members[mark:]...)
-			clear(p.members[mark:])
-			p.members = p.members[:mark]
 			return v, err
 		}
 	}
@@ -304,17 +294,13 @@ func (p *parser) array() (Value, error) {
 		p.depth--
 		return v, nil
 	}
-	mark := len(p.elems)
 	for {
 		e, err := p.value()
 		if err != nil {
 			return Value{}, err
 		}
-		p.elems = append(p.elems, e)
+		v.Elems = append(v.Elems, e)
 		if done, err := p.next(']', "after array element"); done || err != nil {
-			v.Elems = append(v.Elems, p.elems[mark:]...)
-			clear(p.elems[mark:])
-			p.elems = p.elems[:mark]
 			return v, err
 		}
 	}
