@@ -70,6 +70,7 @@ type pluginContext struct {
 	headers   engine.HeaderSet
 	held      heldQueue
 	verdicts  verdictPool
+	streams   streamPool
 	metrics   *metrics
 	tickMS    uint32
 	lastFlush int64 // when the counters were last published
@@ -143,7 +144,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	return &httpContext{id: contextID, plugin: p}
+	h := p.streams.get()
+	h.id, h.plugin = contextID, p
+	return h
 }
 
 // OnTick releases held requests whose time has come and, about once a
@@ -211,7 +214,7 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Call:
 			// Its global rules wait for the rate-limit service (onDecided).
 			h.pending = v.Pending
-			h.pending.Ctx = h
+			h.pending.Ctx, h.shared = h, true
 		case engine.Reject:
 			_ = p.reject(v, now)
 		case engine.Delay:
@@ -336,6 +339,10 @@ type httpContext struct {
 	sampled bool
 	// responded: the response's headers came through this filter.
 	responded bool
+	// shared: a call to the rate-limit service refers to the context
+	// (Pending.Ctx) and may look for it after the stream ends, so it is
+	// never reused for another stream.
+	shared bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -374,7 +381,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	switch v.Outcome {
 	case engine.Call:
 		h.pending = v.Pending
-		h.pending.Ctx = h
+		h.pending.Ctx, h.shared = h, true
 		return types.ActionPause
 	case engine.Queue:
 		p.waiting[h.id] = h
@@ -495,15 +502,19 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.plugin.engine.CancelPending(h.pending, nowNanos())
 		h.pending = nil
 	}
-	if !h.decided {
-		return
+	if h.decided {
+		h.end()
+		// Nothing refers to the verdict any more: the held queue and the
+		// waiters know the stream by its id, a pending call has its own.
+		h.decided = false
+		h.plugin.verdicts.put(h.verdict)
+		h.verdict = nil
 	}
-	h.end()
-	// Nothing refers to the verdict any more: the held queue and the
-	// waiters know the stream by its id, a pending call has its own.
-	h.decided = false
-	h.plugin.verdicts.put(h.verdict)
-	h.verdict = nil
+	if !h.shared {
+		// The SDK calls nothing of a stream after this callback, and the
+		// plugin knows it by its id (the held queue, the waiters).
+		h.plugin.streams.put(h)
+	}
 }
 
 // end gives back what the decided stream h still holds.

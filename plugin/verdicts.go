@@ -28,3 +28,27 @@ func (p *verdictPool) put(v *engine.Verdict) {
 	*v = engine.Verdict{}
 	p.free = append(p.free, v)
 }
+
+// streamPool keeps the contexts of ended streams for the next streams: a
+// context was the one allocation of an admitted request, and garbage makes
+// a VM's heap grow to the collector's minimum goal (1 MiB at a growth
+// target of 25%) and keep that size for life.
+type streamPool struct{ free []*httpContext }
+
+func (p *streamPool) get() *httpContext {
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free = p.free[:n-1]
+		return h
+	}
+	return new(httpContext)
+}
+
+// put takes back h, cleared.
+func (p *streamPool) put(h *httpContext) {
+	if len(p.free) >= maxPooledVerdicts {
+		return
+	}
+	*h = httpContext{}
+	p.free = append(p.free, h)
+}
