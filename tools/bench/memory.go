@@ -14,8 +14,8 @@ import (
 )
 
 // The memory section: Envoy's resident memory with no filter, the no-op Go
-// filter and Sluice, at --concurrency 1 and 8, after the same few hundred
-// requests. Each Go VM (one per worker, plus the main thread's) has its own
+// filter and Sluice, at --concurrency 1, 2 and 8, after the same few hundred
+// requests. Each Go VM (one per worker, plus two more) has its own
 // linear memory that never shrinks, so what Sluice adds over the no-op filter
 // is its module's code plus, per VM, what its start and its requests made the
 // Go heap grow to.
@@ -161,7 +161,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 		"%d client addresses) and its VmRSS read 300 ms later (with Envoy's own heap, tcmalloc's `allocated` from the admin `/memory`: the rest of the growth is mapped outside it, V8's compiled code and the wasm linear memories); every configuration was measured %d times, one Envoy at a time, "+
 		"and the table gives the medians. Sluice runs the Envoy section's admit configuration (one token_bucket rule, legacy headers). "+
 		"The Rust rows are the yardstick of section 7 (tools/bench/testdata/rustprobe, proxy-wasm crate 0.2.5): a floor, not a part of Sluice. "+
-		"Envoy runs one wasm VM per worker plus one on the main thread, so the per-worker figure is the slope between the two concurrencies.\n",
+		"Envoy runs one wasm VM per worker plus two (the main thread's and one more, counted in the linear memories), so the per-worker figure is the slope between concurrency 1 and 8.\n",
 		memRequests, o.clients, reps)
 	return b.String(), nil
 }
