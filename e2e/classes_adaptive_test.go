@@ -1,16 +1,10 @@
-//go:build quiet
-
-// This test measures an adaptive rule's learning in a real Envoy: a stall
-// of a loaded machine reads as the upstream's queueing and cuts the learnt
-// limit, so it runs on a quiet machine only, with `make e2e-quiet` (the
-// build tag quiet), not in `make test`.
-
 package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,9 +15,11 @@ import (
 
 // adaptiveClassesConfig: one adaptive rule over the whole store ("key":
 // [], no number), logins above the buys with a quarter of the learnt limit
-// kept for them. (Named buy for the load helper's timeline.)
-const adaptiveClassesConfig = `{"rules":[{"name":"buy","key":[],"algorithm":"adaptive_concurrency","max_delay":"10s",
- "classes":[{"name":"login","match":{"path_prefix":"/login"},"reserve":0.25}]}]}`
+// kept for them. (Named buy for the load helper's timeline; /free, outside
+// the store, measures what the machine delivers with no rule.)
+const adaptiveClassesConfig = `{"rules":[{"name":"buy","match":{"path_prefix":"/store/"},"key":[],
+ "algorithm":"adaptive_concurrency","max_delay":"10s",
+ "classes":[{"name":"login","match":{"path_prefix":"/store/login"},"reserve":0.25}]}]}`
 
 // TestClassesAdaptiveInEnvoy: the real Envoy (2 workers) in front of an
 // upstream of 8 slots x 50 ms (160/s) that queues the rest inside itself.
@@ -32,11 +28,21 @@ const adaptiveClassesConfig = `{"rules":[{"name":"buy","key":[],"algorithm":"ada
 // it learnt from the buys' latency as if they held the whole limit, and
 // stay at its start, 4, if it grew only when the whole limit is used).
 // Then a login every 100 ms joins the 64 buyers: every login is served,
-// its p90 within 100 ms (two service times), and the buys keep >= 55% of
-// the upstream's capacity.
+// its p90 within 100 ms (two service times) on Envoy's clock (the access
+// log's duration: a load generator late to dial or read on a busy machine
+// is not the rule's doing), and the buys keep >= 55% of the share of the
+// upstream's capacity this machine delivers with no rule at all. A phase
+// that fails while this process's timers fired 50 ms late or more (the
+// machine stalled: the upstream, in this process, was slow), or right
+// after a phase that did, is measured again, the load going on, up to
+// three times in all (see measured): after a backoff the limit holds
+// for a few seconds.
 func TestClassesAdaptiveInEnvoy(t *testing.T) {
 	up := startSlotServer(t, 8, 50*time.Millisecond)
-	e := startSluice(t, 2, adaptiveClassesConfig, func(o *envoytest.Options) { o.Upstream, o.WasmDebug = up.addr, true })
+	e := startSluice(t, 2, adaptiveClassesConfig, func(o *envoytest.Options) {
+		o.Upstream, o.WasmDebug = up.addr, true
+		withTimingLog(o)
+	})
 	defer func() {
 		if t.Failed() {
 			for _, l := range strings.Split(e.Logs(), "\n") {
@@ -46,25 +52,97 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 			}
 		}
 	}()
+	m := up.machineShare(t, 64, 160, e)
+	// The clients of that phase left about 55 requests in the upstream's
+	// queue (it serves a request whose client is gone): 0.35 s of work.
+	// The rule starts cold on an upstream without a backlog.
+	time.Sleep(time.Second)
 
-	x, q := up.load(t, "only buys, from cold", "/buy", 64, 10*time.Second, 4*time.Second, e)
-	lim, err := e.Stat("wasmcustom.sluice.rule.buy.limit")
-	if err != nil {
-		t.Fatal(err)
+	okLimit := func(lim uint64) bool { return lim >= 6 && lim <= 10 }
+	var lim uint64
+	stalled := false
+	for attempt := 1; attempt <= 3; attempt++ {
+		probe := startLatenessProbe(10 * time.Millisecond)
+		name := "only buys, from cold"
+		if attempt > 1 {
+			name = "only buys, again"
+		}
+		x, q := up.load(t, name, "/store/buy", 64, 10*time.Second, 4*time.Second, e)
+		_, most := probe.Stop()
+		var err error
+		if lim, err = e.Stat("wasmcustom.sluice.rule.buy.limit"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("only buys: %.0f/s, upstream queue p90 %d, learnt limit %d", x, q, lim)
+		if okLimit(lim) || (most < 50*time.Millisecond && !stalled) {
+			break
+		}
+		stalled = most >= 50*time.Millisecond
+		if attempt < 3 {
+			t.Logf("only buys: the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", most.Round(time.Millisecond))
+		}
 	}
-	t.Logf("only buys: %.0f/s, upstream queue p90 %d, learnt limit %d", x, q, lim)
-	if lim < 6 || lim > 10 {
+	if !okLimit(lim) {
 		t.Errorf("only buys for 10 s: learnt limit %d, want 6..10 (capacity 8)", lim)
 	}
 
+	stalled = false
+	for attempt := 1; attempt <= 3; attempt++ {
+		probe := startLatenessProbe(10 * time.Millisecond)
+		r := loginPhase(t, up, e, fmt.Sprintf("/store/login?try=%d", attempt))
+		_, most := probe.Stop()
+		fail := r.verdict(m)
+		if fail == "" {
+			return
+		}
+		if attempt == 3 || (most < 50*time.Millisecond && !stalled) {
+			t.Error(fail)
+			return
+		}
+		stalled = most >= 50*time.Millisecond
+		t.Logf("with logins: %s; the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", fail, most.Round(time.Millisecond))
+	}
+}
+
+// loginRun is what one phase of buys and logins showed.
+type loginRun struct {
+	buys    float64         // buys served per second
+	sent    int             // logins sent
+	bad     []int           // statuses of logins not served (0: no answer)
+	inEnvoy []time.Duration // the logins' durations in Envoy
+}
+
+// verdict returns why r fails the bounds of TestClassesAdaptiveInEnvoy
+// ("" if it does not), m being the share of the capacity the machine
+// delivers with no rule.
+func (r loginRun) verdict(m float64) string {
+	var p90 time.Duration
+	if n := len(r.inEnvoy); n > 0 {
+		p90 = r.inEnvoy[(n*9+9)/10-1]
+	}
+	var why []string
+	if r.sent < 50 || len(r.bad) > 0 {
+		why = append(why, fmt.Sprintf("%d logins, %d not served (%v): want every one served", r.sent, len(r.bad), r.bad))
+	}
+	if p90 > 100*time.Millisecond {
+		why = append(why, fmt.Sprintf("login p90 %v in Envoy, want <= 100 ms", p90))
+	}
+	if r.buys < 0.55*m*160 {
+		why = append(why, fmt.Sprintf("buys %.0f/s, want >= 55%% of the %.0f%% of 160/s this machine delivers without a rule", r.buys, 100*m))
+	}
+	return strings.Join(why, "; ")
+}
+
+// loginPhase runs the 64 buyers for 9 s with a login to path every 100 ms
+// from the second second on, each on a new connection.
+func loginPhase(t *testing.T, up slotServer, e *envoytest.Envoy, path string) loginRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
 	defer cancel()
 	var (
-		mu   sync.Mutex
-		lat  []time.Duration
-		bad  []int
-		wg   sync.WaitGroup
-		sent int
+		mu  sync.Mutex
+		r   loginRun
+		wg  sync.WaitGroup
+		got int
 	)
 	wg.Add(1)
 	go func() {
@@ -75,40 +153,41 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 			if ctx.Err() != nil {
 				return
 			}
-			sent++
+			r.sent++
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-				t0 := time.Now()
-				code := getStatus(context.Background(), client, e.URL()+"/login")
-				d := time.Since(t0)
+				code := getStatus(context.Background(), client, e.URL()+path)
 				mu.Lock()
-				lat = append(lat, d)
+				defer mu.Unlock()
 				if code != 200 {
-					bad = append(bad, code)
+					r.bad = append(r.bad, code)
+				} else {
+					got++
 				}
-				mu.Unlock()
 			}()
 		}
 	}()
-	x, q = up.load(t, "buys and a login every 100 ms", "/buy", 64, 9*time.Second, 6*time.Second, e)
+	x, q := up.load(t, "buys and a login every 100 ms", "/store/buy", 64, 9*time.Second, 6*time.Second, e)
 	wg.Wait()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	var p90 time.Duration
-	if len(lat) > 0 {
-		p90 = lat[(len(lat)*9+9)/10-1]
+	for _, l := range envoyTimings(t, e, path, r.sent-len(r.bad)) {
+		if l.status == 200 {
+			r.inEnvoy = append(r.inEnvoy, l.duration)
+		}
 	}
-	lim, _ = e.Stat("wasmcustom.sluice.rule.buy.limit")
-	t.Logf("with logins: %.0f/s served (logins included), upstream queue p90 %d, learnt limit %d; %d logins, p90 %v, not served %v",
-		x, q, lim, len(lat), p90, bad)
-	if len(lat) < 50 || len(bad) > 0 {
-		t.Errorf("%d logins, %d not served (%v): want every one served", len(lat), len(bad), bad)
+	slices.Sort(r.inEnvoy)
+	r.buys = x - 10
+	lim, _ := e.Stat("wasmcustom.sluice.rule.buy.limit")
+	t.Logf("with logins: %.0f/s served (logins included), upstream queue p90 %d, learnt limit %d; %d logins, %d served, in Envoy %v, not served %v",
+		x, q, lim, r.sent, got, spread(r.inEnvoy), r.bad)
+	return r
+}
+
+// spread describes sorted durations: min, median, p90, max.
+func spread(d []time.Duration) string {
+	if len(d) == 0 {
+		return "none"
 	}
-	if p90 > 100*time.Millisecond {
-		t.Errorf("login p90 %v, want <= 100 ms", p90)
-	}
-	if buys := x - 10; buys < 0.55*160 {
-		t.Errorf("buys %.0f/s, want >= 55%% of the upstream's 160/s", buys)
-	}
+	return fmt.Sprintf("min %v, median %v, p90 %v, max %v", d[0], d[len(d)/2], d[(len(d)*9+9)/10-1], d[len(d)-1])
 }

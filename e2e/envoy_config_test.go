@@ -189,6 +189,16 @@ func TestShippedEnvoyConfig(t *testing.T) {
 	if !reflect.DeepEqual(routes, []string{"checkout", "buy", "browse"}) {
 		t.Errorf("route names %v", routes)
 	}
+	// The stats tags that label Sluice's metrics for Prometheus: the ones
+	// every test Envoy runs with (e2e/promcheck checks the dashboard's
+	// queries against what they produce).
+	var tags []envoytest.StatsTag
+	for _, tag := range yamlGet(t, doc, "stats_config", "stats_tags").([]any) {
+		tags = append(tags, envoytest.StatsTag{Name: yamlStr(t, tag, "tag_name"), Regex: yamlStr(t, tag, "regex")})
+	}
+	if !reflect.DeepEqual(tags, envoytest.StatsTags) {
+		t.Errorf("stats_tags %q, want internal/envoytest's %q", tags, envoytest.StatsTags)
+	}
 	wasm := shippedWasmConfig(t, doc)
 	if v := yamlStr(t, wasm, "vm_config", "vm_id"); v != "sluice" {
 		t.Errorf("vm_id = %q, want sluice", v)

@@ -115,9 +115,8 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 
 // logCallError logs a failed call at most once a second per worker.
 func (p *pluginContext) logCallError(v *engine.Verdict, now int64) {
-	if now-p.lastCallErrLog < int64(time.Second) {
+	if !p.logs.callError(now) {
 		return
 	}
-	p.lastCallErrLog = now
 	proxywasm.LogWarn(sprintf.Sprintf("sluice: rule %s: %v (on_error: %s)", v.ErrRule.Name, v.Err, onErrorWord(p.engine.Config())))
 }

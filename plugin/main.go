@@ -63,35 +63,24 @@ func (p *pluginContext) retire() {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	id        uint32 // the plugin context's ID
-	retired   bool   // its context ended (retire)
-	engine    *engine.Engine
-	rls       *rlsCaller // global rules' calls (nil without global rules)
-	headers   engine.HeaderSet
-	held      heldQueue
-	verdicts  verdictPool
-	streams   streamPool
-	metrics   *metrics
-	tickMS    uint32
-	lastFlush int64 // when the counters were last published
-	// rejection log sampling (see logRejection)
-	lastRejectLog   int64
-	rejectsSinceLog int
-	census          engine.Census
-	owner           uint64 // this worker's identity for the census lease
-	lastCallErrLog  int64
-	// concurrency rules: the streams waiting in a queue, by context id,
-	// and Poll's scratch.
-	conc    bool
-	waiting map[uint32]*httpContext
-	events  []engine.ConcEvent
-	// a rejection's body (why.go), reused
-	body  []byte
-	names []string
-	// the request header map of the decision under way (HeaderFields),
-	// read at most once per request, when a rule keys on a header.
-	headerPairs     []byte
-	headerPairsRead bool
+	id       uint32 // the plugin context's ID
+	retired  bool   // its context ended (retire)
+	engine   *engine.Engine
+	rls      *rlsCaller // global rules' calls (nil without global rules)
+	headers  engine.HeaderSet
+	held     heldQueue
+	verdicts verdictPool
+	streams  streamPool
+	metrics  *metrics
+	// The parts below own their state (worker.go): the tick, the log
+	// lines' pace, the census, the streams waiting in a concurrency queue,
+	// a rejection's body, the request's header map.
+	tick    ticker
+	logs    logLimits
+	census  censusWorker
+	queue   waitingStreams
+	problem problemBody
+	pairs   headerPairs
 	// redirectNext: the stream that just ended was redirected internally by
 	// Envoy; the next request this worker decides is that redirect.
 	redirectNext bool
@@ -118,24 +107,25 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	// path's: one host call.
 	p.engine = engine.New(cfg, store, seed, nowNanos)
 	p.engine.RoundEnded = p.logRound
-	p.owner = seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt())
+	p.census = newCensusWorker(seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt()))
 	p.metrics = newMetrics(cfg)
-	p.tickMS = 1000
+	tickMS := uint32(1000)
 	if cfg.HasGlobal() {
 		p.rls = newRLSCaller(cfg.Global.Cluster, p.id)
 		p.engine.SetGlobal(p.rls, p.onDecided)
-		p.tickMS = globalTickMS
+		tickMS = globalTickMS
 	}
 	if engine.Throttles(cfg) {
-		p.tickMS = throttleTickMS
+		tickMS = throttleTickMS
 	}
-	if p.conc = engine.HasConcurrency(cfg); p.conc {
+	if engine.HasConcurrency(cfg) {
 		// Held slots are leases renewed on the tick once per epoch
 		// (limit.Epoch, 1s): tick well within it.
-		p.tickMS = min(p.tickMS, concTickMS)
-		p.waiting = map[uint32]*httpContext{}
+		tickMS = min(tickMS, concTickMS)
+		p.queue.enable()
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickMS); err != nil {
+	p.tick = newTicker(tickMS)
+	if err := proxywasm.SetTickPeriodMilliSeconds(p.tick.periodMS()); err != nil {
 		proxywasm.LogCritical(sprintf.Sprintf("sluice: cannot set the tick period: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
@@ -153,10 +143,10 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 // second, publishes the counters as Envoy stats.
 func (p *pluginContext) OnTick() {
 	now := nowNanos()
-	if p.conc {
+	if p.queue.enabled() {
 		// How late this tick came: the worker's loop lag, which adaptive
 		// rules take out of their latency samples (engine.loopLag).
-		p.engine.Ticked(now, time.Duration(p.tickMS)*time.Millisecond)
+		p.engine.Ticked(now, p.tick.period())
 		defer func() { p.engine.TickDone(nowNanos()) }()
 	}
 	if p.engine.CallsInFlight() > 0 || p.engine.CircuitOpen() || p.engine.PendingCharges() > 0 {
@@ -170,12 +160,11 @@ func (p *pluginContext) OnTick() {
 			proxywasm.LogDebug(sprintf.Sprintf("sluice: resume of held request %d failed: %v", id, err))
 		}
 	})
-	if p.conc {
+	if p.queue.enabled() {
 		p.pollQueues(now)
 		p.engine.Learn(now)
 	}
-	if now-p.lastFlush >= int64(time.Second) {
-		p.lastFlush = now
+	if p.tick.flushDue(now) {
 		p.metrics.flush(p.engine, p.held.len())
 		p.metrics.flushOverflow(p.engine.Table())
 		p.logOverflow(now)
@@ -194,16 +183,15 @@ const concTickMS = 100
 // pollQueues lets the engine advance the concurrency queues and carries
 // out its decisions on the waiting streams.
 func (p *pluginContext) pollQueues(now int64) {
-	p.events = p.engine.Poll(now, p.events[:0])
-	for i := range p.events {
-		ev := &p.events[i]
-		h := p.waiting[ev.ID]
+	events := p.queue.poll(p.engine, now)
+	for i := range events {
+		ev := &events[i]
+		h := p.queue.take(ev.ID)
 		if h == nil {
 			// Not ours any more (it ended): give back what it was granted.
 			p.giveBack(&ev.Verdict, now)
 			continue
 		}
-		delete(p.waiting, ev.ID)
 		*h.verdict = ev.Verdict
 		if err := proxywasm.SetEffectiveContext(ev.ID); err != nil {
 			p.giveBack(h.verdict, now)
@@ -270,25 +258,19 @@ func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
 // request would cost a host call and an allocation each, under exactly the
 // floods a rate limiter exists for.
 func (p *pluginContext) logRejection(v *engine.Verdict, now int64) {
-	p.rejectsSinceLog++
-	if v.Report == nil || now-p.lastRejectLog < int64(time.Second) {
+	n, due := p.logs.rejection(now, v.Report != nil)
+	if !due {
 		return
 	}
 	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
-		v.Report.Name, v.Client, v.RetryAfter, p.rejectsSinceLog))
-	p.lastRejectLog, p.rejectsSinceLog = now, 0
+		v.Report.Name, v.Client, v.RetryAfter, n))
 }
 
 // countStates advances the census of tracked client states by a fifth of
 // the table per second, on the one worker that holds the census lease.
 func (p *pluginContext) countStates(now int64) {
-	if !engine.AcquireLease(sharedData{}, p.owner, now, censusLease) {
-		return
-	}
-	t := p.engine.Table()
-	n, err := p.census.Step(t, now, (t.Keys()+4)/5)
-	if err == nil && p.census.Complete() {
-		p.metrics.recordActiveStates(n, &p.census)
+	if n, counts, done := p.census.step(p.engine.Table(), now); done {
+		p.metrics.recordActiveStates(n, counts)
 	}
 }
 
@@ -358,7 +340,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	p := h.plugin
 	now := nowNanos()
 	p.engine.HoldsFull = p.held.len() >= maxHeld
-	p.headerPairsRead = false // read again by the first header key (HeaderFields)
+	p.pairs.reset() // read again by the first header key (HeaderFields)
 	if p.redirectNext {
 		// Envoy's internal redirect of the request whose stream just ended
 		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
@@ -384,7 +366,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		h.pending.Ctx, h.shared = h, true
 		return types.ActionPause
 	case engine.Queue:
-		p.waiting[h.id] = h
+		p.queue.add(h)
 		return types.ActionPause
 	case engine.Reject:
 		if err := p.reject(v, now); err != nil {
@@ -482,7 +464,7 @@ func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
 	h.verdict.Slots = nil
-	if handoff && len(p.waiting) > 0 {
+	if handoff && p.queue.any() {
 		// The freed slot may be for a waiter of this worker: hand it over
 		// now rather than at the next tick, which comes late when the
 		// worker is busy (the resume takes effect after this callback, as
@@ -530,7 +512,7 @@ func (h *httpContext) end() {
 			forwarded = true
 		}
 	case engine.Queue:
-		delete(p.waiting, h.id)
+		p.queue.drop(h.id)
 		p.engine.Abandon(h.id, nowNanos())
 		return
 	}
@@ -562,11 +544,7 @@ func (h *httpContext) Header(name string) (string, bool) {
 // and only when a rule keys on a header. That one call replaces the
 // per-rule reads of the keyed headers.
 func (h *httpContext) HeaderFields(name string) (string, int) {
-	p := h.plugin
-	if !p.headerPairsRead {
-		p.headerPairs, p.headerPairsRead = getRequestHeaderPairs(), true
-	}
-	return headerFields(p.headerPairs, name)
+	return h.plugin.pairs.fields(name)
 }
 
 // SourceAddress implements engine.Request.

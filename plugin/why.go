@@ -53,9 +53,7 @@ func (p *pluginContext) rejectionBody(v *engine.Verdict) ([]byte, string) {
 	if cfg.TextBody {
 		return textBody, header.TextContentType
 	}
-	p.names = v.ViolatedNames(cfg, p.names[:0])
-	p.body = header.AppendProblem(p.body[:0], int(cfg.Status), p.names, v.RetryAfter)
-	return p.body, header.ProblemContentType
+	return p.problem.build(cfg, v), header.ProblemContentType
 }
 
 var textBody = []byte(header.TextBody)

@@ -11,6 +11,7 @@ package promcheck
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -144,7 +146,8 @@ func dashboardQueries(t *testing.T) (qs []query, labelQueries [][2]string) {
 }
 
 // selectors parses each query and returns, by metric name, the label
-// names its selectors match on (besides __name__).
+// names its selectors match on (besides __name__) and the labels an
+// aggregation groups it by (`sum by (sluice_rule, sluice_class) (...)`).
 func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]bool {
 	t.Helper()
 	out := map[string]map[string]bool{}
@@ -155,12 +158,7 @@ func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]
 			continue
 		}
 		for _, ms := range parser.ExtractSelectors(e) {
-			name := ""
-			for _, m := range ms {
-				if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
-					name = m.Value
-				}
-			}
+			name := selectorName(ms)
 			if name == "" {
 				t.Errorf("%s: a selector without a metric name", q.where)
 				continue
@@ -174,8 +172,30 @@ func selectors(t *testing.T, p parser.Parser, qs []query) map[string]map[string]
 				}
 			}
 		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			if a, ok := n.(*parser.AggregateExpr); ok && !a.Without {
+				for _, ms := range parser.ExtractSelectors(a.Expr) {
+					if name := selectorName(ms); name != "" {
+						for _, l := range a.Grouping {
+							out[name][l] = true
+						}
+					}
+				}
+			}
+			return nil
+		})
 	}
 	return out
+}
+
+// selectorName is the metric a selector's matchers name ("" for none).
+func selectorName(ms []*labels.Matcher) string {
+	for _, m := range ms {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
+			return m.Value
+		}
+	}
+	return ""
 }
 
 // TestQueriesParse needs no Envoy: the rules and the dashboard parse.
@@ -194,7 +214,8 @@ func TestQueriesParse(t *testing.T) {
 // whyConfig has a rule of every kind whose metrics the dashboard shows: a
 // refusing one, a shadow one, a throttling one, a concurrency one, a
 // global one whose service is down (so on_error decides and the circuit
-// opens), an adaptive one and one with a cost.
+// opens), an adaptive one, one with a cost and a store-wide concurrency
+// rule with a priority class (its /shop requests go to a slow upstream).
 const whyConfig = `{
   "rules": [
     {"name": "strict", "match": {"path_prefix": "/strict"}, "limit": 1, "window": "1h"},
@@ -203,7 +224,9 @@ const whyConfig = `{
     {"name": "slots", "match": {"path_prefix": "/slots"}, "algorithm": "concurrency", "limit": 1, "max_delay": "2s"},
     {"name": "fleet", "match": {"path_prefix": "/fleet"}, "scope": "global", "limit": 100, "window": "1m"},
     {"name": "learnt", "match": {"path_prefix": "/learnt"}, "algorithm": "adaptive_concurrency", "max_delay": "1s"},
-    {"name": "tokens", "match": {"path_prefix": "/tokens"}, "limit": 100, "window": "1m", "cost": {"request_header": "x-cost", "max": 50}}
+    {"name": "tokens", "match": {"path_prefix": "/tokens"}, "limit": 100, "window": "1m", "cost": {"request_header": "x-cost", "max": 50}},
+    {"name": "shop", "match": {"path_prefix": "/shop"}, "algorithm": "concurrency", "limit": 2, "key": [],
+     "classes": [{"name": "login", "match": {"path_prefix": "/shop/login"}, "reserve": 0.5}]}
   ],
   "global": {"cluster": "ratelimit", "timeout": "100ms"},
   "exempt_cidrs": ["127.0.0.2/32"]
@@ -236,17 +259,26 @@ func TestMetricsExistInEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The shop's upstream holds every request until its client goes away.
+	shop, err := envoytest.StartUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shop.Close() })
+	shop.SetDelay(time.Hour)
 	e := envoytest.StartT(t, envoytest.Options{
 		Concurrency:   2,
 		Wasm:          &envoytest.Wasm{File: wasm, Config: whyConfig},
-		Clusters:      map[string]string{"ratelimit": "127.0.0.1:" + strconv.Itoa(dead)},
+		Clusters:      map[string]string{"ratelimit": "127.0.0.1:" + strconv.Itoa(dead), "shop": shop.Addr()},
 		HTTP2Clusters: []string{"ratelimit"},
+		Routes:        []envoytest.Route{{Name: "shop", Prefix: "/shop", Cluster: "shop"}, {Name: "default", Prefix: "/"}},
 	})
 	for _, path := range []string{"/strict", "/strict", "/shadow", "/shadow", "/slow", "/slow", "/slots", "/fleet", "/fleet", "/learnt", "/tokens"} {
 		if _, _, err := e.Get(t.Context(), path, http.Header{"x-cost": {"7"}}); err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
 	}
+	holdShop(t, e, shop)
 
 	// Counters are published about once a second per worker: wait for the
 	// traffic's counts, then check every queried series is there.
@@ -257,6 +289,11 @@ func TestMetricsExistInEnvoy(t *testing.T) {
 		`sluice_rule_allowed{sluice_rule="slots"}`:         1,
 		`sluice_on_error_allowed`:                          2,
 		`sluice_rule_charged{sluice_rule="tokens"}`:        7,
+		// The class metrics carry the rule and the class as labels.
+		`sluice_class_refused{sluice_rule="shop",sluice_class="default"}`:   1,
+		`sluice_class_refused{sluice_rule="shop",sluice_class="login"}`:     0,
+		`sluice_class_in_flight{sluice_rule="shop",sluice_class="default"}`: 1,
+		`sluice_class_in_flight{sluice_rule="shop",sluice_class="login"}`:   1,
 	}
 	var series map[string]map[string]float64
 	deadline := time.Now().Add(30 * time.Second)
@@ -279,6 +316,11 @@ func TestMetricsExistInEnvoy(t *testing.T) {
 			t.Fatalf("after 30s: %s", missing)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	for n, byLabels := range series {
+		if strings.HasPrefix(n, "sluice_class_") && n != "sluice_class_in_flight" && n != "sluice_class_queued" && n != "sluice_class_refused" {
+			t.Errorf("%s %v: a class metric whose rule or class name was not taken out into a label", n, keys(byLabels))
+		}
 	}
 	names := make([]string, 0, len(want))
 	for n := range want {
@@ -344,19 +386,59 @@ func parseExposition(t *testing.T, text string) map[string]map[string]float64 {
 	return out
 }
 
-// sumSeries sums the series of sel: `name` or `name{l="v"}`.
+// sumSeries sums the series of sel: `name` or `name{l="v",...}` (the
+// series that have every one of those labels, in any order). A selector
+// no series matches sums to -1, so that a wanted 0 tells an absent series
+// from a zero one.
 func sumSeries(series map[string]map[string]float64, sel string) float64 {
 	name, want := sel, ""
 	if i := strings.IndexByte(sel, '{'); i >= 0 {
 		name, want = sel[:i], strings.TrimSuffix(sel[i+1:], "}")
 	}
-	var sum float64
+	sum, found := 0.0, false
 	for ls, v := range series[name] {
-		if want == "" || strings.Contains(ls, want) {
-			sum += v
+		have := strings.Split(ls, ",")
+		match := true
+		for _, l := range strings.Split(want, ",") {
+			match = match && (l == "" || slices.Contains(have, l))
+		}
+		if match {
+			sum, found = sum+v, true
 		}
 	}
+	if !found {
+		return -1
+	}
 	return sum
+}
+
+// holdShop sends the shop rule (2 slots, a login class keeping half of
+// them) a buy that the shop holds, then a second buy, which the default
+// class's single slot refuses, and a login, which takes the slot kept for
+// logins; the buy and the login stay in flight until the test ends.
+func holdShop(t *testing.T, e *envoytest.Envoy, shop *envoytest.Upstream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	hold := func(path string, n int) {
+		go func() { _, _, _ = e.Get(ctx, path, nil) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for shop.InFlight().Now < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: the shop has %d requests in flight after 30s, want %d", path, shop.InFlight().Now, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	hold("/shop/buy", 1)
+	resp, _, err := e.Get(t.Context(), "/shop/buy", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a second buy with the buys' one slot taken: status %d, want 429", resp.StatusCode)
+	}
+	hold("/shop/login", 2)
 }
 
 func keys(m map[string]float64) []string {

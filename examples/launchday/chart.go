@@ -80,21 +80,25 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 	latencyMax := 2 * float64(maxLatency) / 1e6 // milliseconds
 	countMax := math.Pow(10, math.Ceil(math.Log10(float64(maxCount)*1.5)))
 
-	plots := [][]*plot.Plot{make([]*plot.Plot, len(runs)), make([]*plot.Plot, len(runs))}
+	plots := [][]*plot.Plot{make([]*plot.Plot, len(runs)), make([]*plot.Plot, len(runs)), make([]*plot.Plot, len(runs))}
 	for i, r := range runs {
 		top, err := latencyPlot(r, xMax, latencyMax, baselineLoginP99)
 		if err != nil {
 			return err
 		}
-		bottom, err := outcomePlot(r, xMax, countMax)
+		middle, err := outcomePlot(r, xMax, countMax)
 		if err != nil {
 			return err
 		}
-		plots[0][i], plots[1][i] = top, bottom
+		bottom, err := slotsPlot(r, xMax)
+		if err != nil {
+			return err
+		}
+		plots[0][i], plots[1][i], plots[2][i] = top, middle, bottom
 	}
 
 	// One legend per row, in a column to the right of the plots.
-	legends := []plot.Legend{plot.NewLegend(), plot.NewLegend()}
+	legends := []plot.Legend{plot.NewLegend(), plot.NewLegend(), slotsLegend(runs)}
 	for i := len(latencySeries) - 1; i >= 0; i-- {
 		s := latencySeries[i]
 		legends[0].Add(s.ep.String()+" p99", styleThumb(s.style))
@@ -106,13 +110,6 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 	for o := range numOutcomes {
 		if seen[o] {
 			legends[1].Add(outcomeLegend(o, runs[0].Scenario.Timeout), styleThumb(outcomeStyles[o]))
-		}
-	}
-	for _, r := range runs {
-		if len(r.Learnt) > 0 {
-			legends[1].Add("buys in flight Sluice learnt to allow", styleThumb(learntStyle))
-			legends[1].Add(fmt.Sprintf("the store's %d worker slots (unknown to Sluice)", r.Store.Workers), styleThumb(slotsStyle))
-			break
 		}
 	}
 	for i := range legends {
@@ -128,7 +125,7 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 		panelWidth  = vg.Length(520)
 	)
 	width := panelWidth*vg.Length(len(runs)) + legendWidth
-	height := vg.Length(760)
+	height := vg.Length(1120)
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))
 	dc := draw.New(img)
 	title := draw.TextStyle{
@@ -144,7 +141,7 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 			fmtCount(int64(sc.Buyers)), sc.FirstPressWithin, sc.PressesPerBuyer, runs[0].Store.Workers))
 
 	body := draw.Crop(dc, 0, -legendWidth, 0, -titleHeight)
-	tiles := draw.Tiles{Rows: 2, Cols: len(runs), PadX: 24, PadY: 28, PadTop: 4, PadBottom: 8, PadLeft: 8, PadRight: 8}
+	tiles := draw.Tiles{Rows: 3, Cols: len(runs), PadX: 24, PadY: 28, PadTop: 4, PadBottom: 8, PadLeft: 8, PadRight: 8}
 	canvases := plot.Align(plots, tiles, body)
 	for row := range plots {
 		for col := range plots[row] {
@@ -152,7 +149,7 @@ func WriteChart(path string, runs []*RunResult, baseline *RunResult) error {
 		}
 	}
 	legendArea := draw.Crop(dc, width-legendWidth, 0, 0, -titleHeight)
-	legendTiles := draw.Tiles{Rows: 2, Cols: 1, PadY: 28, PadTop: 40, PadBottom: 8, PadLeft: 6, PadRight: 6}
+	legendTiles := draw.Tiles{Rows: 3, Cols: 1, PadY: 28, PadTop: 40, PadBottom: 8, PadLeft: 6, PadRight: 6}
 	for row := range legends {
 		legends[row].Draw(legendTiles.At(legendArea, 0, row))
 	}
@@ -272,40 +269,12 @@ func outcomePlot(r *RunResult, xMax, yMax float64) (*plot.Plot, error) {
 		}
 		p.Add(lines...)
 	}
-	if err := addLearnt(p, r, xMax); err != nil {
-		return nil, err
-	}
 	if err := addLaunchMarker(p, r.Scenario, 1, yMax); err != nil {
 		return nil, err
 	}
 	p.X.Min, p.X.Max = 0, xMax
 	p.Y.Min, p.Y.Max = 1, yMax
 	return p, nil
-}
-
-// addLearnt draws the adaptive rule's learnt limit over the run, and the
-// store's slots, on p (nothing for a run without Sluice).
-func addLearnt(p *plot.Plot, r *RunResult, xMax float64) error {
-	if len(r.Learnt) == 0 {
-		return nil
-	}
-	xys := make(plotter.XYs, len(r.Learnt))
-	for i, s := range r.Learnt {
-		xys[i] = plotter.XY{X: s.At.Seconds(), Y: float64(max(s.Limit, 1))}
-	}
-	l, err := plotter.NewLine(xys)
-	if err != nil {
-		return err
-	}
-	l.LineStyle = learntStyle
-	slots := float64(r.Store.Workers)
-	w, err := plotter.NewLine(plotter.XYs{{X: 0, Y: slots}, {X: xMax, Y: slots}})
-	if err != nil {
-		return err
-	}
-	w.LineStyle = slotsStyle
-	p.Add(w, l)
-	return nil
 }
 
 // outcomeLegend names an outcome in the chart's legend.

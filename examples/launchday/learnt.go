@@ -2,62 +2,126 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/envoytest"
 )
 
-// The store-wide rule is adaptive_concurrency with priority classes (the
-// login and the home page above everything else, the buys included):
-// nobody told Sluice that the store has 20 slots or how long a buy takes. The demo reads what the
-// rule learnt from Envoy's stats while the load runs and shows it next to
+// The shipped store-wide rule is adaptive_concurrency with priority classes
+// (the login and the home page above everything else, the buys included):
+// nobody told Sluice that the store has 20 slots or how long a buy takes.
+// The demo reads what the rule learnt, and each class's requests in
+// flight, from Envoy's stats while the load runs, and shows them next to
 // the store's own slots.
 
-// learntRule is the adaptive rule whose limit the demo follows.
-const learntRule = "store"
+// SlotRule is the rule whose slots the demo follows: the configuration's
+// first concurrency or adaptive_concurrency rule.
+type SlotRule struct {
+	Name     string
+	Adaptive bool
+	// Limit is a concurrency rule's limit (an adaptive rule's is learnt).
+	Limit int64
+	// Classes are its priority classes, highest first, then "default";
+	// none without classes.
+	Classes []string
+}
 
-// LimitSample is what the adaptive rule had learnt at one moment of a run.
+// followedRule finds the SlotRule of a plugin configuration (false: none).
+func followedRule(config string) (SlotRule, bool) {
+	var c struct {
+		Rules []struct {
+			Name      string `json:"name"`
+			Algorithm string `json:"algorithm"`
+			Limit     int64  `json:"limit"`
+			Classes   []struct {
+				Name string `json:"name"`
+			} `json:"classes"`
+		} `json:"rules"`
+	}
+	if json.Unmarshal([]byte(config), &c) != nil {
+		return SlotRule{}, false
+	}
+	for _, r := range c.Rules {
+		if r.Algorithm != "concurrency" && r.Algorithm != "adaptive_concurrency" {
+			continue
+		}
+		sr := SlotRule{Name: r.Name, Adaptive: r.Algorithm == "adaptive_concurrency", Limit: r.Limit}
+		for _, k := range r.Classes {
+			sr.Classes = append(sr.Classes, k.Name)
+		}
+		if len(sr.Classes) > 0 {
+			sr.Classes = append(sr.Classes, "default")
+		}
+		return sr, true
+	}
+	return SlotRule{}, false
+}
+
+// LimitSample is what the followed rule had at one moment of a run.
 type LimitSample struct {
 	At       time.Duration // since the start of the run
-	Limit    int64         // requests in flight it allows
+	Limit    int64         // requests in flight it allows (learnt, or set)
 	InFlight int64         // requests in flight as its last decision saw them
-	Latency  time.Duration // the no-queue latency it learnt
+	Latency  time.Duration // the no-queue latency it learnt (adaptive only)
+	// Classes are the requests in flight of each class (SlotRule.Classes).
+	Classes []int64
 }
 
 // sampleLearnt polls Envoy's stats every 250 ms until ctx ends (the plugin
 // publishes its gauges about once a second per worker).
-func sampleLearnt(ctx context.Context, e *envoytest.Envoy, start time.Time) []LimitSample {
+func sampleLearnt(ctx context.Context, e *envoytest.Envoy, start time.Time, rule SlotRule) []LimitSample {
 	var out []LimitSample
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	prefix := "wasmcustom.sluice.rule." + learntRule + "."
+	prefix := "wasmcustom.sluice.rule." + rule.Name + "."
+	classPrefix := "wasmcustom.sluice.class." + rule.Name + "."
+	filter := `^wasmcustom\.sluice\.(rule|class)\.` + regexp.QuoteMeta(rule.Name) + `\.`
 	for {
 		select {
 		case <-ctx.Done():
 			return out
 		case <-t.C:
 		}
-		st, err := e.Stats(`^wasmcustom\.sluice\.rule\.` + learntRule + `\.`)
-		if err != nil || st[prefix+"limit"] == 0 {
+		st, err := e.Stats(filter)
+		if err != nil {
 			continue
 		}
-		out = append(out, LimitSample{At: time.Since(start), Limit: int64(st[prefix+"limit"]),
-			InFlight: int64(st[prefix+"in_flight"]), Latency: time.Duration(st[prefix+"latency_us"]) * time.Microsecond})
+		s := LimitSample{At: time.Since(start), Limit: rule.Limit, InFlight: int64(st[prefix+"in_flight"])}
+		if rule.Adaptive {
+			if st[prefix+"limit"] == 0 {
+				continue // nothing learnt yet
+			}
+			s.Limit, s.Latency = int64(st[prefix+"limit"]), time.Duration(st[prefix+"latency_us"])*time.Microsecond
+		}
+		for _, c := range rule.Classes {
+			s.Classes = append(s.Classes, int64(st[classPrefix+c+".in_flight"]))
+		}
+		out = append(out, s)
 	}
 }
 
-// WriteLearnt prints, per second of r, the limit the adaptive rule had
-// learnt next to the store's slots in use and queue (the largest sampled
-// in that second).
+// WriteLearnt prints, per second of r, the followed rule's limit and
+// requests in flight (per class) next to the store's slots in use, its
+// queue and the most buys at the store at once.
 func WriteLearnt(w io.Writer, r *RunResult) {
 	if len(r.Learnt) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "  %s: rule %s learnt, second by second (limit | buys in flight | no-queue latency | store slots busy/%d, queued):\n    ",
-		r.Name, learntRule, r.Store.Workers)
+	inFlight := "in flight"
+	if len(r.Rule.Classes) > 0 {
+		inFlight = "in flight " + strings.Join(r.Rule.Classes, "/")
+	}
+	what := "learnt"
+	if !r.Rule.Adaptive {
+		what = "set"
+	}
+	fmt.Fprintf(w, "  %s: rule %s, second by second (limit %s | %s | no-queue latency | store slots busy/%d, queued, most buys at the store):\n    ",
+		r.Name, r.Rule.Name, what, inFlight, r.Store.Workers)
 	var parts []string
 	next := time.Duration(0)
 	for i, s := range r.Learnt {
@@ -65,22 +129,35 @@ func WriteLearnt(w io.Writer, r *RunResult) {
 			continue
 		}
 		next = s.At.Truncate(time.Second) + time.Second
-		busy, queued := storeAt(r.Timeline, s.At.Truncate(time.Second), next)
-		parts = append(parts, fmt.Sprintf("%s %d|%d|%s|%d,%d", fmtSeconds(s.At.Truncate(time.Second)), s.Limit, s.InFlight, fmtLatency(s.Latency), busy, queued))
+		busy, queued, buys := storeAt(r.Timeline, s.At.Truncate(time.Second), next)
+		flight := fmt.Sprint(s.InFlight)
+		if len(s.Classes) > 0 {
+			flight = joinInts(s.Classes, "/")
+		}
+		parts = append(parts, fmt.Sprintf("%s %d|%s|%s|%d,%d,%d", fmtSeconds(s.At.Truncate(time.Second)), s.Limit, flight, fmtLatency(s.Latency), busy, queued, buys))
 	}
-	for i := 0; i < len(parts); i += 6 {
-		fmt.Fprintf(w, "%s\n    ", strings.Join(parts[i:min(i+6, len(parts))], "   "))
+	for i := 0; i < len(parts); i += 5 {
+		fmt.Fprintf(w, "%s\n    ", strings.Join(parts[i:min(i+5, len(parts))], "   "))
 	}
 	fmt.Fprintln(w)
 }
 
-// storeAt returns the most slots in service and the longest queue sampled
-// in [from, to).
-func storeAt(tl []StoreSample, from, to time.Duration) (busy, queued int64) {
+// joinInts formats ns joined by sep.
+func joinInts(ns []int64, sep string) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, sep)
+}
+
+// storeAt returns the most slots in service, the longest queue and the
+// most buys at the store at once sampled in [from, to).
+func storeAt(tl []StoreSample, from, to time.Duration) (busy, queued, buys int64) {
 	for _, s := range tl {
 		if s.At >= from && s.At < to {
-			busy, queued = max(busy, s.InService), max(queued, s.Queued)
+			busy, queued, buys = max(busy, s.InService), max(queued, s.Queued), max(buys, s.BuysPeak)
 		}
 	}
-	return busy, queued
+	return busy, queued, buys
 }

@@ -4,6 +4,7 @@
 //
 //	go run ./examples/launchday            # what `make demo` runs, about two minutes
 //	go run ./examples/launchday -h         # knobs: duration, buyers, presses, config
+//	go run ./examples/launchday -compare 3 # make demo-compare: the shipped rule against limit18.json, alternated
 //
 // It runs the same load three times on this machine, each time against a
 // fresh demo store (package github.com/sluicehq/sluice/examples/store, 20
@@ -71,6 +72,13 @@ import (
 //go:embed sluice.json
 var defaultSluiceConfig string
 
+// defaultHandConfig is what -compare runs against: sluice.json with the
+// store's buys limited to 18 in flight, a number set by someone who knows
+// the store's 20 slots and its 150 ms buys.
+//
+//go:embed limit18.json
+var defaultHandConfig string
+
 func main() {
 	f := parseFlags()
 	run := func() error { return demo(f) }
@@ -92,6 +100,10 @@ type demoFlags struct {
 	concurrency        int
 	envoyLog           string
 	serveStore         bool // be the store's process (see storeProcess)
+	// compare > 0 runs that many pairs of launches instead: the shipped
+	// configuration against compareConfig (see compareRuns).
+	compare       int
+	compareConfig string
 }
 
 func parseFlags() demoFlags {
@@ -106,6 +118,8 @@ func parseFlags() demoFlags {
 	flag.StringVar(&f.sluiceConfig, "sluice-config", "", "file with the plugin configuration of the Sluice run (default: examples/launchday/sluice.json)")
 	flag.IntVar(&f.concurrency, "concurrency", 2, "Envoy worker threads")
 	flag.StringVar(&f.envoyLog, "envoy-log", "", "write the Sluice run's Envoy log here, with the plugin's debug lines (each decision of the adaptive rule)")
+	flag.IntVar(&f.compare, "compare", 0, "run N pairs of launches, alternating the Sluice configuration with -compare-config, each pair after a no-launch run, and print each run against the targets (about 2.5 minutes a pair)")
+	flag.StringVar(&f.compareConfig, "compare-config", "", "file with the configuration -compare runs against (default: examples/launchday/limit18.json, the store's buys limited to 18 in flight by hand)")
 	flag.BoolVar(&f.serveStore, serveStoreFlag, false, "serve the demo store on a loopback port (the demo runs its store so)")
 	flag.Parse()
 	return f
@@ -116,7 +130,7 @@ type phase struct {
 	name     string // short name, in the table
 	title    string // what it is, in the progress lines
 	scenario Scenario
-	sluice   bool // with the Sluice filter
+	config   string // the Sluice filter's configuration; "" without Sluice
 }
 
 func demo(f demoFlags) error {
@@ -152,8 +166,9 @@ func demo(f demoFlags) error {
 		return errors.New("the Sluice configuration is not valid JSON")
 	}
 	if f.buyers < 0 || f.buyers > 60000 || f.presses < 1 || f.presses > 10 ||
-		f.duration < 15*time.Second || f.duration > 10*time.Minute || f.baseline < 0 || f.baseline > 10*time.Minute {
-		return errors.New("bounds: -buyers 0..60000, -presses 1..10, -duration 15s..10m, -baseline 0..10m")
+		f.duration < 15*time.Second || f.duration > 10*time.Minute || f.baseline < 0 || f.baseline > 10*time.Minute ||
+		f.compare < 0 || f.compare > 20 || (f.compare > 0 && (f.baseline == 0 || f.buyers == 0)) {
+		return errors.New("bounds: -buyers 0..60000, -presses 1..10, -duration 15s..10m, -baseline 0..10m, -compare 0..20 (with a launch and a baseline)")
 	}
 	nofile := raiseOpenFileLimit(65536)
 
@@ -174,10 +189,10 @@ func demo(f demoFlags) error {
 
 	phases := []phase{
 		{name: "no limits", title: "(a) Envoy, no limits", scenario: launch},
-		{name: "Sluice", title: "(b) Envoy + Sluice", scenario: launch, sluice: true},
+		{name: "Sluice", title: "(b) Envoy + Sluice", scenario: launch, config: sluiceConfig},
 	}
 	if f.baseline > 0 {
-		phases = append(phases, phase{name: "no launch", title: "(c) Envoy + Sluice, no launch", scenario: quiet, sluice: true})
+		phases = append(phases, phase{name: "no launch", title: "(c) Envoy + Sluice, no launch", scenario: quiet, config: sluiceConfig})
 	}
 
 	fmt.Printf("Launch day: %s buyers press Buy within %s, %d presses each (%s-%s apart), at t=%s of a %s run;\n",
@@ -199,18 +214,29 @@ func demo(f demoFlags) error {
 			load, runtime.NumCPU())
 	}
 
+	if f.compare > 0 {
+		handConfig := defaultHandConfig
+		if f.compareConfig != "" {
+			b, err := os.ReadFile(f.compareConfig)
+			if err != nil {
+				return err
+			}
+			handConfig = string(b)
+		}
+		if !json.Valid([]byte(handConfig)) {
+			return errors.New("the -compare-config configuration is not valid JSON")
+		}
+		fmt.Printf("Compared with: %s\n\n", rulesSummary(handConfig))
+		return compareRuns(ctx, f, comparison{envoyBin: envoyBin, wasm: wasm, shipped: sluiceConfig, hand: handConfig, launch: launch, quiet: quiet})
+	}
+
 	started := time.Now()
 	var results []*RunResult
+	var sluiceLoad float64 // the load average as the Sluice run began
 	for _, ph := range phases {
-		opts := envoytest.Options{
-			Bin:               envoyBin,
-			XFFNumTrustedHops: 1,
-			Concurrency:       f.concurrency,
-			LogLevel:          "warn",
-			StartTimeout:      2 * time.Minute,
-		}
-		if ph.sluice {
-			opts.Wasm = &envoytest.Wasm{File: wasm, Config: sluiceConfig, FailurePolicy: "FAIL_CLOSED"}
+		opts := phaseOptions(envoyBin, wasm, f.concurrency, ph)
+		if ph.name == "Sluice" {
+			sluiceLoad, _ = loadAverage()
 		}
 		if ph.name == "Sluice" && f.envoyLog != "" {
 			logFile, err := os.Create(abs(f.envoyLog))
@@ -245,7 +271,26 @@ func demo(f demoFlags) error {
 	for _, l := range Headlines(results[0], results[1], baseline) {
 		fmt.Println("HEADLINE " + l)
 	}
+	if g, ok := MeasureGoals(results[1], baseline); ok && baseline != nil {
+		fmt.Printf("README row (load average | backlog | orders | login p99 | s over the slots | timeouts | targets): | %.1f | %s\n", sluiceLoad, g.Row())
+	}
 	return nil
+}
+
+// phaseOptions returns the Envoy of phase ph: the demo's settings, and the
+// Sluice filter with the phase's configuration.
+func phaseOptions(envoyBin, wasm string, concurrency int, ph phase) envoytest.Options {
+	opts := envoytest.Options{
+		Bin:               envoyBin,
+		XFFNumTrustedHops: 1,
+		Concurrency:       concurrency,
+		LogLevel:          "warn",
+		StartTimeout:      2 * time.Minute,
+	}
+	if ph.config != "" {
+		opts.Wasm = &envoytest.Wasm{File: wasm, Config: ph.config, FailurePolicy: "FAIL_CLOSED"}
+	}
+	return opts
 }
 
 // runPhase starts a fresh store and an Envoy in front of it, checks that
@@ -284,7 +329,14 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	samples := make(chan []StoreSample, 1)
 	go func() { samples <- sampleStore(sampling, shop, runStart) }()
 	learnt := make(chan []LimitSample, 1)
-	go func() { learnt <- sampleLearnt(sampling, e, runStart) }()
+	rule, follow := followedRule(ph.config)
+	go func() {
+		var s []LimitSample
+		if follow {
+			s = sampleLearnt(sampling, e, runStart, rule)
+		}
+		learnt <- s
+	}()
 	load := Run(ctx, e.URL(), ph.scenario, 3*time.Second, func(p Progress) {
 		fmt.Printf("  %-10s %5s  sent %7s  answered %7s (ok %s, 429 %s, timeout %s, failed %s)  waiting %6s  login p99 (last 3s) %s\n",
 			ph.name, fmtSeconds(p.Elapsed), fmtCount(p.Sent), fmtCount(p.Answered),
@@ -307,7 +359,7 @@ func runPhase(ctx context.Context, ph phase, opts envoytest.Options) (*RunResult
 	if err != nil {
 		return nil, fmt.Errorf("reading the store's metrics: %w", err)
 	}
-	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: metrics, Timeline: timeline, Learnt: learntLimits, Notes: notes}
+	result := &RunResult{Name: ph.name, Title: ph.title, Scenario: ph.scenario, Records: load.Records, Store: metrics, Timeline: timeline, Learnt: learntLimits, Rule: rule, Notes: notes}
 	result.Notes = append(result.Notes, envoyNotes(e, opts.Wasm != nil)...)
 	result.Notes = append(result.Notes, connErrorNotes(load.ConnErrors)...)
 	lagNote := fmt.Sprintf("load generator: 99%% of requests left within %s of their scheduled time (latest %s late)",
@@ -335,7 +387,7 @@ func sampleStore(ctx context.Context, shop *storeProcess, start time.Time) []Sto
 	for {
 		at := time.Since(start) // before the round trip, which a busy machine makes long
 		if g, err := shop.Gauges(ctx); err == nil {
-			out = append(out, StoreSample{At: at, InService: g.InService, Queued: g.Queued, Orders: g.Orders})
+			out = append(out, StoreSample{At: at, InService: g.InService, Queued: g.Queued, Orders: g.Orders, BuysPeak: g.BuysPeak})
 		}
 		select {
 		case <-ctx.Done():
@@ -492,14 +544,18 @@ func backgroundSummary(sc Scenario) string {
 func rulesSummary(config string) string {
 	var c struct {
 		Rules []struct {
-			Name      string   `json:"name"`
-			Key       []string `json:"key"`
-			Algorithm string   `json:"algorithm"`
-			Limit     int      `json:"limit"`
-			Win       string   `json:"window"`
-			Burst     int      `json:"burst"`
-			MaxDelay  string   `json:"max_delay"`
-			Match     struct {
+			Name      string    `json:"name"`
+			Key       *[]string `json:"key"`
+			Algorithm string    `json:"algorithm"`
+			Limit     int       `json:"limit"`
+			Win       string    `json:"window"`
+			Burst     int       `json:"burst"`
+			MaxDelay  string    `json:"max_delay"`
+			Classes   []struct {
+				Name    string  `json:"name"`
+				Reserve float64 `json:"reserve"`
+			} `json:"classes"`
+			Match struct {
 				PathPrefix string   `json:"path_prefix"`
 				Methods    []string `json:"methods"`
 			} `json:"match"`
@@ -514,12 +570,22 @@ func rulesSummary(config string) string {
 		if r.Match.PathPrefix != "" {
 			match = strings.TrimSpace(strings.Join(r.Match.Methods, ",") + " " + r.Match.PathPrefix)
 		}
-		key := strings.Join(r.Key, "+")
+		key := "client_ip"
+		if r.Key != nil {
+			key = strings.Join(*r.Key, "+")
+		}
 		if key == "" {
-			key = "client_ip"
+			key = "store (key [])"
+		}
+		classes := ""
+		for _, c := range r.Classes {
+			classes += fmt.Sprintf("%s (reserve %g) above ", c.Name, c.Reserve)
+		}
+		if classes != "" {
+			classes = "; classes " + classes + "the rest"
 		}
 		if r.Algorithm == "adaptive_concurrency" {
-			parts = append(parts, fmt.Sprintf("%s: %s, in flight at once per %s as many as the store's latency says it can take (learnt, no number given)", r.Name, match, key))
+			parts = append(parts, fmt.Sprintf("%s: %s, in flight at once per %s as many as the store's latency says it can take (learnt, no number given)%s", r.Name, match, key, classes))
 			continue
 		}
 		if r.Algorithm == "concurrency" {
@@ -527,7 +593,7 @@ func rulesSummary(config string) string {
 			if r.MaxDelay != "" {
 				wait = ", waiting up to " + r.MaxDelay + " in a FIFO queue"
 			}
-			parts = append(parts, fmt.Sprintf("%s: %s, %d in flight at once per %s%s", r.Name, match, r.Limit, key, wait))
+			parts = append(parts, fmt.Sprintf("%s: %s, %d in flight at once per %s%s%s", r.Name, match, r.Limit, key, wait, classes))
 			continue
 		}
 		burst := ""

@@ -30,9 +30,10 @@ type RunResult struct {
 	Store store.Metrics
 	// Timeline samples the store every 10 ms (may be empty).
 	Timeline []StoreSample
-	// Learnt samples the adaptive buy rule's learnt limit (empty without
-	// Sluice).
+	// Learnt samples the limit and the requests in flight of Rule, the
+	// configuration's store-wide rule (empty without Sluice).
 	Learnt []LimitSample
+	Rule   SlotRule
 	// Notes are extra facts about the run printed under the table, such as
 	// Envoy's own counters.
 	Notes []string
@@ -42,6 +43,9 @@ type RunResult struct {
 type StoreSample struct {
 	At                        time.Duration // since the start of the run
 	InService, Queued, Orders int64
+	// BuysPeak is the most buys at the store at once (queued or in
+	// service) since the previous sample.
+	BuysPeak int64
 }
 
 // LaunchStats is what the store did during the launch seconds: from the
@@ -360,11 +364,14 @@ func Headlines(noLimits, sluice, baseline *RunResult) []string {
 		l0 := Summarize(baseline.Records)[Login]
 		verdict := "within"
 		x := float64(lb.P99) / float64(l0.P99)
-		if l0.P99 == 0 || x > 2 {
+		if l0.P99 == 0 || x > goalLoginX {
 			verdict = "NOT within"
 		}
-		lines = append(lines, fmt.Sprintf("login p99 with no launch: %s; with Sluice under the launch: %s = %.1fx (%s the 2x target)",
-			fmtLatency(l0.P99), fmtLatency(lb.P99), x, verdict))
+		if g, ok := MeasureGoals(sluice, baseline); ok {
+			lines = append(lines, "targets with Sluice: "+g.String())
+		}
+		lines = append(lines, fmt.Sprintf("login p99 with no launch: %s; with Sluice under the launch: %s = %.1fx (%s the %.0fx target)",
+			fmtLatency(l0.P99), fmtLatency(lb.P99), x, verdict, goalLoginX))
 	}
 	return lines
 }

@@ -135,11 +135,62 @@ func TestHeadlinesJudgeTheTarget(t *testing.T) {
 	}
 	baseline := run(ms(10))
 	lines := Headlines(run(10*time.Second), run(ms(15)), baseline)
-	if last := lines[len(lines)-1]; !strings.Contains(last, "1.5x (within the 2x target)") {
+	if last := lines[len(lines)-1]; !strings.Contains(last, "1.5x (within the 3x target)") {
 		t.Errorf("15ms vs 10ms: %q", last)
 	}
-	lines = Headlines(run(10*time.Second), run(ms(25)), baseline)
-	if last := lines[len(lines)-1]; !strings.Contains(last, "2.5x (NOT within the 2x target)") {
-		t.Errorf("25ms vs 10ms: %q", last)
+	lines = Headlines(run(10*time.Second), run(ms(35)), baseline)
+	if last := lines[len(lines)-1]; !strings.Contains(last, "3.5x (NOT within the 3x target)") {
+		t.Errorf("35ms vs 10ms: %q", last)
+	}
+}
+
+// goalsRun is a launch of 2 s (presses at 0.5 and 2 s after t=5 s) on a
+// store of 20 slots whose timeline has buysAt[i] buys at the store in
+// second i, and 10 orders per sampled second.
+func goalsRun(loginP99 time.Duration, timeouts int, buysAt map[int]int64) *RunResult {
+	sc := Scenario{Duration: 15 * time.Second, LaunchAt: 5 * time.Second, Buyers: 1, PressesPerBuyer: 2,
+		FirstPressWithin: time.Second, RepressMin: 1500 * time.Millisecond, RepressMax: 1500 * time.Millisecond, Seed: 1}
+	r := &RunResult{Scenario: sc, Records: []Record{{Endpoint: Login, Latency: loginP99, Outcome: Succeeded}}}
+	r.Store.Workers = 20
+	for range timeouts {
+		r.Records = append(r.Records, Record{Endpoint: Buy, Latency: 10 * time.Second, Outcome: TimedOut})
+	}
+	for i := range 150 { // every 100 ms
+		at := time.Duration(i) * 100 * time.Millisecond
+		r.Timeline = append(r.Timeline, StoreSample{At: at, InService: 20, Orders: int64(i), BuysPeak: buysAt[int(at/time.Second)]})
+	}
+	return r
+}
+
+func TestGoals(t *testing.T) {
+	quiet := &RunResult{Records: []Record{{Endpoint: Login, Latency: ms(10), Outcome: Succeeded}}}
+	r := goalsRun(ms(25), 0, map[int]int64{4: 300, 5: 21, 6: 20, 7: 18, 9: 500})
+	g, ok := MeasureGoals(r, quiet)
+	if !ok {
+		t.Fatal("no launch measured")
+	}
+	last := buyerPresses(r.Scenario)[1].at
+	if g.Seconds != int((5*time.Second+last-1)/time.Second)-4 || g.SecondsOver != 1 {
+		t.Errorf("seconds %d, over %d; want the launch's (from 5 s), over in the 6th only (the 4th and 9th are outside)", g.Seconds, g.SecondsOver)
+	}
+	if g.Backlog != 0 {
+		t.Errorf("backlog %d with every request answered at once", g.Backlog)
+	}
+	r.Records = append(r.Records, Record{Endpoint: Buy, Sent: 5500 * time.Millisecond, Latency: time.Second},
+		Record{Endpoint: Buy, Sent: 5600 * time.Millisecond, Latency: time.Second}, Record{Endpoint: Buy, Sent: 7500 * time.Millisecond, Latency: time.Second})
+	if g, _ := MeasureGoals(r, quiet); g.Backlog != 2 {
+		t.Errorf("backlog %d, want 2 (the third is sent after the first 2 s)", g.Backlog)
+	}
+	if m := g.Misses(); g.LoginX() != 2.5 || g.Timeouts != 0 || (len(m) == 1) != (g.OrderShare() < goalOrders) {
+		t.Errorf("login %.2fx, timeouts %d, misses %v (orders %.2f)", g.LoginX(), g.Timeouts, m, g.OrderShare())
+	}
+	g.Orders = int64(g.Capacity) // every slot's order
+	if m := g.Misses(); len(m) != 0 {
+		t.Errorf("misses %v, want none: %s", m, g)
+	}
+	bad, _ := MeasureGoals(goalsRun(ms(35), 2, map[int]int64{5: 21, 6: 30}), quiet)
+	bad.Orders = int64(bad.Capacity)
+	if m := bad.Misses(); len(m) != 3 || !strings.Contains(bad.String(), "missed: login p99 3.5x > 3x, 2 s with buys above the slots > 1, 2 timeouts") {
+		t.Errorf("misses %v: %s", m, bad)
 	}
 }

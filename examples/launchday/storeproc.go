@@ -30,7 +30,7 @@ import (
 // serveStoreFlag is the flag that makes this program the store's process.
 const serveStoreFlag = "serve-store"
 
-// gaugesPath serves the store's gauges (store.Gauges) as one line of three
+// gaugesPath serves the store's gauges (store.Gauges) as one line of four
 // numbers: the demo samples them every 10 ms, and the store's JSON metrics
 // would cost the machine the demo measures more CPU.
 const gaugesPath = "/launchday/gauges"
@@ -122,7 +122,7 @@ func (p *storeProcess) Metrics(ctx context.Context) (store.Metrics, error) {
 func (p *storeProcess) Gauges(ctx context.Context) (store.Gauges, error) {
 	var g store.Gauges
 	err := p.get(ctx, gaugesPath, func(r io.Reader) error {
-		_, err := fmt.Fscan(r, &g.InService, &g.Queued, &g.Orders)
+		_, err := fmt.Fscan(r, &g.InService, &g.Queued, &g.Orders, &g.BuysPeak)
 		return err
 	})
 	return g, err
@@ -176,7 +176,7 @@ func serveStore() error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == gaugesPath {
 				g := current.Load().Snapshot()
-				fmt.Fprintf(w, "%d %d %d\n", g.InService, g.Queued, g.Orders)
+				fmt.Fprintf(w, "%d %d %d %d\n", g.InService, g.Queued, g.Orders, g.BuysPeak)
 				return
 			}
 			current.Load().ServeHTTP(w, r)

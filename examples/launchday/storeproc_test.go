@@ -69,8 +69,11 @@ func TestStoreProcess(t *testing.T) {
 	if got := orders(); got != 1 {
 		t.Fatalf("orders after Reset and a buy = %d, want 1", got)
 	}
+	if g, err := p.Gauges(ctx); err != nil || g != (store.Gauges{Orders: 1, BuysPeak: 1}) {
+		t.Fatalf("gauges = %+v, %v; want 1 order, nothing in service or queued, 1 buy at once since the reset", g, err)
+	}
 	if g, err := p.Gauges(ctx); err != nil || g != (store.Gauges{Orders: 1}) {
-		t.Fatalf("gauges = %+v, %v; want 1 order, nothing in service or queued", g, err)
+		t.Fatalf("gauges again = %+v, %v; want the buys' peak of the new period, 0", g, err)
 	}
 	p.Stop()
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {

@@ -109,6 +109,10 @@ type Store struct {
 	inServiceMx atomic.Int64 // most requests ever holding a slot at once
 	busy        atomic.Int64 // total nanoseconds of slot time used
 
+	// buys is the POST /buy requests at the store now, queued or in
+	// service; buysPeak the most at once since the last Snapshot.
+	buys, buysPeak atomic.Int64
+
 	orders     atomic.Int64 // orders placed, the pretend database's row count
 	inventoryM sync.Mutex   // guards inventory, the pretend database's hot row
 	inventory  int64
@@ -172,6 +176,10 @@ func (s *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.received.Add(1)
+	if rt.method == http.MethodPost && r.URL.Path == "/buy" {
+		storeMax(&s.buysPeak, s.buys.Add(1))
+		defer s.buys.Add(-1)
+	}
 	// Read the (small) request body before queueing, as a server's I/O layer
 	// does before it hands a request to a worker. It also lets net/http watch
 	// the connection, so a client that leaves is noticed while queued.
@@ -296,11 +304,17 @@ func (s *Store) Metrics() Metrics {
 // every few milliseconds.
 type Gauges struct {
 	InService, Queued, Orders int64
+	// BuysPeak is the most POST /buy requests at the store at once
+	// (queued or in service) since the previous Snapshot: more than the
+	// store's slots means buys waited for one.
+	BuysPeak int64
 }
 
-// Snapshot returns the store's gauges now.
+// Snapshot returns the store's gauges now. It starts the next BuysPeak
+// period: one sampler should call it.
 func (s *Store) Snapshot() Gauges {
-	return Gauges{InService: s.inService.Load(), Queued: s.queued.Load(), Orders: s.orders.Load()}
+	peak := s.buysPeak.Swap(s.buys.Load())
+	return Gauges{InService: s.inService.Load(), Queued: s.queued.Load(), Orders: s.orders.Load(), BuysPeak: peak}
 }
 
 // Endpoints returns the "METHOD /path" names of the shop routes, in a fixed

@@ -213,3 +213,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestBuysPeak: three buys on a store of two slots (one queued) and a home
+// page: the snapshot's BuysPeak counts the buys at the store, queued ones
+// included and other routes not; a period starts with the buys there at
+// its start, and once they have left the next one is 0.
+func TestBuysPeak(t *testing.T) {
+	s := New(Options{Workers: 2, ServiceTimes: fixed(2 * time.Second)})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	send := func(method, path string) {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(`{"sku":"t"}`))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	for range 3 {
+		send(http.MethodPost, "/buy")
+	}
+	send(http.MethodGet, "/")
+	// Each holds a slot for 2 s: all four arrive while the first two hold.
+	waitFor(t, func() bool { return s.buys.Load() == 3 && s.Metrics().Endpoints["GET /"].Received == 1 })
+	if g := s.Snapshot(); g.BuysPeak != 3 {
+		t.Fatalf("BuysPeak = %d with 3 buys at the store, want 3", g.BuysPeak)
+	}
+	cancel() // the queued ones leave; the served ones end after their 2 s
+	waitFor(t, func() bool { return s.buys.Load() == 0 })
+	if g := s.Snapshot(); g.BuysPeak != 3 {
+		t.Fatalf("BuysPeak = %d for the period that began with 3 buys at the store, want 3", g.BuysPeak)
+	}
+	if g := s.Snapshot(); g.BuysPeak != 0 {
+		t.Fatalf("BuysPeak = %d with no buy at the store since the last snapshot, want 0", g.BuysPeak)
+	}
+}

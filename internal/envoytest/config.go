@@ -552,14 +552,30 @@ filter_chains:
           "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 `))
 
+// StatsTag is one stats_config.stats_tags entry: Envoy takes the regex's
+// second group out of a metric's name into the label Name.
+type StatsTag struct{ Name, Regex string }
+
+// StatsTags are the stats tags of every rendered bootstrap, the same as
+// envoy/envoy.yaml's (e2e's TestShippedEnvoyConfig compares them): Sluice's
+// per-rule counters (wasmcustom.sluice.rule.<rule>.<outcome>) become one
+// Prometheus metric per outcome with a sluice_rule label, the class
+// metrics (wasmcustom.sluice.class.<rule>.<class>.<metric>) one per metric
+// with sluice_rule and sluice_class labels. Envoy refuses a tag name given
+// twice, so one regex takes the rule out of both; names have no dots.
+var StatsTags = []StatsTag{
+	{"sluice_rule", `^wasmcustom\.sluice\.(?:rule|class)\.(([a-z0-9_-]+)\.)(?:[a-z0-9_-]+\.)?\w+$`},
+	{"sluice_class", `^wasmcustom\.sluice\.class\.[a-z0-9_-]+\.(([a-z0-9_-]+)\.)\w+$`},
+}
+
 var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(funcs).Parse(`# Rendered by github.com/sluicehq/sluice/internal/envoytest.
 node: {id: envoytest, cluster: envoytest}
 stats_config:
   stats_tags:
-  # Sluice's per-rule counters (wasmcustom.sluice.rule.<rule>.<outcome>)
-  # become one Prometheus metric per outcome with a sluice_rule label.
-  - tag_name: sluice_rule
-    regex: '^wasmcustom\.sluice\.rule\.((.+?)\.)\w+$'
+{{- range .StatsTags}}
+  - tag_name: {{.Name}}
+    regex: '{{.Regex}}'
+{{- end}}
 admin:
   address:
     socket_address: {address: 127.0.0.1, port_value: 0}
@@ -685,7 +701,8 @@ func renderBootstrap(o Options, upstream string, port int, ldsPath string) (stri
 		ListenerYAML  string
 		Listener2YAML string
 		ExtraClusters string
-	}{Clusters: cl, LDSPath: ldsPath}
+		StatsTags     []StatsTag
+	}{Clusters: cl, LDSPath: ldsPath, StatsTags: StatsTags}
 	if x := strings.TrimSpace(o.ExtraClustersYAML); x != "" {
 		var lines []string
 		for _, l := range strings.Split(x, "\n") {

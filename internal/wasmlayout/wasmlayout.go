@@ -124,23 +124,43 @@ const offNoptrdata = 8 + 6*24 + 5*8
 // linker sized from it (end plus 1 MB). Exactly one place must match.
 func (m image) moduledata(pages uint64) (Layout, error) {
 	var found []Layout
-	for _, s := range m {
-		for off := uint64(0); off+11*8 <= uint64(len(s.data)); off += 8 {
-			var b [11]uint64
-			ok := true
-			for i := range b {
-				b[i] = binary.LittleEndian.Uint64(s.data[off+uint64(i)*8:])
-				ok = ok && (i == 0 || b[i] >= b[i-1])
-			}
-			if ok && b[0] >= minDataAddr && b[10] == b[7] && (b[10]+1<<20)/WasmPage == pages {
-				found = append(found, Layout{DataStart: b[0], End: b[10], InitialPages: pages})
-			}
+	base, flat := m.flat()
+	for off := (8 - base%8) % 8; off+11*8 <= uint64(len(flat)); off += 8 {
+		var b [11]uint64
+		ok := true
+		for i := range b {
+			b[i] = binary.LittleEndian.Uint64(flat[off+uint64(i)*8:])
+			ok = ok && (i == 0 || b[i] >= b[i-1])
+		}
+		if ok && b[0] >= minDataAddr && b[10] == b[7] && (b[10]+1<<20)/WasmPage == pages {
+			found = append(found, Layout{DataStart: b[0], End: b[10], InitialPages: pages})
 		}
 	}
 	if len(found) != 1 {
 		return Layout{}, fmt.Errorf("wasmlayout: found %d places holding runtime.moduledata's section bounds, want 1 (not a Go 1.26 wasm module?)", len(found))
 	}
 	return found[0], nil
+}
+
+// flat returns the memory the segments initialize, from the first
+// segment's address on, the gaps between them zero: the linker leaves runs
+// of zeros out of its segments, and such a run can fall inside moduledata
+// (the high zero bytes of one bound and a low zero byte of the next),
+// splitting it over two segments.
+func (m image) flat() (uint64, []byte) {
+	if len(m) == 0 {
+		return 0, nil
+	}
+	base, end := m[0].addr, m[0].addr
+	for _, s := range m {
+		base = min(base, s.addr)
+		end = max(end, s.addr+uint64(len(s.data)))
+	}
+	flat := make([]byte, end-base)
+	for _, s := range m {
+		copy(flat[s.addr-base:], s.data)
+	}
+	return base, flat
 }
 
 // minDataAddr is where the linker starts data at the earliest

@@ -87,3 +87,17 @@ func TestRead(t *testing.T) {
 		t.Error("not wasm: no error")
 	}
 }
+
+// The linker leaves runs of zeros out of its data segments: a run inside
+// moduledata (the high zero bytes of a bound) splits it over two segments,
+// and the bounds are still found.
+func TestReadSplitBounds(t *testing.T) {
+	const start, end = 0x18e460, 0x1be100
+	pages := uint64((end + 1<<20) / WasmPage)
+	data := append(make([]byte, 16), bounds(start, end)...)
+	img := image{{addr: start, data: data[:16+3]}, {addr: start + 16 + 8, data: data[16+8:]}}
+	l, err := img.moduledata(pages)
+	if err != nil || l != (Layout{DataStart: start, End: end, InitialPages: pages}) {
+		t.Fatalf("moduledata over two segments = %+v, %v", l, err)
+	}
+}

@@ -113,18 +113,28 @@ type adaptiveRules struct {
 // 429s, a CPU shared with other work) reads an upstream's response late,
 // and that wait is not the upstream's latency: taken for it, it backs the
 // limit off an idle upstream. The tick is a timer on the same loop, so how
-// late it fires samples the same wait; Sample takes the recent mean of it
-// (MaxLoopLag at most) out of each latency, leaving at least a quarter, but
-// no more than the last tick's lateness: the mean remembers a stall for a
-// second after it ends, and taken out of the responses read on time after
-// it, it would teach the rule a Base under the upstream's latency, and
-// every round after that would read as a queue. The price: on a loop late
-// every other tick, the ticks on time take nothing out until the next late
-// one, and the limit errs low (protecting the proxy) rather than high.
+// late it fires samples the same wait. Two uses:
+//
+//   - A stall (the loop late by more than it usually is: a worker not
+//     scheduled for a while on a busy machine) drops the samples of the
+//     requests that were out during it (lateWindows): a forwarded request
+//     waits for the loop more than once (the upstream connection, the
+//     request's write, the response's read), so no correction of one
+//     sample can say how much of its latency was the stall. The stall is
+//     seen on the response path as soon as the loop runs again (the tick
+//     is overdue: it fires after the answers read in the same turn of the
+//     loop), or by the tick itself.
+//   - The loop's usual lateness: Sample takes the recent mean of it
+//     (MaxLoopLag at most) out of each latency, leaving at least a
+//     quarter, but no more than the last tick's lateness: the mean
+//     remembers a stall for a second after it ends, and taken out of the
+//     responses read on time after it, it would teach the rule a Base
+//     under the upstream's latency.
 type loopLag struct {
-	done int64 // when the previous tick's work ended
-	mean int64 // ns: the mean lateness of recent ticks
-	last int64 // ns: the last tick's lateness
+	done   int64 // when the previous tick's work ended
+	period int64 // ns: the tick period
+	mean   int64 // ns: the mean lateness of recent ticks
+	last   int64 // ns: the last tick's lateness
 }
 
 // MaxLoopLag bounds how late a tick counts: later than that is a stall (a
@@ -139,6 +149,8 @@ const MaxLoopLag = time.Second
 func (e *Engine) Ticked(now int64, period time.Duration) {
 	l := &e.loop
 	if l.done > 0 && period > 0 {
+		l.period = int64(period)
+		e.lateWindows(now)
 		late := min(max(now-l.done-int64(period), 0), int64(MaxLoopLag))
 		l.mean += (late - l.mean) / 4
 		l.last = late
@@ -151,6 +163,45 @@ func (e *Engine) TickDone(now int64) { e.loop.done = now }
 // LoopLag returns the loop lag Sample takes out of a latency now (see
 // loopLag).
 func (e *Engine) LoopLag() time.Duration { return time.Duration(min(e.loop.mean, e.loop.last)) }
+
+// lateWindows drops, when this worker's loop is late at now by more than
+// it usually is (the tick due at done+period has not run yet, or runs
+// now), the sample windows of the requests that were out since the tick
+// was due, for every adaptive rule whose latency that stall could move
+// (see stallFor).
+func (e *Engine) lateWindows(now int64) {
+	l := &e.loop
+	if l.done <= 0 || l.period <= 0 {
+		return
+	}
+	due := l.done + l.period
+	over := time.Duration(now - due - l.mean)
+	if over < minStall {
+		return
+	}
+	for _, lr := range e.learners {
+		if over >= stallFor(lr.g) && lr.inFlight > 0 {
+			e.Stats.LateWindows += uint64(lr.smp.Late(due, now))
+		}
+	}
+}
+
+// minStall is the shortest stall lateWindows looks for (the lateness of
+// a busy but running loop is a few milliseconds, and counted in the
+// mean).
+const minStall = 2 * time.Millisecond
+
+// stallFor returns how late over its usual a worker's loop must be for
+// its stall to drop g's samples: an eighth of the latency learnt (a rise
+// of Tolerance in a round is a queue), at least minStall; 5 ms before
+// Base is known (the first round measures Base: a stall in it would be
+// learnt as the upstream's latency).
+func stallFor(g limit.Gauge) time.Duration {
+	if g.Base <= 0 {
+		return 5 * time.Millisecond
+	}
+	return max(g.Base/8, minStall)
+}
 
 func (o *gaugeOp) Modify(st limit.State, now int64, _ bool) (limit.State, int64, bool) {
 	if !o.learn {
@@ -367,6 +418,7 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		if l == nil {
 			continue
 		}
+		e.lateWindows(now)
 		lat := time.Duration(now - max(sent, s.Since))
 		lat -= min(e.LoopLag(), lat*3/4)
 		counts := kind == SampleResponse || (l.g.Base > 0 && float64(lat) > float64(l.g.Base)*(1+limit.Tolerance))

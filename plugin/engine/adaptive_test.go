@@ -190,6 +190,77 @@ func TestAdaptiveTakesOutTheLoopLag(t *testing.T) {
 	}
 }
 
+// A worker whose loop stalls (not scheduled on a busy machine) reads the
+// answers of the requests out late, all of them by the stall. The first
+// answer it reads after it finds the tick overdue by more than an eighth
+// of Base over the loop's usual lateness: the windows of the requests out
+// count for nothing, and the rule neither learns the stall as the
+// upstream's latency nor halves its limit for it. Without the drop (the
+// mutation lateWindows returning at once), the round read 190 ms late
+// halves the limit.
+func TestAdaptiveDropsTheWindowsOfAStall(t *testing.T) {
+	const period = 100 * time.Millisecond
+	e := New(mustConfig(t, adaptiveDoc), newMemStore(), 1, wallClock)
+	now := t0
+	e.Ticked(now, period)
+	e.TickDone(now)
+	nextTick := now + int64(period)
+	tick := func(until int64) { // the ticks due by until, each at its time, or at until if overdue
+		for nextTick <= until {
+			at := nextTick
+			e.Ticked(at, period)
+			e.TickDone(at)
+			e.Learn(at)
+			nextTick = at + int64(period)
+		}
+	}
+	run := func(rounds int, stallAt int) {
+		for i := 0; i < rounds; i++ {
+			now += int64(10 * time.Millisecond)
+			tick(now)
+			read := now + int64(40*time.Millisecond)
+			var held [][]SlotRef
+			for j := 0; j < 64; j++ {
+				v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), now)
+				if v.Outcome != Allow {
+					break
+				}
+				held = append(held, v.Slots)
+			}
+			if i == stallAt {
+				read += int64(150 * time.Millisecond) // the loop stalls from now+10ms
+				tick(now + int64(10*time.Millisecond))
+			} else {
+				tick(read - 1)
+			}
+			for _, s := range held {
+				e.Sample(s, now, read, SampleResponse)
+				e.Release(s, read)
+			}
+			now = read
+			if nextTick <= now { // overdue: it fires after the answers
+				e.Ticked(now, period)
+				e.TickDone(now)
+				e.Learn(now)
+				nextTick = now + int64(period)
+			}
+		}
+	}
+	run(40, -1)
+	before := e.LearntGauge(0)
+	if before.Base < 38*time.Millisecond || before.Base > 42*time.Millisecond || before.Current() < 16 {
+		t.Fatalf("before the stall: %+v, want Base 40 ms and a limit grown past 16", before)
+	}
+	run(3, 0)
+	after := e.LearntGauge(0)
+	if e.Stats.LateWindows == 0 {
+		t.Errorf("no window dropped after a stall of 150 ms")
+	}
+	if after.Current()*4 < before.Current()*3 || after.Base > 42*time.Millisecond {
+		t.Errorf("after a stall of 150 ms: %+v, before it %+v: want the limit and Base kept", after, before)
+	}
+}
+
 // A request whose stream ends without a sample (another filter answered
 // it, or it never reached the upstream) is done for its Sampler window at
 // its release: the window's other samples still count. A request sampled

@@ -252,8 +252,10 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 		e.lastSlots[p.rule] = slotsSeen{d.InFlight, d.Waiting, p.fp, op.overflow, true}
 		switch {
 		case d.Admitted:
+			e.trace(StepSlot, p.rule)
 			e.holdSlot(v, hk, lim, &d, now)
 		case d.Queued:
+			e.trace(StepQueue, p.rule)
 			e.overLimit(p.rule, p.fp)
 			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], c, now)
 			return -1
@@ -264,6 +266,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 				v.Shadow, v.ShadowRetryAfter = r, e.waitEstimate(p.rule, lim.Limit(), d.Waiting)
 			}
 		default:
+			e.trace(StepSlotRefuse, p.rule)
 			e.overLimit(p.rule, p.fp)
 			e.classRefuse(p.rule, p.class)
 			st.Rejected++
@@ -398,6 +401,7 @@ func (e *Engine) releaseAll(v *Verdict, now int64) {
 func (e *Engine) Release(slots []SlotRef, now int64) {
 	e.renewDue(now)
 	for _, s := range slots {
+		e.trace(StepRelease, s.Rule)
 		e.learnerReleases(&s)
 		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow, class: s.Class}
 		h := e.holdings[hk]
@@ -600,6 +604,7 @@ func (e *Engine) claim(w *Waiter, now int64) *concOp {
 // happened to out.
 func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []ConcEvent {
 	r := &e.cfg.Rules[w.rule]
+	e.trace(StepDequeue, w.rule)
 	e.hold1(holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow, class: w.class}, op.out.Epoch)
 	v := &w.verdict
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r), Class: w.class,
@@ -616,7 +621,8 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	if len(w.rest) > 0 {
 		// More concurrency rules to pass: they may queue again.
 		v.Outcome = Allow
-		if e.acquire(w.ID, v, w.rest, w.carry, now) >= 0 {
+		if i := e.acquire(w.ID, v, w.rest, w.carry, now); i >= 0 {
+			e.trace(StepReject, i)
 			e.refund(w, now)
 			v.Outcome, v.Delay = Reject, 0
 			return append(out, ConcEvent{ID: w.ID, Verdict: *v, Waited: time.Duration(now - w.carry.since)})

@@ -1,12 +1,12 @@
 package engine
 
 import (
-	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 	"github.com/sluicehq/sluice/shared/limit"
@@ -63,7 +63,7 @@ func (e *Engine) newGlobalRef(i int, fp uint64, off, n int, cost int64) globalRe
 	dep := int64(1)
 	switch {
 	case r.Cost.AfterResponse():
-		dep = e.expectedCost(i)
+		dep = e.costs.Expected(i, r.Name)
 	case r.Cost.Set():
 		dep = cost
 	}
@@ -87,66 +87,10 @@ func depositOf(p *Pending, i int) uint32 {
 // debts the service learns only after.
 func (e *Engine) leaseSize(st *lease.State, i int, now int64, need, unit uint32) uint32 {
 	r := &e.cfg.Rules[i]
-	if r.Cost.AfterResponse() && e.expectedCost(i) == 1 && e.costAvg[i] == 0 {
+	if r.Cost.AfterResponse() && e.costs.Expected(i, r.Name) == 1 && !e.costs.Known(i) {
 		return max(min(need, lease.MaxK), 1)
 	}
 	return lease.SizeN(*st, uint32(r.Limit.Limit()), r.Limit.Window(), now, need, unit)
-}
-
-// costShift is the fixed point of the charges' moving average (1/16).
-const costShift = 4
-
-// expectedCost is what global rule i's requests have been costing (the
-// moving average of their charges, rounded up), 1 before any is known:
-// the deposit of a request charged after its response. A worker that has
-// settled none yet takes what its Envoy's other workers published in
-// shared data (costKey), so that a request on a worker that has not seen
-// a response does not deposit 1 where its Envoy knows better.
-func (e *Engine) expectedCost(i int) int64 {
-	e.initCosts()
-	if e.costAvg[i] == 0 {
-		if v, _, found, err := e.table.store.Get(costKey(e.cfg.Rules[i].Name)); err == nil && found && len(v) == 8 {
-			e.costAvg[i] = max(int64(binary.LittleEndian.Uint64(v)), 0)
-		}
-		if e.costAvg[i] == 0 {
-			return 1
-		}
-	}
-	return (e.costAvg[i] + 1<<costShift - 1) >> costShift
-}
-
-// costKey is the shared-data key of global rule name's expected cost.
-func costKey(name string) string { return "sluice.v1.cost." + name }
-
-func (e *Engine) initCosts() {
-	if e.costAvg == nil {
-		e.costAvg = make([]int64, len(e.cfg.Rules))
-		e.costPub = make([]int64, len(e.cfg.Rules))
-	}
-}
-
-// learnCost adds a charge of n to global rule i's moving average (weight
-// 1/4: a change of what responses cost shows within a few requests), and
-// publishes it to the Envoy's other workers when the deposit it gives
-// changed (one shared-data write per change, none while costs are
-// steady).
-func (e *Engine) learnCost(i int, n int64) {
-	e.initCosts()
-	x := max(n, 0) << costShift
-	if e.costAvg[i] == 0 {
-		e.costAvg[i] = max(x, 1)
-	} else {
-		e.costAvg[i] = max(e.costAvg[i]+(x-e.costAvg[i])/4, 1)
-	}
-	dep := (e.costAvg[i] + 1<<costShift - 1) >> costShift
-	if dep == e.costPub[i] {
-		return
-	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(e.costAvg[i]))
-	if _, err := e.table.store.Set(costKey(e.cfg.Rules[i].Name), b[:], 0); err == nil {
-		e.costPub[i] = dep
-	}
 }
 
 // postInline post charges are kept in the Verdict itself: a request
@@ -279,6 +223,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 	for i := 0; i < v.post.n; i++ {
 		c := v.post.at(i)
 		r := &e.cfg.Rules[c.rule]
+		e.trace(StepSettle, c.rule)
 		if len(r.Cost.OnStatus) > 0 {
 			if !haveStatus {
 				s, _ := resp.Header(":status")
@@ -286,7 +231,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			}
 			if !r.Cost.ChargesStatus(status) {
 				if r.Global {
-					e.learnCost(c.rule, 0)
+					e.costs.Learn(c.rule, r.Name, 0)
 					e.debitGlobal(c, 0, now)
 				}
 				continue
@@ -299,7 +244,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 		}
 		e.Stats.Rules[c.rule].Charged += uint64(n)
 		if r.Global {
-			e.learnCost(c.rule, n)
+			e.costs.Learn(c.rule, r.Name, n)
 			e.debitGlobal(c, n, now)
 			continue
 		}
@@ -313,14 +258,6 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 		}
 	}
 	v.post = postList{}
-}
-
-// debt is what a global rule's client owes the service on this worker:
-// hits charged after admission that its lease could not cover, sent from
-// the tick (SendCharges).
-type debt struct {
-	ref  PostCharge
-	hits uint32
 }
 
 // debitGlobal settles a global rule's charge of n units for the request
@@ -374,8 +311,8 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 // could not cover) and sends them at once when it can (sendDebt);
 // otherwise they wait for the client's next call or the tick.
 func (e *Engine) owe(c *PostCharge, hits uint32) {
-	if d := e.keepOwed(c, hits); d != nil && e.caller != nil && !e.CircuitOpen() {
-		e.sendDebt(callKey{c.rule, c.fp}, d) // if it is not sent, the tick sends it
+	if d := e.keepOwed(c, hits); d != nil && e.link.Ready() && !e.CircuitOpen() {
+		e.sendDebt(d) // if it is not sent, the tick sends it
 	}
 }
 
@@ -384,110 +321,61 @@ func (e *Engine) owe(c *PostCharge, hits uint32) {
 // fails was not counted by the service (or, timed out after the service
 // counted it, is counted twice: the limit errs on the side of holding);
 // dropping its hits would let the client have them free. Beyond the rule's
-// part of maxDebts the hits are dropped and counted (nil).
+// part of global.MaxDebts the hits are dropped and counted (nil).
 func (e *Engine) keepOwed(ref *PostCharge, hits uint32) *debt {
-	if hits == 0 {
-		return nil
-	}
-	key := callKey{ref.rule, ref.fp}
-	if e.debts == nil {
-		e.debts = map[callKey]*debt{}
-	}
-	d := e.debts[key]
-	if d == nil && e.debtsFull(ref.rule) {
+	d, full := e.debts.Keep(callKey{Rule: ref.rule, FP: ref.fp}, ref.desc, hits)
+	if full {
 		e.Stats.ChargeErrors++
-		return nil
 	}
-	if d == nil {
-		d = &debt{ref: *ref}
-		e.addDebt(key, d)
-	}
-	d.hits = uint32(min(uint64(d.hits)+uint64(hits), 1<<32-1))
 	return d
 }
 
+// debt is what a global rule's client owes the service on this worker:
+// hits charged after admission that its lease could not cover, sent at
+// once or from the tick (sendCharges).
+type debt = global.Debt
+
 // PendingCharges returns the number of clients whose charges wait for the
 // tick to be sent to the rate-limit service.
-func (e *Engine) PendingCharges() int { return len(e.debts) }
+func (e *Engine) PendingCharges() int { return e.debts.Len() }
 
 // debtTimeout bounds a charge call (no request waits for it).
 const debtTimeout = time.Second
-
-// maxDebts bounds the clients whose charges wait on one worker (while the
-// service does not answer); beyond it a charge is dropped and counted.
-// Each global rule with a cost has its equal part of it: a flood of
-// clients on one rule never drops another rule's charges.
-const maxDebts = 4096
-
-// debtsFull reports whether global rule i has its part of maxDebts.
-func (e *Engine) debtsFull(i int) bool {
-	if e.debtsOf == nil {
-		n := 0
-		for j := range e.cfg.Rules {
-			if r := &e.cfg.Rules[j]; r.Global && r.Cost.Set() {
-				n++
-			}
-		}
-		e.debtsOf, e.debtCap = make([]int, len(e.cfg.Rules)), maxDebts/max(n, 1)
-	}
-	return e.debtsOf[i] >= e.debtCap || len(e.debts) >= maxDebts
-}
-
-// addDebt and dropDebt keep the debts and their count per rule.
-func (e *Engine) addDebt(key callKey, d *debt) {
-	e.debts[key] = d
-	e.debtsOf[key.rule]++
-}
-
-func (e *Engine) dropDebt(key callKey) {
-	if _, ok := e.debts[key]; ok {
-		delete(e.debts, key)
-		e.debtsOf[key.rule]--
-	}
-}
 
 // sendCharges sends what each client owes the service, one call per client
 // and rule (from the tick, in the root context: no request waits for it).
 // The answer tells whether the client is now over its limit: its lease is
 // then exhausted until the window ends, so this Envoy refuses it at once.
 func (e *Engine) sendCharges(now int64) {
-	if len(e.debts) == 0 || e.caller == nil || e.CircuitOpen() {
+	if e.debts.Len() == 0 || !e.link.Ready() || e.CircuitOpen() {
 		return
 	}
-	for key, d := range e.debts {
-		// A debt that could not be sent stays owed for the next tick.
-		e.sendDebt(key, d)
-	}
+	// A debt that could not be sent stays owed for the next tick.
+	e.debts.Each(func(d *debt) { e.sendDebt(d) })
 }
 
 // DetachedCaller is a Caller that can send a call no request waits for
-// (a charge) so that the end of the current stream does not cancel it.
-type DetachedCaller interface {
-	CallDetached(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
-}
+// (global.DetachedCaller).
+type DetachedCaller = global.DetachedCaller
 
 // sendDebt sends what the client key owes the service (d) in one call, in
 // the current proxy-wasm context; no request waits for it. The answer
 // tells whether the client is now over its limit: its lease is then
 // exhausted until the window ends, so this Envoy refuses it at once. It
 // reports whether the call was sent (the debt is then paid).
-func (e *Engine) sendDebt(key callKey, d *debt) bool {
-	r := &e.cfg.Rules[d.ref.rule]
+func (e *Engine) sendDebt(d *debt) bool {
+	key := d.Key()
+	r := &e.cfg.Rules[key.Rule]
 	unit, _ := rls.UnitOf(r.Limit.Window())
 	req := rls.Request{
 		Domain:  e.cfg.Global.Domain,
-		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: d.ref.desc}},
+		Entries: []rls.Entry{{Key: "sluice_rule", Value: r.Name}, {Key: "sluice_key", Value: d.Desc()}},
 		Limit:   uint32(r.Limit.Limit()),
 		Unit:    unit,
-		Hits:    d.hits,
+		Hits:    d.Hits(),
 	}
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
-	ref, hits, fp, rule, w := d.ref, d.hits, d.ref.fp, d.ref.rule, r.Limit.Window()
-	call := e.caller.Call
-	if dc, ok := e.caller.(DetachedCaller); ok {
-		call = dc.CallDetached
-	}
-	err := call(e.cfg.Global.Cluster, e.callBuf, debtTimeout, func(resp rls.Response, err error) {
+	ref, hits, fp, rule, w := PostCharge{rule: key.Rule, fp: key.FP, desc: d.Desc()}, d.Hits(), key.FP, key.Rule, r.Limit.Window()
+	err := e.link.Send(e.cfg.Global.Cluster, &req, debtTimeout, true, func(resp rls.Response, err error) {
 		if err != nil {
 			e.Global.CallFailures++
 			e.keepOwed(&ref, hits) // for the next tick
@@ -509,36 +397,8 @@ func (e *Engine) sendDebt(key callKey, d *debt) bool {
 	}
 	e.Global.Calls++
 	e.Global.ChargeCalls++
-	e.dropDebt(key)
+	e.debts.Drop(key)
 	return true
-}
-
-// owed returns what client key owes the service on this worker, for a
-// lease call about to be sent: the call carries it (hits_addend = lease +
-// debt), so that the service counts the debt before it grants more. A debt
-// exists only when this worker's lease ran dry, which is exactly when its
-// next admission calls the service: without this the debt would reach the
-// service only on the next tick, while leases were granted on a count that
-// missed it. The debt is kept until the call is sent (paid), so a call
-// Envoy does not send leaves it for a later call or the tick.
-func (e *Engine) owed(key callKey) uint32 {
-	d := e.debts[key]
-	if d == nil {
-		return 0
-	}
-	return min(d.hits, 1<<32-1-lease.MaxK)
-}
-
-// paid forgets hits of what client key owes: a sent call carried them.
-func (e *Engine) paid(key callKey, hits uint32) {
-	d := e.debts[key]
-	if d == nil || hits == 0 {
-		return
-	}
-	d.hits -= min(d.hits, hits)
-	if d.hits == 0 {
-		e.dropDebt(key)
-	}
 }
 
 // costSummary describes a rule's cost for the start-up log line.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -137,6 +138,10 @@ type Stats struct {
 	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
 	// that failed (the worker learnt on its own copy meanwhile).
 	GaugeErrors uint64
+	// LateWindows counts the sample windows of adaptive rules dropped
+	// because this worker's loop ran late while their requests were out
+	// (see loopLag).
+	LateWindows uint64
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's call carrying a charge
 	// failed).
@@ -187,6 +192,8 @@ type Engine struct {
 	// local rules charged at admission were charged for the first request:
 	// they decide it without charging it again.
 	Redirected bool
+	// tracer, when set, is told each step of a request's route (trace.go).
+	tracer Tracer
 	// RoundEnded, when set, is told each decision of an adaptive rule's
 	// Gauge this worker made: rule i's Gauge went from prev (its last
 	// round's samples, without the batch that ended it) to next.
@@ -239,7 +246,11 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			charged: make([]charge, 0, len(cfg.Rules)),
 			keyBuf:  make([]byte, 0, 256),
 		},
-		globalRules: globalRules{calls: map[callKey]*inflight{}},
+		globalRules: globalRules{
+			calls: map[callKey]*inflight{},
+			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
+			costs: global.NewCosts(len(cfg.Rules), store),
+		},
 		concurrencyRules: concurrencyRules{
 			holdings: map[holdKey]*holding{},
 			hold:     make([]int64, len(cfg.Rules)),
@@ -261,6 +272,18 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 	}
 	e.table.AdoptLayouts(now())
 	return e
+}
+
+// costRules counts the global rules with a cost: each has its part of
+// global.MaxDebts.
+func costRules(cfg *config.Config) int {
+	n := 0
+	for i := range cfg.Rules {
+		if r := &cfg.Rules[i]; r.Global && r.Cost.Set() {
+			n++
+		}
+	}
+	return n
 }
 
 // Regions returns the state table's regions for the rules of cfg: one per
@@ -368,7 +391,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	if len(e.matched) == 0 {
 		return v
 	}
+	e.traceMatched()
 	if e.exempt(&ri) {
+		e.trace(StepExempt, -1)
 		v.Exempt = true
 		return v
 	}
@@ -451,6 +476,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
+				e.trace(StepLocalRefuse, i)
 				e.Stats.OnErrorDenied++
 				v.violate(i)
 				v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second
@@ -482,11 +508,13 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 		return false
 	}
 	if !d.Allowed {
+		e.trace(StepLocalRefuse, i)
 		st.Rejected++
 		v.violate(i)
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 		return true
 	}
+	e.trace(StepLocal, i)
 	if n > 0 {
 		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
 	}
@@ -537,6 +565,7 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // the requests it would have admitted as allowed (it never holds one), so
 // that its shadow_rejected has something to be compared with.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
+	e.trace(StepAdmit, -1)
 	e.countSlots(v)
 	if v.Delay > 0 {
 		v.held = append(v.held[:0:0], charged...)
@@ -596,6 +625,7 @@ func (v *Verdict) Forwarded(at int64) {
 // max_delay: one that would only hold it did not refuse it, so it is not
 // violated and its hold does not lengthen the Retry-After.
 func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
+	e.trace(StepReject, rejected)
 	v.Outcome = Reject
 	v.Delay = 0
 	v.Client = ri.client

@@ -111,7 +111,7 @@ func (s *ruleService) deliver() {
 // after the response. A flood of distinct header values on rule "keys"
 // (within its share: every value has a slot of its own) whose responses
 // cost more than their leases fills the worker's map of charges owed to the
-// service (maxDebts 4,096, all rules together) before the next tick sends
+// service (global.MaxDebts 4,096, all rules together) before the next tick sends
 // them; rule "login"'s client's charge is then dropped (Stats.ChargeErrors),
 // the service never counts it and the client is admitted again although
 // its response cost 1,000 on a limit of 10.

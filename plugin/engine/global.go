@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 	"github.com/sluicehq/sluice/plugin/internal/sha256"
@@ -48,13 +49,8 @@ import (
 // it ended) leaves its other requests to on_error at the next tick, and a
 // call that waited for a late tick is sent then (Sweep).
 
-// Caller sends one call to the rate-limit service: a gRPC ShouldRateLimit
-// request (framed body) to cluster, answered through done within timeout.
-// The plugin implements it with DispatchHttpCall; done runs on the same
-// worker, later (never inside Call). An error means the call was not sent.
-type Caller interface {
-	Call(cluster string, body []byte, timeout time.Duration, done func(rls.Response, error)) error
-}
+// Caller sends one call to the rate-limit service (global.Caller).
+type Caller = global.Caller
 
 // Pending is a request waiting for a call to the rate-limit service. The
 // plugin keeps it to cancel it if the stream goes away.
@@ -80,14 +76,11 @@ type Pending struct {
 type globalRules struct {
 	// Global counts what the global rules did (exported as metrics).
 	Global  GlobalStats
-	caller  Caller
 	decided Decided
 	calls   map[callKey]*inflight
-	circuit circuit
-	callBuf []byte
-	// rtt is a moving average of how long the service takes to answer
-	// (ns), which sets how early a lease is refilled (prefetch).
-	rtt     int64
+	// link sends the calls, keeps the circuit and measures the service's
+	// round trip (package global owns its state).
+	link    global.Link
 	scratch Pending
 	globals []globalRef
 	gkeys   []byte
@@ -97,17 +90,10 @@ type globalRules struct {
 	ctxOwner *Pending
 	inDecide bool
 	// debts are global rules' charges after the response that wait for
-	// the tick (cost.go).
-	debts map[callKey]*debt
-	// debtsOf counts the debts per rule, each at most debtCap (see
-	// maxDebts).
-	debtsOf []int
-	debtCap int
-	// costAvg is, per rule charged after the response, the moving average
-	// of its charges on this worker (fixed point, costShift; 0: none yet):
-	// the deposit (cost.go).
-	costAvg []int64
-	costPub []int64 // the deposit last published in shared data, per rule
+	// a call (cost.go); costs what those rules' requests have been
+	// costing, their deposit. Package global owns their state.
+	debts global.Debts
+	costs global.Costs
 }
 
 // persist returns a Pending that outlives the current decision: the
@@ -183,14 +169,11 @@ const (
 	// prefetchTick is the tick period of the plugin with global rules
 	// (plugin/global.go): a prefetched call waits for it at most.
 	prefetchTick = 20 * time.Millisecond
-	// initialRTT is assumed until calls are measured.
-	initialRTT = 5 * time.Millisecond
 )
 
-type callKey struct {
-	rule int
-	fp   uint64
-}
+// callKey is a client of a global rule on this worker (its rule and
+// fingerprint): at most one call in flight, one debt.
+type callKey = global.Key
 
 type inflight struct {
 	// owner is the request whose stream was the proxy-wasm context when
@@ -216,7 +199,8 @@ type inflight struct {
 // SetGlobal gives the engine what global rules need: the caller of the
 // service and the function told of decisions made after a call.
 func (e *Engine) SetGlobal(c Caller, d Decided) {
-	e.caller, e.decided = c, d
+	e.link.SetCaller(c)
+	e.decided = d
 }
 
 // descriptorKey is the client's key at the service: the same on every
@@ -277,6 +261,9 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 		default:
 			// The lease is empty: this request needs the service.
 			if waiting, done := e.callService(p, g, r, &st, now); done {
+				if waiting {
+					e.trace(StepCall, g.rule)
+				}
 				return waiting
 			}
 		}
@@ -318,7 +305,7 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 // made (the circuit is open, the send failed), on_error decides. done
 // says the decision stops here: p waits, or on_error refused it.
 func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.State, now int64) (waiting, done bool) {
-	key := callKey{g.rule, g.fp}
+	key := callKey{Rule: g.rule, FP: g.fp}
 	// own: the current proxy-wasm context is p's stream (p is deciding, or
 	// the answer being handled is of a call p's stream sent), so a call
 	// sent now is answered to p.
@@ -349,7 +336,7 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g)}
 	if err := e.sendOrDefer(in, now, p.Deadline, own); err != nil {
-		e.circuit.failure(now)
+		e.link.Failed(now)
 		return false, e.onError(p, r, g.rule, err)
 	}
 	q := e.persist(p)
@@ -369,17 +356,13 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 // near the limit. The call is sent from the tick (root context), so that
 // its answer is delivered whatever happens to this request's stream.
 func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
-	key := callKey{g.rule, g.fp}
-	if _, ok := e.calls[key]; ok || e.circuit.failures > 0 || e.caller == nil {
+	key := callKey{Rule: g.rule, FP: g.fp}
+	if _, ok := e.calls[key]; ok || e.link.Open() || !e.link.Ready() {
 		return
 	}
 	r := &e.cfg.Rules[g.rule]
 	w := r.Limit.Window()
-	rtt := e.rtt
-	if rtt == 0 {
-		rtt = int64(initialRTT)
-	}
-	if !lease.PrefetchN(*st, w, now, time.Duration(2*rtt)+prefetchTick, g.dep) {
+	if !lease.PrefetchN(*st, w, now, 2*e.link.RTT()+prefetchTick, g.dep) {
 		return
 	}
 	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
@@ -456,12 +439,11 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		Unit:    unit,
 		Hits:    in.k,
 	}
-	in.debt = e.owed(in.key)
+	in.debt = e.debts.Owed(in.key)
 	req.Hits += in.debt
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
-	err := e.caller.Call(g.Cluster, e.callBuf, timeout, func(resp rls.Response, err error) {
+	err := e.link.Send(g.Cluster, &req, timeout, false, func(resp rls.Response, err error) {
 		e.answer(in, resp, err, false)
 	})
 	if err != nil {
@@ -470,7 +452,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 		e.Global.CallFailures++
 		return err
 	}
-	e.paid(in.key, in.debt)
+	e.debts.Paid(in.key, in.debt)
 	e.calls[in.key] = in
 	return nil
 }
@@ -482,7 +464,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
-	if e.circuit.probeDue(now) {
+	if e.link.ProbeDue(now) {
 		e.probe(now)
 	}
 	e.sendCharges(now)
@@ -558,7 +540,7 @@ func (e *Engine) forget(in *inflight) {
 // failCall counts a failure of the service (in's call failed or could not
 // be sent) and leaves the decision on in's waiters to on_error.
 func (e *Engine) failCall(in *inflight, err error, now int64) {
-	e.circuit.failure(now)
+	e.link.Failed(now)
 	r := &e.cfg.Rules[in.ref.rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
@@ -580,17 +562,16 @@ func (e *Engine) probe(now int64) {
 		Unit:    rls.UnitSecond,
 		Hits:    1,
 	}
-	e.callBuf = rls.AppendFrame(e.callBuf[:0], &req)
 	e.Global.Probes++
-	err := e.caller.Call(g.Cluster, e.callBuf, g.Timeout, func(resp rls.Response, err error) {
+	err := e.link.Send(g.Cluster, &req, g.Timeout, false, func(resp rls.Response, err error) {
 		if err != nil {
-			e.circuit.failure(e.now())
+			e.link.Failed(e.now())
 			return
 		}
-		e.circuit.success()
+		e.link.Succeeded()
 	})
 	if err != nil {
-		e.circuit.failure(now)
+		e.link.Failed(now)
 	}
 }
 
@@ -608,6 +589,7 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
+	e.trace(StepGlobal, g.rule)
 	if p.next < len(p.globals) && p.globals[p.next].rule == g.rule {
 		// After an answer g is the call's: p's own reference has p's cost
 		// and the offset of p's key bytes.
@@ -647,6 +629,8 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 // for the client until end) and refunds what p was charged.
 func (e *Engine) rejectGlobal(p *Pending, i int, now, end int64) {
 	r := &e.cfg.Rules[i]
+	e.trace(StepGlobalRefuse, i)
+	e.trace(StepReject, i)
 	e.Stats.Rules[i].Rejected++
 	v := &p.verdict
 	wait := time.Duration(end - now)
@@ -662,6 +646,7 @@ func (e *Engine) onError(p *Pending, r *config.Rule, i int, err error) bool {
 	v := &p.verdict
 	v.Err, v.ErrRule = err, r
 	if e.cfg.OnErrorDeny {
+		e.trace(StepReject, i)
 		e.Stats.OnErrorDenied++
 		v.Outcome, v.Delay = Reject, 0
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, time.Second, time.Second

@@ -34,20 +34,14 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		e.Global.CallFailures++
 		// The debt it carried is owed again (see keepOwed), sent with the
 		// client's next call or the tick.
-		e.keepOwed(&PostCharge{rule: in.key.rule, fp: in.key.fp, desc: in.desc}, in.debt)
+		e.keepOwed(&PostCharge{rule: in.key.Rule, fp: in.key.FP, desc: in.desc}, in.debt)
 		if e.retryFailed(in, err, now) {
 			return
 		}
 		e.failCall(in, err, now)
 		return
 	}
-	e.circuit.success()
-	if d := now - in.sentAt; d > 0 {
-		if e.rtt == 0 {
-			e.rtt = d
-		}
-		e.rtt += (d - e.rtt) / 8
-	}
+	e.link.Answered(in.sentAt, now)
 	if lease.WindowStart(in.callAt, w) != lease.WindowStart(now, w) {
 		// The answer crossed a window boundary: the service may have counted
 		// the hits in either window. Use none of them (under-admission, at
@@ -190,7 +184,7 @@ func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
 	}
 	next := &inflight{key: in.key, ref: in.ref, k: k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc}
 	if err := e.sendOrDefer(next, now, deadline, false, live...); err != nil {
-		e.circuit.failure(now)
+		e.link.Failed(now)
 		for _, p := range live {
 			e.afterError(p, r, in.ref.rule, err, now)
 		}

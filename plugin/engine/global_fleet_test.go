@@ -636,7 +636,7 @@ func TestGlobalLostAnswerDecidedWithinTimeout(t *testing.T) {
 	if a.Outcome != Call || b.Outcome != Call || len(svc.pending) != 1 {
 		t.Fatalf("%v %v, %d calls", a.Outcome, b.Outcome, len(svc.pending))
 	}
-	if in := n.e.calls[callKey{0, a.Pending.globals[0].fp}]; in == nil || in.owner != a.Pending {
+	if in := n.e.calls[callKey{Rule: 0, FP: a.Pending.globals[0].fp}]; in == nil || in.owner != a.Pending {
 		t.Fatal("the call is not A's")
 	}
 	a.Pending.Cancel()  // A's client hangs up

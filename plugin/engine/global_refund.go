@@ -42,6 +42,7 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 // worker between its charges and its refund.
 func (e *Engine) refundCharges(charged []charge, now int64) {
 	for _, c := range charged {
+		e.trace(StepRefund, c.rule)
 		r := &e.cfg.Rules[c.rule]
 		if !r.Global {
 			e.refundHeld(c, now)

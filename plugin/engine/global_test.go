@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/internal/rls"
 )
 
@@ -206,7 +207,7 @@ func TestGlobalFailureCircuit(t *testing.T) {
 	if len(svc.calls) != 1 {
 		t.Fatalf("probe before the back-off")
 	}
-	*now += int64(circuitMinBackoff)
+	*now += int64(global.CircuitMinBackoff)
 	e.Sweep(*now)
 	e.Sweep(*now)
 	if len(svc.calls) != 2 || e.Global.Probes != 1 {

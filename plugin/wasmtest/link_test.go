@@ -24,15 +24,19 @@ import (
 // data): 3,516,725 bytes then. Raised for global rules' deposits sized to
 // what requests cost (the deposit, its moving average shared by an Envoy's
 // workers, charges sent as the response passes, resends of undelivered
-// calls: about 23 KB): 3,540,231 bytes then. Lowered to 3,519,513 bytes
-// plus about 6 KB once parsing hashed a rule's identity from one buffer and
-// methods, header names and gRPC's content type were compared without
-// strings.Map and Unicode folding. A feature that needs more raises it on
-// purpose, saying in the commit what the bytes buy: every byte of static
-// data is also copied into each VM's linear memory, and so is a 320-byte
-// slice of the runtime's function lookup table for every function
-// (docs/design/memory.md, "The module's size").
-const moduleCeiling = 3_526_000
+// calls: about 23 KB): 3,540,231 bytes then. Raised for the engine's
+// subsystems as packages (match, global: each package's and type's
+// metadata; the code itself moved) and the plugin context's parts, on a
+// main that was already 3,553,497 bytes (adaptive stalls). Lowered when
+// parsing hashed a rule's identity from one buffer and methods, header
+// names and gRPC's content type were compared without strings.Map and
+// Unicode folding (about 22 KB less): 3,532,582 bytes then, plus about
+// 6 KB. A feature that needs more raises it on purpose, saying in the
+// commit what the bytes buy: every byte of static data is also copied into
+// each VM's linear memory, and so is a 320-byte slice of the runtime's
+// function lookup table for every function (docs/design/memory.md, "The
+// static data and the function count").
+const moduleCeiling = 3_539_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

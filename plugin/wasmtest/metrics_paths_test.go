@@ -299,7 +299,10 @@ func metricDefined(t *testing.T) map[string]string {
 
 // metricProm maps a plugin metric name to its Prometheus name.
 func metricProm(name string) string {
+	// The stats_tags of envoy/envoy.yaml take the rule and class names
+	// out into labels.
 	name = strings.Replace(name, "sluice.rule.<rule>.", "sluice.rule.", 1)
+	name = strings.Replace(name, "sluice.class.<rule>.<class>.", "sluice.class.", 1)
 	return strings.ReplaceAll(name, ".", "_")
 }
 
@@ -343,8 +346,8 @@ func TestMetricsDashboardAndAlertNames(t *testing.T) {
 	for _, e := range exprs {
 		for _, loc := range nameRe.FindAllStringIndex(e, -1) {
 			n := e[loc[0]:loc[1]]
-			if n == "sluice_rule" {
-				continue // the label
+			if n == "sluice_rule" || n == "sluice_class" {
+				continue // the labels
 			}
 			k, ok := prom[n]
 			if !ok {

@@ -466,7 +466,12 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 // to (see ProbeAfter). There a queue shows only if the upstream lost
 // capacity, and a loss that matters shows clearly: over 2×Tolerance in two
 // rounds in a row (noise does not repeat: where latencies vary by ±50%,
-// one round of 16 in tens reads a rise of 20%), or 1.5x Base in one. A
+// one round of 16 in tens reads a rise of 20%), or twice Base in one (a
+// stall: halved, see backoff). One round between, even 1.5x Base, is not
+// enough: the limit did not grow, so the rise is no queue the rule built,
+// and on a busy machine it is most often Envoy's worker not scheduled for
+// part of the round (the stalls it sees drop their samples, see the
+// engine; the shorter ones, between two of its ticks, do not). A
 // mild rise is noise, or a queue of one or two that the estimate left:
 // Base does not follow it (it would take that queue for the upstream's
 // latency and hold it for good). Base follows any other round an eighth
@@ -474,7 +479,7 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 // towards the next probe.
 func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) float64) Gauge {
 	switch {
-	case !mild && (g.Warned || mean*2 >= g.Base*3):
+	case !mild && (g.Warned || mean >= 2*g.Base):
 		return g.backoff(mean, clamp)
 	case !mild:
 		g.Warned = true

@@ -32,6 +32,20 @@ type upstreamSim struct {
 
 	served   int
 	arrivalQ []int // upstream queue length seen by each arrival
+
+	// pauses are spans [from, to) in which the Envoys' workers do not run
+	// (a busy machine does not schedule them): answers that come back
+	// then are read at the pause's end, and nothing is admitted or added
+	// to a Gauge. With dropLate, a worker that runs again drops the
+	// windows of the requests that were out during the pause, as the
+	// engine does when its tick is overdue (see Sampler.Late).
+	pauses   [][2]int64
+	dropLate bool
+	// tickEvery: the worker sees a pause only if its tick was due in it
+	// (the tick is overdue when it runs again), ticks every tickEvery
+	// from 0 (0: every pause is seen).
+	tickEvery int64
+	reads     simHeap // answers waiting for a paused worker, by finish
 }
 
 // simFront is one Envoy of upstreamSim.
@@ -126,14 +140,53 @@ func (s *upstreamSim) flush() {
 	}
 }
 
+// paused returns the end of the pause now falls in (0: none).
+func (s *upstreamSim) paused(now int64) int64 {
+	for _, p := range s.pauses {
+		if now >= p[0] && now < p[1] {
+			return p[1]
+		}
+	}
+	return 0
+}
+
+// read gives r's answer to its Envoy at s.now.
+func (s *upstreamSim) read(r simReq) {
+	s.served++
+	f := r.front
+	f.inFlight--
+	f.waiting++ // the client sends its next request at once
+	f.smp.Done(r.ticket, time.Duration(s.now-r.admitted), true, r.sat)
+	if f.g.Completes(f.smp.Ready) {
+		s.flush()
+	}
+}
+
+// resume is a paused worker running again at s.now, a pause of [from,
+// s.now): with dropLate, it drops the windows of the requests out.
+func (s *upstreamSim) resume(from int64) {
+	if !s.dropLate || (s.tickEvery > 0 && (from+s.tickEvery-1)/s.tickEvery*s.tickEvery >= s.now) {
+		return
+	}
+	for _, f := range s.fronts {
+		f.smp.Late(from, s.now)
+	}
+}
+
 // run advances the model by d.
 func (s *upstreamSim) run(d time.Duration) {
 	end := s.now + int64(d)
 	s.admit()
 	for s.now < end {
 		next := s.lastFlush + flushEvery
+		if to := s.paused(next); to > 0 {
+			next = to // the worker's tick runs when it runs again
+		}
 		if len(s.done) > 0 && s.done[0].finish < next {
 			next = s.done[0].finish
+		}
+		if len(s.reads) > 0 {
+			next = min(next, s.reads[0].finish)
 		}
 		s.now = next
 		if len(s.done) > 0 && s.done[0].finish == s.now {
@@ -144,13 +197,24 @@ func (s *upstreamSim) run(d time.Duration) {
 				s.queue = s.queue[1:]
 				s.start(q)
 			}
-			s.served++
-			f := r.front
-			f.inFlight--
-			f.waiting++ // the client sends its next request at once
-			f.smp.Done(r.ticket, time.Duration(s.now-r.admitted), true, r.sat)
-			if f.g.Completes(f.smp.Ready) {
-				s.flush()
+			if to := s.paused(s.now); to > 0 {
+				r.finish = to
+				heap.Push(&s.reads, r)
+			} else {
+				s.read(r)
+			}
+		}
+		if s.paused(s.now) > 0 {
+			continue
+		}
+		if len(s.reads) > 0 && s.reads[0].finish == s.now {
+			for _, p := range s.pauses {
+				if p[1] == s.now {
+					s.resume(p[0])
+				}
+			}
+			for len(s.reads) > 0 && s.reads[0].finish == s.now {
+				s.read(heap.Pop(&s.reads).(simReq))
 			}
 		}
 		if s.now-s.lastFlush >= flushEvery {
@@ -384,56 +448,6 @@ func TestGaugeEncoding(t *testing.T) {
 	}
 }
 
-// sharedUpstream is the demo's situation in the model: one upstream of 20
-// workers serves the rule's requests (500 closed-loop clients, 100-200 ms)
-// and other traffic the rule never sees (70 requests a second of 2-5 ms,
-// open loop). It returns the rule's throughput and the 99th percentile of
-// the other traffic's wait for a worker, from `from` on.
-func sharedUpstream(seed int64, fixed int64, from time.Duration) (float64, time.Duration) {
-	const ms = int64(time.Millisecond)
-	m := newStoreModel(seed, fixed)
-	m.from = int64(from)
-	var waits []time.Duration
-	m.start = func(j *storeJob, now int64) {
-		if j.rule {
-			j.finish = now + (100+m.rng.Int63n(100))*ms
-			return
-		}
-		j.finish = now + (2+m.rng.Int63n(4))*ms
-		if now >= int64(from) {
-			waits = append(waits, time.Duration(now-j.arrived))
-		}
-	}
-	m.others = func(now int64) {
-		if m.rng.Float64() < 0.07 {
-			m.add(&storeJob{arrived: now}, now)
-		}
-	}
-	for now := ms; now <= 11500*ms; now += ms {
-		m.step(now)
-	}
-	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
-	return float64(m.served) / (11.5 - from.Seconds()), waits[len(waits)*99/100]
-}
-
-// The rule finds the knee by crossing it, again and again (a delay-based
-// controller sees nothing below it): the upstream's other traffic, which
-// the rule cannot see, queues behind the rule's requests while it probes.
-// The rule gets >= 85% of what the workers can serve it, and that queue
-// stays bounded (p99 of the other traffic's wait under 200 ms, where
-// without a limit it is the whole backlog), but it is not the 0-6 ms of a
-// fixed limit of 19 of the 20 workers: docs/adaptive-concurrency.md.
-func TestAdaptiveSharedUpstream(t *testing.T) {
-	_, fixed19 := sharedUpstream(1, 19, 3*time.Second)
-	for seed := int64(1); seed <= 20; seed++ {
-		x, p99 := sharedUpstream(seed, 0, 3*time.Second)
-		t.Logf("seed %d: %.0f/s, the other traffic's wait p99 %v (next to a fixed 19: %v)", seed, x, p99, fixed19)
-		if x < 0.85*20/0.150 || p99 > 200*time.Millisecond {
-			t.Errorf("seed %d: %.0f/s, the other traffic's wait p99 %v", seed, x, p99)
-		}
-	}
-}
-
 // roundOf feeds lim one round of n samples of latency lat, all saturated,
 // and returns the state and Gauge after it.
 func roundOf(lim Limit, st State, now *int64, n int64, lat time.Duration) (State, Gauge) {
@@ -445,7 +459,7 @@ func roundOf(lim Limit, st State, now *int64, n int64, lat time.Duration) (State
 // After a backoff decided on MinRound samples or more, the limit holds for
 // ProbeAfter saturated round trips: no growth, mild rises do not back it
 // off (Base follows them), a clear one does when the next round shows it
-// too, or at once from 1.5x Base; then it probes. A measure round clearly
+// too, a stall (2x Base) at once; then it probes. A measure round clearly
 // over Base backs off once more; a backoff from fewer samples probes at
 // once.
 func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
@@ -453,8 +467,12 @@ func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
 	now := int64(time.Hour)
 	g := Gauge{Limit: 30, Base: 100 * time.Millisecond, Round: 7}
 	st := EncodeGauge(g)
-	// A queue (mean 1.5x Base over 30 samples): back off to
+	// A queue (mean 1.5x Base over 30 samples, twice): back off to
 	// Backoff·30/1.5 = 19, measure; the measure round is clean.
+	st, g = roundOf(lim, st, &now, 30, 150*time.Millisecond)
+	if g.Limit != 30 || !g.Warned || g.Measure {
+		t.Fatalf("a round 1.5x Base while holding: %+v, want it checked in the next round", g)
+	}
 	st, g = roundOf(lim, st, &now, 30, 150*time.Millisecond)
 	if want := 30 / 1.5 * Backoff; g.Limit != want || !g.Measure || g.Calm != 0 {
 		t.Fatalf("after a queue: %+v, want limit %v, measuring", g, want)
@@ -495,9 +513,17 @@ func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
 	if _, g = roundOf(lim, st, &now, 19, 140*time.Millisecond); !g.Measure || g.Limit >= 19 {
 		t.Fatalf("clear rise while holding, twice: %+v, want a backoff", g)
 	}
+	// One round 1.6x Base is not enough: the limit did not grow, so the
+	// rise is not a queue it built (a stall of the machine, most often);
+	// twice Base is a stall, and halves it at once (see
+	// TestAdaptiveStallHalvesAndRegrows).
 	g = Gauge{Limit: 19, Base: 100 * time.Millisecond, Round: 9, Calm: 3}
-	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 160*time.Millisecond); !g.Measure || g.Limit >= 19 {
-		t.Fatalf("1.6x Base while holding: %+v, want a backoff at once", g)
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 160*time.Millisecond); g.Measure || !g.Warned || g.Limit != 19 {
+		t.Fatalf("1.6x Base while holding: %+v, want it checked in the next round", g)
+	}
+	g = Gauge{Limit: 19, Base: 100 * time.Millisecond, Round: 9, Calm: 3}
+	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 200*time.Millisecond); !g.Measure || !g.Stalled || g.Limit != 9.5 {
+		t.Fatalf("2x Base while holding: %+v, want it halved at once", g)
 	}
 	// A measure round clearly over Base: its estimate was high.
 	g = Gauge{Limit: 25, Base: 100 * time.Millisecond, Round: 11, Measure: true}
@@ -702,5 +728,87 @@ func TestAdaptiveStallHalvesAndRegrows(t *testing.T) {
 	g = Gauge{Limit: 20, Base: 100 * time.Millisecond, Round: 5, Calm: ProbeAfter, Warned: true}
 	if _, g = roundOf(lim, EncodeGauge(g), &now, 20, 190*time.Millisecond); g.Stalled {
 		t.Errorf("probing, 1.9x Base: %+v, want a backoff that is not a stall", g)
+	}
+}
+
+// stalls returns pauses of the Envoys' workers over d from `from` on: one
+// every 0.3-1.3 s, each 20-200 ms long (what a busy machine's scheduler
+// does to a process among many: the e2e tests' timers were late by up to
+// 170 ms on a 2-core machine with a load average of 12).
+func stalls(rng *rand.Rand, from int64, d time.Duration) [][2]int64 {
+	var out [][2]int64
+	ms := int64(time.Millisecond)
+	for at := from + (300+rng.Int63n(1000))*ms; at < from+int64(d); at += (300 + rng.Int63n(1000)) * ms {
+		l := (20 + rng.Int63n(181)) * ms
+		out = append(out, [2]int64{at, at + l})
+		at += l
+	}
+	return out
+}
+
+// stalledRun runs the e2e scenarios with the Envoy's worker stalling
+// (see stalls), from cold: 8 slots x 50 ms with 64 clients (noisy: 16
+// slots x 25-75 ms with 128), 15 s, the worker seeing a pause when a
+// tick (every tick, 0: always) was due in it, and returns the throughput of the
+// last 8 s as a share of the capacity, the upstream's queue p90 then, and
+// the Base learnt.
+func stalledRun(t *testing.T, seed int64, noisy, dropLate bool, tick time.Duration) (float64, int, time.Duration) {
+	rng := rand.New(rand.NewSource(seed))
+	slots, clients, service, capacity := 8, 64, fixed(50*time.Millisecond), 160.0
+	if noisy {
+		slots, clients, capacity = 16, 128, 320
+		service = func() time.Duration {
+			return 25*time.Millisecond + time.Duration(rng.Int63n(int64(50*time.Millisecond)))
+		}
+	}
+	s := newSim(t, 1, 1000, slots, clients, service)
+	s.pauses, s.dropLate, s.tickEvery = stalls(rng, s.now, 15*time.Second), dropLate, int64(tick)
+	s.run(7 * time.Second)
+	x, q := s.phase(8 * time.Second)
+	return x / capacity, q, s.g.Base
+}
+
+// TestAdaptiveWorkerStalls: an Envoy whose worker is not scheduled for
+// 20-200 ms every second or so reads the answers late, and the wait is in
+// every latency of the requests out. Taken for the upstream's latency, it
+// reads as a queue, or as a stall of the upstream: the limit backs off
+// from an upstream that has no queue, again and again. With the windows
+// of the requests out during a stall dropped (what the engine does when
+// its tick is overdue, see Sampler.Late: a pause is seen if a tick of
+// the plugin's, every 100 ms, was due in it), over 20 seeds the rule keeps
+// 8 slots x 50 ms at >= 70% of their capacity (each seed; the stalls
+// themselves cost about a tenth: nothing is forwarded during one), the
+// queue p90 <= 8 and Base within 10% of 50 ms; 16 slots of 25-75 ms at a
+// median >= 70% (each >= 40%: noise alone, without stalls, leaves 7 of
+// 300 seeds under 60%, see TestAdaptiveNoisyServiceRarelyRatchets). A
+// stall the worker misses (one between two ticks) still counts: with
+// every sample kept, the median stays >= 65% (34-89% for 8 x 50 ms),
+// because a held limit backs off only from a rise that shows in two
+// rounds in a row, or from a stall of twice Base (halved, and slow start
+// finds the limit again); when one round 1.5x Base backed it off, the
+// medians were 32% and 40-58%.
+func TestAdaptiveWorkerStalls(t *testing.T) {
+	for _, noisy := range []bool{false, true} {
+		var dropped, kept []float64
+		for seed := int64(1); seed <= 20; seed++ {
+			x, q, base := stalledRun(t, seed, noisy, true, 100*time.Millisecond)
+			x0, q0, base0 := stalledRun(t, seed, noisy, false, 0)
+			t.Logf("noisy %t seed %d: late windows dropped %.0f%% q%d Base %v; kept %.0f%% q%d Base %v", noisy, seed, x*100, q, base, x0*100, q0, base0)
+			dropped, kept = append(dropped, x), append(kept, x0)
+			low := 0.7
+			if noisy {
+				low = 0.4
+			}
+			if x < low || q > 8 || (!noisy && (base < 45*time.Millisecond || base > 55*time.Millisecond)) {
+				t.Errorf("noisy %t seed %d: %.0f%% of the capacity, queue p90 %d, Base %v", noisy, seed, x*100, q, base)
+			}
+		}
+		sort.Float64s(dropped)
+		sort.Float64s(kept)
+		t.Logf("noisy %t: late windows dropped: %.0f%%-%.0f%%, median %.0f%%; kept: %.0f%%-%.0f%%, median %.0f%%",
+			noisy, dropped[0]*100, dropped[19]*100, dropped[10]*100, kept[0]*100, kept[19]*100, kept[10]*100)
+		if dropped[10] < 0.7 || kept[10] < 0.65 {
+			t.Errorf("noisy %t: median %.0f%% with the late windows dropped, %.0f%% with them kept", noisy, dropped[10]*100, kept[10]*100)
+		}
 	}
 }

@@ -122,6 +122,29 @@ func (p *Sampler) Cut(ticket uint32) bool {
 	return p.Done(ticket, 0, false, false)
 }
 
+// Late drops the windows opened at or before since whose requests are not
+// all done: the worker that reads their answers was late (its event loop
+// stalled from about since on, see the engine's loop lag), so their
+// latencies include that wait, which is not the upstream's. They count for
+// nothing, as a cut window does. Windows opened after since were opened
+// once the loop ran again, and count as usual; if the open window was
+// dropped, a new one opens at now for the admissions to come.
+// It returns how many windows it dropped (not counting those dropped
+// before).
+func (p *Sampler) Late(since, now int64) int {
+	dropped := 0
+	for i := range p.n {
+		if w := &p.win[i]; w.out > 0 && w.from <= since && !w.cut {
+			w.cut = true
+			dropped++
+		}
+	}
+	if p.n > 0 && p.n < samplerWindows && p.win[p.n-1].cut {
+		p.open(now)
+	}
+	return dropped
+}
+
 // Close closes the open window at now when it has been open span or
 // longer: its samples count once its requests are done, without waiting
 // for the next admission.

@@ -178,3 +178,31 @@ func TestSamplerCutWindowCountsForNothing(t *testing.T) {
 		t.Fatalf("ready %+v, want the second window's one sample only", p.Ready)
 	}
 }
+
+// A worker that was late (its loop stalled from since on) drops the
+// windows of the requests out then: their latencies hold the stall. The
+// windows complete before it, and those opened after it, count; the open
+// window dropped, the admissions that follow go to a new one.
+func TestSamplerLateDropsTheWindowsOut(t *testing.T) {
+	var p Sampler
+	p.Reset(1, 0)
+	span := 10 * time.Millisecond
+	a := p.Admit(0, span) // window 1, done before the stall
+	p.Done(a, 5*time.Millisecond, true, false)
+	b := p.Admit(12*smpMs, span) // window 2, out during the stall
+	c := p.Admit(15*smpMs, span)
+	if n := p.Late(20*smpMs, 150*smpMs); n != 1 {
+		t.Fatalf("Late dropped %d windows, want 1", n)
+	}
+	if n := p.Late(20*smpMs, 151*smpMs); n != 0 {
+		t.Fatalf("Late again dropped %d windows, want none more", n)
+	}
+	d := p.Admit(151*smpMs, span) // after the stall: a new window
+	p.Done(b, 140*time.Millisecond, true, false)
+	p.Done(c, 135*time.Millisecond, true, false)
+	p.Done(d, 30*time.Millisecond, true, false)
+	p.Close(200*smpMs, span)
+	if p.Ready.N != 2 || p.Ready.Sum != 35*time.Millisecond {
+		t.Fatalf("ready %+v, want the samples of the windows before and after the stall (5 ms and 30 ms)", p.Ready)
+	}
+}

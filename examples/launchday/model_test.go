@@ -1,4 +1,4 @@
-package limit
+package main
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/shared/limit"
 )
 
 // storeModel steps, a millisecond at a time, an upstream of 20 workers
@@ -16,10 +18,10 @@ import (
 // 10 ms with the samples of requests admitted in the current round.
 type storeModel struct {
 	rng   *rand.Rand
-	lim   Limit
-	st    State
-	g     Gauge
-	smp   Sampler
+	lim   limit.Limit
+	st    limit.State
+	g     limit.Gauge
+	smp   limit.Sampler
 	fixed int64 // a fixed limit instead of the learnt one (0: learnt)
 	// crossEnd: with fixed, 27 in flight from crossAt until then (a
 	// crossing of the knee as long as a learner's, or shorter).
@@ -52,7 +54,7 @@ type storeJob struct {
 }
 
 func newStoreModel(seed, fixed int64) *storeModel {
-	lim, _ := NewAdaptive(1, 1000)
+	lim, _ := limit.NewAdaptive(1, 1000)
 	m := &storeModel{rng: rand.New(rand.NewSource(seed)), lim: lim, fixed: fixed}
 	m.g = lim.Gauge(m.st)
 	m.smp.Reset(m.g.Round, 0)
@@ -139,14 +141,14 @@ func (m *storeModel) learn(now int64, atOnce bool) {
 		if m.st, m.g = m.lim.Learn(m.st, now, m.smp.Ready); m.g.Round != round {
 			m.smp.Reset(m.g.Round, now)
 		} else {
-			m.smp.Ready = Samples{Round: m.g.Round}
+			m.smp.Ready = limit.Samples{Round: m.g.Round}
 		}
 	}
 }
 
 // traceLaunch, when set, is told the launch model's Gauge and store queue
 // every 50 ms.
-var traceLaunch func(now int64, g Gauge, queue int)
+var traceLaunch func(now int64, g limit.Gauge, queue int)
 
 // slowAt is where the store slows down in the launch model, when it does:
 // slow start is at 8-12 then.
@@ -258,7 +260,7 @@ func TestAdaptiveLaunchDayModel(t *testing.T) {
 	}
 	if testing.Verbose() {
 		line := ""
-		traceLaunch = func(now int64, g Gauge, q int) {
+		traceLaunch = func(now int64, g limit.Gauge, q int) {
 			line += fmt.Sprintf(" %.1f/%d", g.Limit, q)
 			if now%int64(time.Second) == 0 {
 				t.Logf("limit/queue %s", line)
@@ -379,5 +381,55 @@ func TestAdaptiveLaunchDayHeadroomIsInvisible(t *testing.T) {
 	}
 	if at20.login < 5*max(at18.login, time.Millisecond) {
 		t.Errorf("logins' wait p99 %v at 18, %v at 20: want 5x or more", at18.login, at20.login)
+	}
+}
+
+// sharedUpstream is the demo's situation in the model: one upstream of 20
+// workers serves the rule's requests (500 closed-loop clients, 100-200 ms)
+// and other traffic the rule never sees (70 requests a second of 2-5 ms,
+// open loop). It returns the rule's throughput and the 99th percentile of
+// the other traffic's wait for a worker, from `from` on.
+func sharedUpstream(seed int64, fixed int64, from time.Duration) (float64, time.Duration) {
+	const ms = int64(time.Millisecond)
+	m := newStoreModel(seed, fixed)
+	m.from = int64(from)
+	var waits []time.Duration
+	m.start = func(j *storeJob, now int64) {
+		if j.rule {
+			j.finish = now + (100+m.rng.Int63n(100))*ms
+			return
+		}
+		j.finish = now + (2+m.rng.Int63n(4))*ms
+		if now >= int64(from) {
+			waits = append(waits, time.Duration(now-j.arrived))
+		}
+	}
+	m.others = func(now int64) {
+		if m.rng.Float64() < 0.07 {
+			m.add(&storeJob{arrived: now}, now)
+		}
+	}
+	for now := ms; now <= 11500*ms; now += ms {
+		m.step(now)
+	}
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	return float64(m.served) / (11.5 - from.Seconds()), waits[len(waits)*99/100]
+}
+
+// The rule finds the knee by crossing it, again and again (a delay-based
+// controller sees nothing below it): the upstream's other traffic, which
+// the rule cannot see, queues behind the rule's requests while it probes.
+// The rule gets >= 85% of what the workers can serve it, and that queue
+// stays bounded (p99 of the other traffic's wait under 200 ms, where
+// without a limit it is the whole backlog), but it is not the 0-6 ms of a
+// fixed limit of 19 of the 20 workers: docs/adaptive-concurrency.md.
+func TestAdaptiveSharedUpstream(t *testing.T) {
+	_, fixed19 := sharedUpstream(1, 19, 3*time.Second)
+	for seed := int64(1); seed <= 20; seed++ {
+		x, p99 := sharedUpstream(seed, 0, 3*time.Second)
+		t.Logf("seed %d: %.0f/s, the other traffic's wait p99 %v (next to a fixed 19: %v)", seed, x, p99, fixed19)
+		if x < 0.85*20/0.150 || p99 > 200*time.Millisecond {
+			t.Errorf("seed %d: %.0f/s, the other traffic's wait p99 %v", seed, x, p99)
+		}
 	}
 }

@@ -1,0 +1,120 @@
+package global
+
+import (
+	"github.com/sluicehq/sluice/plugin/internal/lease"
+)
+
+// MaxDebts bounds the clients whose charges wait on one worker (while the
+// service does not answer); beyond it a charge is dropped (and counted by
+// the engine). Each global rule with a cost has its equal part of it: a
+// flood of clients on one rule never drops another rule's charges.
+const MaxDebts = 4096
+
+// Key is a client of a global rule on this worker: the rule's index and
+// the client's fingerprint.
+type Key struct {
+	Rule int
+	FP   uint64
+}
+
+// Debt is what a global rule's client owes the service on this worker:
+// hits charged after admission that its lease could not cover.
+type Debt struct {
+	key  Key
+	desc string // the client's descriptor key at the service
+	hits uint32
+}
+
+// Key is the client that owes.
+func (d *Debt) Key() Key { return d.key }
+
+// Desc is the client's descriptor key at the service.
+func (d *Debt) Desc() string { return d.desc }
+
+// Hits is what the client owes.
+func (d *Debt) Hits() uint32 { return d.hits }
+
+// Debts are the debts of a worker's clients, each rule's at most its part
+// of MaxDebts. (Not generic over the engine's types: a generic type's
+// instantiation names cost the wasm module kilobytes.)
+type Debts struct {
+	m         map[Key]*Debt
+	of        []int // debts per rule, made on first use
+	rules     int
+	costRules int
+}
+
+// NewDebts returns the debts of a configuration of rules rules, costRules
+// of them global rules with a cost.
+func NewDebts(rules, costRules int) Debts { return Debts{rules: rules, costRules: costRules} }
+
+// Len is the number of clients that owe.
+func (b *Debts) Len() int { return len(b.m) }
+
+// Each calls f with each debt; f may Drop it.
+func (b *Debts) Each(f func(d *Debt)) {
+	for _, d := range b.m {
+		f(d)
+	}
+}
+
+// Owed returns what client k owes, as much as a call may carry beside a
+// lease (hits_addend = lease + debt).
+func (b *Debts) Owed(k Key) uint32 {
+	d := b.m[k]
+	if d == nil {
+		return 0
+	}
+	return min(d.hits, 1<<32-1-lease.MaxK)
+}
+
+// Paid forgets hits of what client k owes: a sent call carried them.
+func (b *Debts) Paid(k Key, hits uint32) {
+	d := b.m[k]
+	if d == nil || hits == 0 {
+		return
+	}
+	d.hits -= min(d.hits, hits)
+	if d.hits == 0 {
+		b.Drop(k)
+	}
+}
+
+// Keep adds hits to what client k (descriptor desc at the service) owes.
+// It returns the debt, or nil: no hits, or k's rule has its part of
+// MaxDebts (full: the hits are dropped).
+func (b *Debts) Keep(k Key, desc string, hits uint32) (d *Debt, full bool) {
+	if hits == 0 {
+		return nil, false
+	}
+	if b.m == nil {
+		b.m = map[Key]*Debt{}
+	}
+	d = b.m[k]
+	if d == nil && b.full(k.Rule) {
+		return nil, true
+	}
+	if d == nil {
+		d = &Debt{key: k, desc: desc}
+		b.m[k] = d
+		b.of[k.Rule]++
+	}
+	d.hits = uint32(min(uint64(d.hits)+uint64(hits), 1<<32-1))
+	return d, false
+}
+
+// full reports whether rule has its part of MaxDebts.
+func (b *Debts) full(rule int) bool {
+	if b.of == nil {
+		b.of = make([]int, b.rules)
+	}
+	return b.of[rule] >= MaxDebts/max(b.costRules, 1) || len(b.m) >= MaxDebts
+}
+
+// Drop forgets what client k owes (a call carried it all).
+func (b *Debts) Drop(k Key) {
+	if _, ok := b.m[k]; ok {
+		delete(b.m, k)
+		b.of[k.Rule]--
+	}
+}

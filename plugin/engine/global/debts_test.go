@@ -1,0 +1,57 @@
+package global
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/plugin/internal/lease"
+)
+
+// TestDebts: hits add up per client; a paid debt is forgotten; each cost
+// rule keeps at most its part of MaxDebts, and a full rule's new client is
+// refused while another rule's are not.
+func TestDebts(t *testing.T) {
+	b := NewDebts(3, 2)
+	if d, full := b.Keep(Key{0, 1}, "c1", 0); d != nil || full {
+		t.Fatal("no hits: no debt")
+	}
+	b.Keep(Key{0, 1}, "c1", 5)
+	d, _ := b.Keep(Key{0, 1}, "c1", 2)
+	if b.Len() != 1 || d.Hits() != 7 || d.Desc() != "c1" || d.Key() != (Key{0, 1}) || b.Owed(Key{0, 1}) != 7 {
+		t.Fatalf("len %d, hits %d, desc %q", b.Len(), d.Hits(), d.Desc())
+	}
+	b.Paid(Key{0, 1}, 3)
+	if b.Owed(Key{0, 1}) != 4 {
+		t.Fatalf("owed %d after paying 3 of 7", b.Owed(Key{0, 1}))
+	}
+	b.Paid(Key{0, 1}, 4)
+	if b.Len() != 0 || b.Owed(Key{0, 1}) != 0 {
+		t.Fatal("a paid debt is forgotten")
+	}
+	part := MaxDebts / 2
+	for i := 0; i < part; i++ {
+		if _, full := b.Keep(Key{0, uint64(i)}, "c", 1); full {
+			t.Fatalf("rule 0 full at %d of its %d", i, part)
+		}
+	}
+	if _, full := b.Keep(Key{0, 1 << 40}, "c", 1); !full {
+		t.Fatal("rule 0 past its part: want full")
+	}
+	if _, full := b.Keep(Key{0, 1}, "c", 1); full {
+		t.Fatal("a client that owes already adds to its debt")
+	}
+	if _, full := b.Keep(Key{2, 1}, "c", 1); full {
+		t.Fatal("rule 2 is not full")
+	}
+	n := 0
+	b.Each(func(d *Debt) {
+		b.Drop(d.Key())
+		n++
+	})
+	if n != part+1 || b.Len() != 0 {
+		t.Fatalf("dropped %d, %d left", n, b.Len())
+	}
+	b.Keep(Key{1, 1}, "c", 1<<32-1)
+	if got := b.Owed(Key{1, 1}); got != 1<<32-1-lease.MaxK {
+		t.Fatalf("owed %d, want what a call may carry beside a lease", got)
+	}
+}
