@@ -63,15 +63,14 @@ func (p *pluginContext) retire() {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	id       uint32 // the plugin context's ID
-	retired  bool   // its context ended (retire)
-	engine   *engine.Engine
-	rls      *rlsCaller // global rules' calls (nil without global rules)
-	headers  engine.HeaderSet
-	held     heldQueue
-	verdicts verdictPool
-	streams  streamPool
-	metrics  *metrics
+	id      uint32 // the plugin context's ID
+	retired bool   // its context ended (retire)
+	engine  *engine.Engine
+	rls     *rlsCaller // global rules' calls (nil without global rules)
+	headers engine.HeaderSet
+	held    heldQueue
+	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
+	metrics *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
 	// a rejection's body, the request's header map.
@@ -134,7 +133,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	h := p.streams.get()
+	h := p.pools.streams.get()
 	h.id, h.plugin = contextID, p
 	return h
 }
@@ -348,7 +347,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		p.redirectNext = false
 		_, p.engine.Redirected = h.Header("x-envoy-original-url")
 	}
-	h.verdict = p.verdicts.get()
+	h.verdict = p.pools.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
 	h.decided = true
 	v := h.verdict
@@ -489,13 +488,13 @@ func (h *httpContext) OnHttpStreamDone() {
 		// Nothing refers to the verdict any more: the held queue and the
 		// waiters know the stream by its id, a pending call has its own.
 		h.decided = false
-		h.plugin.verdicts.put(h.verdict)
+		h.plugin.pools.verdicts.put(h.verdict)
 		h.verdict = nil
 	}
 	if !h.shared {
 		// The SDK calls nothing of a stream after this callback, and the
 		// plugin knows it by its id (the held queue, the waiters).
-		h.plugin.streams.put(h)
+		h.plugin.pools.streams.put(h)
 	}
 }
 

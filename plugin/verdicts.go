@@ -2,6 +2,12 @@ package main
 
 import "github.com/sluicehq/sluice/plugin/engine"
 
+// pools are what a plugin context reuses from one request to the next.
+type pools struct {
+	verdicts verdictPool
+	streams  streamPool
+}
+
 // verdictPool keeps the verdicts of ended streams for the next requests, so
 // that deciding a request allocates none: the verdict is most of a
 // stream's context, and a VM's linear memory keeps the peak of its heap
