@@ -53,7 +53,8 @@ var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 320
 // /retry fails every other request with 503 (the first attempt of each
 // request, when requests come one at a time), /ws accepts a WebSocket
 // upgrade and echoes what it reads until the client closes, /held answers
-// the length of the body it read, /redir redirects to /redir/done.
+// the length of the body it read, /redir redirects to /redir/done, /credir
+// to /credir/done, which says it cost 5 units (X-Units).
 type auxUpstream struct {
 	ln      net.Listener
 	retries atomic.Int64
@@ -87,6 +88,12 @@ func (a *auxUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/redir":
 		w.Header().Set("Location", "http://"+r.Host+"/redir/done")
 		w.WriteHeader(http.StatusFound)
+	case r.URL.Path == "/credir":
+		w.Header().Set("Location", "http://"+r.Host+"/credir/done")
+		w.WriteHeader(http.StatusFound)
+	case r.URL.Path == "/credir/done":
+		w.Header().Set("X-Units", "5") // what the request cost
+		_, _ = io.WriteString(w, "ok\n")
 	case strings.HasPrefix(r.URL.Path, "/ws"):
 		conn, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {

@@ -117,12 +117,14 @@ func TestFleetRLSReplicas(t *testing.T) {
 }
 
 // TestFleetEnvoyChurn: one client spends its budget (300 an hour) over the
-// three Envoys; one is killed (SIGKILL) while it holds leases, and a
-// fourth Envoy, idle until then (an Envoy autoscaling adds), takes its
-// share of the traffic mid-window. Nothing is admitted over the limit; the
-// budget lost is at most the dead Envoy's unused leases (its granted hits
-// less its admissions, read from its metrics before the kill) plus what
-// the service's refusal of the last lease call wastes.
+// three Envoys; a fourth Envoy (one that autoscaling adds) is started
+// mid-window, once they have spent half the budget, and one of the three
+// is killed (SIGKILL) while it holds leases: while the new one starts the
+// two live Envoys go on spending, then it takes its share of the traffic.
+// Nothing is admitted (or granted) over the limit; the budget lost is at
+// most the dead Envoy's unused leases (its granted hits less its
+// admissions, read from its metrics just before the kill) plus what the
+// service never granted (a refused lease call asked more than was left).
 func TestFleetEnvoyChurn(t *testing.T) {
 	const limit = 300
 	cfg := strings.Replace(haConfig, `"limit": 200`, `"limit": 300`, 1)
@@ -132,30 +134,38 @@ func TestFleetEnvoyChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	// The fourth Envoy starts with the fleet (a start takes tens of seconds
-	// here) and gets no request before the kill.
-	var joiner *envoytest.Envoy
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		var err error
-		joiner, err = envoytest.Start(ctx, envoytest.Options{
-			Bin: envoytest.RequireEnvoy(t), Dir: t.TempDir(), Upstream: up.Addr(), Concurrency: 2,
-			ExtraClustersYAML: shippedCluster(t, rls.GRPCAddr), StartTimeout: 150 * time.Second,
-			Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
-		})
-		done <- err
-	}()
 	f := startFleetOn(t, rls, cfg, up.Addr())
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = joiner.Stop() })
-	awayFromTheHour(t, 30*time.Second)
+	awayFromTheHour(t, 40*time.Second)
 	client := fmt.Sprint(time.Now().UnixNano(), "churn")
 
 	first := spendOver(t, f.members, client, 150, 6)
+	// The new Envoy starts now, mid-window, with half the budget spent;
+	// meanwhile one of the three is killed and the two others go on.
+	joinStart := time.Now()
+	joined := make(chan *envoytest.Envoy, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		e, err := envoytest.Start(ctx, envoytest.Options{
+			Bin: envoytest.RequireEnvoy(t), Dir: t.TempDir(), Upstream: up.Addr(), Concurrency: 2,
+			ExtraClustersYAML: shippedCluster(t, rls.GRPCAddr), StartTimeout: 100 * time.Second,
+			Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: cfg},
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- e
+	}()
+	var joiner *envoytest.Envoy
+	received := false
+	t.Cleanup(func() { // also when the test ends before the start does
+		if !received {
+			joiner = <-joined
+		}
+		if joiner != nil {
+			_ = joiner.Stop()
+		}
+	})
 	time.Sleep(1500 * time.Millisecond) // the metrics are published every second
 	dead := f.members[0]
 	granted, err := dead.Stat("wasmcustom.sluice.global.granted")
@@ -168,21 +178,42 @@ func TestFleetEnvoyChurn(t *testing.T) {
 	}
 	unused := int64(granted) - int64(allowed)
 	dead.Kill()
-	live := []*envoytest.Envoy{f.members[1], f.members[2], joiner}
-	rest := spendOver(t, live, client, 3*limit, 6)
-	admitted := first + rest
-	t.Logf("Envoy churn: %d admitted before the kill; the killed Envoy held %d unused hits (granted %d, admitted %d); after the kill, over two Envoys and one that joined: %d admitted; in all %d of %d (%d under the limit)",
-		first, unused, granted, allowed, rest, admitted, limit, limit-admitted)
-	if first != 150 {
-		t.Errorf("before the kill: admitted %d of 150", first)
+	live := []*envoytest.Envoy{f.members[1], f.members[2]}
+	meanwhile := spendOver(t, live, client, 50, 2)
+	joiner, received = <-joined, true
+	if joiner == nil {
+		t.FailNow()
 	}
-	if admitted > limit {
-		t.Errorf("admitted %d, over the limit %d", admitted, limit)
-	}
-	if under := int64(limit - admitted); under > unused+limit/20 {
-		t.Errorf("%d under the limit: more than the killed Envoy's %d unused hits and %d of waste", under, unused, limit/20)
-	}
+	joinTook := time.Since(joinStart)
+	rest := spendOver(t, append(live, joiner), client, 3*limit, 6)
+	admitted := first + meanwhile + rest
 	time.Sleep(1200 * time.Millisecond) // the metrics are published every second
+	// What the service granted and no Envoy admitted: the dead Envoy's
+	// unused leases; what it never granted: the remainder a refused lease
+	// call asked more than (the service counts a refused call's hits).
+	grantedAll := granted
+	for _, e := range append(live, joiner) {
+		n, err := e.Stat("wasmcustom.sluice.global.granted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		grantedAll += n
+	}
+	ungranted := int64(limit) - int64(grantedAll)
+	t.Logf("Envoy churn: %d admitted before the kill; the killed Envoy held %d unused hits (granted %d, admitted %d); %d admitted over the two live Envoys while the new one started (%v); then over the two and the new one: %d; in all %d of %d (%d under the limit); granted by the service %d in all (%d of the budget never granted)",
+		first, unused, granted, allowed, meanwhile, joinTook.Round(time.Second), rest, admitted, limit, limit-admitted, grantedAll, ungranted)
+	if first != 150 || meanwhile != 50 {
+		t.Errorf("before the new Envoy joined: admitted %d of 150 and %d of 50", first, meanwhile)
+	}
+	if admitted > limit || grantedAll > limit {
+		t.Errorf("admitted %d, granted %d: over the limit %d", admitted, grantedAll, limit)
+	}
+	if under := int64(limit - admitted); under > unused+max(ungranted, 0) {
+		t.Errorf("%d under the limit: more than the killed Envoy's %d unused hits and the %d never granted", under, unused, ungranted)
+	}
+	if ungranted > limit/20 {
+		t.Errorf("%d of the budget never granted", ungranted)
+	}
 	if n, err := joiner.Stat("wasmcustom.sluice.rule.ha_budget.allowed"); err != nil || n == 0 {
 		t.Errorf("the Envoy that joined admitted %d (%v): it took no share", n, err)
 	}

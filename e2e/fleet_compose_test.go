@@ -124,14 +124,7 @@ func TestFleetCompose(t *testing.T) {
 	}
 	t.Logf("docker-compose up: ready in %v:\n%s", time.Since(start).Round(time.Millisecond), strings.Join(cs, "\n"))
 
-	// The service counts in fixed windows aligned on the wall-clock minute:
-	// run within one.
 	const limit, sent = 60, 180
-	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 15*time.Second {
-		t.Logf("waiting %v for the next minute window", left.Round(time.Millisecond))
-		time.Sleep(left + 200*time.Millisecond)
-	}
-	minute := time.Now().Unix() / 60
 	// round sends n GETs for path, request i to Envoy i%3, from 6 senders,
 	// and returns the admitted count per Envoy and one 429.
 	round := func(path string, n int) ([3]int, *http.Response) {
@@ -172,16 +165,41 @@ func TestFleetCompose(t *testing.T) {
 	}
 	sum := func(a [3]int) int { return a[0] + a[1] + a[2] }
 
-	t0 := time.Now()
-	failOpen0 := fleetStat(ctx, t, "wasmcustom.sluice.on_error.allowed")
-	global, rej := round("/products", sent)
-	if time.Now().Unix()/60 != minute {
-		t.Fatal("the run crossed a minute boundary (a loaded machine): the counts span two windows")
+	// The service counts in fixed windows aligned on the wall-clock minute:
+	// the run is judged within one. The client is the same for every run
+	// (the key is client_ip), so a run that crossed the top of a minute (a
+	// loaded machine: the counts span two windows) is sent again from the
+	// start of the next window, up to 3 times.
+	var (
+		t0                  time.Time
+		minute              int64
+		global              [3]int
+		rej                 *http.Response
+		failOpen, forwarded int
+	)
+	for attempt := 1; ; attempt++ {
+		left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute))
+		if attempt > 1 || left < 15*time.Second {
+			t.Logf("waiting %v for the next minute window", left.Round(time.Millisecond))
+			time.Sleep(left + 200*time.Millisecond)
+		}
+		minute, t0 = time.Now().Unix()/60, time.Now()
+		failOpen0 := fleetStat(ctx, t, "wasmcustom.sluice.on_error.allowed")
+		global, rej = round("/products", sent)
+		forwarded += sum(global) // every run's reach the store
+		// on_error is "allow" with a 100 ms timeout on the service: a call
+		// that fails or times out (a loaded machine) lets its request
+		// through, as configured. The budget holds for the requests the
+		// service decided.
+		failOpen = fleetStat(ctx, t, "wasmcustom.sluice.on_error.allowed") - failOpen0
+		if time.Now().Unix()/60 == minute {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("three runs crossed a minute boundary (the last took %v)", time.Since(t0).Round(time.Millisecond))
+		}
+		t.Logf("the run crossed a minute boundary (took %v, admitted %v): again in the next window", time.Since(t0).Round(time.Millisecond), global)
 	}
-	// on_error is "allow" with a 100 ms timeout on the service: a call
-	// that fails or times out (a loaded machine) lets its request through,
-	// as configured. The budget holds for the requests the service decided.
-	failOpen := fleetStat(ctx, t, "wasmcustom.sluice.on_error.allowed") - failOpen0
 	t.Logf("global rule products (%d/min): %d requests round-robin over 3 Envoys, admitted %d (per Envoy %v, %d of them by on_error: allow; call failures %d) in %v",
 		limit, sent, sum(global), global, failOpen, fleetStat(ctx, t, "wasmcustom.sluice.global.call_failures"), time.Since(t0).Round(time.Millisecond))
 	if n := sum(global); n-failOpen > limit || n < limit*9/10 {
@@ -225,8 +243,8 @@ func TestFleetCompose(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.Endpoints["GET /products"].Received; got != int64(sum(global)) {
-		t.Errorf("the store received %d GET /products, the Envoys admitted %d", got, sum(global))
+	if got := m.Endpoints["GET /products"].Received; got != int64(forwarded) {
+		t.Errorf("the store received %d GET /products, the Envoys admitted %d", got, forwarded)
 	}
 	if got := m.Endpoints["GET /cart"].Received; got != int64(sum(local)) {
 		t.Errorf("the store received %d GET /cart, the Envoys admitted %d", got, sum(local))

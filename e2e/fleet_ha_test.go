@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,8 +103,18 @@ func TestFleetSentinel(t *testing.T) {
 			quietAdmitted++
 		}
 	}
+	watch := watchCircuits(t, f)
 	b := spendThroughKill(t, f, set, busy)
 	recovered, probes, probesOnError := probeRecovery(t, f, b.killed, run)
+	promoted := <-b.promoted
+	t.Logf("the Sentinels named the new master %v after the kill; replication lag at the kill %d bytes", promoted.Round(time.Millisecond), b.lag)
+	if os.Getenv("SLUICE_DEBUG_RLS") != "" {
+		for _, l := range strings.Split(rls.Logs(), "\n") {
+			if strings.Contains(l, "rror") {
+				t.Log(l)
+			}
+		}
+	}
 	newMaster, err := set.MasterAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -118,14 +129,49 @@ func TestFleetSentinel(t *testing.T) {
 	if newMaster == b.oldMaster {
 		t.Fatalf("no failover: the master is still %s", newMaster)
 	}
-	// Both clients spend the rest of their budget.
+	// Both clients spend the rest of their budget. What decided by on_error
+	// from here: the circuit (short_circuited) or failed calls.
+	why := []string{"short_circuited", "call_failures", "expired", "lost_answers", "probes"}
+	whyAt := func() []uint64 {
+		var n []uint64
+		for _, w := range why {
+			n = append(n, f.sum(t, "wasmcustom.sluice.global."+w))
+		}
+		return n
+	}
+	why0 := whyAt() // as published (each worker once a second)
 	quietLate, quietOnError := spendRestBy(t, f, quiet)
 	quietAdmitted += quietLate
-	late := spendRest(t, f, busy)
-	byService := b.admitted - b.byOnError + int64(late)
+	late, busyLateOnError := spendRestBy(t, f, busy)
+	time.Sleep(1100 * time.Millisecond)
+	why1 := whyAt()
+	for i, w := range why {
+		t.Logf("after the recovery, while both clients spent the rest: %s %d", w, why1[i]-why0[i])
+	}
+	// Every worker decides by the service again within 10 s of the kill:
+	// probes from new clients (each needs a call) until every Envoy has
+	// shown no open circuit and no on_error decision for 2 s (as published
+	// once a second), or 11 s after the kill; none decided by on_error
+	// after 10 s.
+	lateProbes, lateOnError := probeUntil(t, f, func() bool {
+		return time.Since(b.killed) > 11*time.Second || watch.quietFor(2*time.Second)
+	}, b.killed.Add(10*time.Second), run)
+	watch.end()
+	lastOpen := watch.lastOnError(b.killed)
+	t.Logf("after the kill, each Envoy's last sample of an open circuit or an on_error decision: %v; probes from 10 s to 11 s after the kill: %d, by on_error %d",
+		lastOpen, lateProbes, lateOnError)
+	if lateOnError > 0 {
+		t.Errorf("%d of %d probes decided by on_error more than 10 s after the kill", lateOnError, lateProbes)
+	}
+	for i, d := range lastOpen {
+		if d > 11*time.Second {
+			t.Errorf("Envoy %d: a circuit open or on_error deciding %v after the kill", i, d.Round(time.Millisecond))
+		}
+	}
+	byService := b.admitted - b.byOnError + int64(late-busyLateOnError)
 	overByService := byService - haLimit
-	t.Logf("quiet: %d admitted in all (limit %d), %d of them after the recovery by on_error (a circuit still open); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery: %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
-		quietAdmitted, haLimit, quietOnError, b.atKill, b.admitted-b.atKill, b.byOnError, late, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
+	t.Logf("quiet: %d admitted in all (limit %d), %d of them after the recovery by on_error (a circuit still open); busy: %d admitted before the kill, %d through it (%d by on_error), %d after the recovery (%d by on_error): %d decided by the service (%d over the limit: lost by the failover); counts: old master before the kill %d (both clients), new master after the promotion %d (lost at least %d)",
+		quietAdmitted, haLimit, quietOnError, b.atKill, b.admitted-b.atKill, b.byOnError, late, busyLateOnError, byService, max(overByService, 0), b.before, after, int64(b.before)-int64(after))
 	if byService := quietAdmitted - quietOnError; byService > haLimit || byService < haLimit*9/10 {
 		t.Errorf("quiet: the service admitted %d (and on_error %d), want %d..%d", byService, quietOnError, haLimit*9/10, haLimit)
 	}
@@ -146,6 +192,28 @@ type killRun struct {
 	killed                      time.Time
 	before                      uint64
 	atKill, admitted, byOnError int64
+	promoted                    chan time.Duration // after the kill
+	lag                         int64              // replication lag at the kill, bytes
+}
+
+// replOffset reads a replication offset (field of INFO replication) at
+// addr.
+func replOffset(t *testing.T, addr, field string) int64 {
+	r, err := envoytest.RedisDo(addr, "INFO", "replication")
+	if err != nil || len(r) == 0 {
+		t.Fatalf("INFO replication at %s: %v", addr, err)
+	}
+	for _, l := range strings.Split(r[0], "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", field, v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s at %s", field, addr)
+	return 0
 }
 
 // spendThroughKill has client spend its budget from four senders, kills the
@@ -177,9 +245,24 @@ func spendThroughKill(t *testing.T, f *fleet, set *envoytest.SentinelSet, client
 	time.Sleep(300 * time.Millisecond)
 	r := killRun{oldMaster: set.Master.Addr()}
 	r.before = redisCountAt(t, r.oldMaster, "*ha_budget*")
+	// The replication lag at the kill: what the master has written that
+	// the replica has not (bytes of the replication stream).
+	masterOff := replOffset(t, r.oldMaster, "master_repl_offset")
+	r.lag = masterOff - replOffset(t, set.Replica.Addr(), "slave_repl_offset")
 	set.Master.Kill()
 	r.killed = time.Now()
 	r.atKill = admitted.Load()
+	r.promoted = make(chan time.Duration, 1)
+	go func() { // when the Sentinels name the new master
+		for time.Since(r.killed) < 20*time.Second {
+			if m, err := set.MasterAddr(); err == nil && m != r.oldMaster {
+				r.promoted <- time.Since(r.killed)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		r.promoted <- 0
+	}()
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -202,15 +285,26 @@ func probeRecovery(t *testing.T, f *fleet, killed time.Time, run string) (recove
 	return 0, probes, onError
 }
 
-// spendRest sends client's requests until one is refused and returns how
-// many were admitted.
-func spendRest(t *testing.T, f *fleet, client string) int {
-	n, _ := spendRestBy(t, f, client)
-	return n
+// probeUntil sends probes from new clients until done and returns how
+// many were sent after from and how many of those on_error decided.
+func probeUntil(t *testing.T, f *fleet, done func() bool, from time.Time, run string) (probes, onError int) {
+	for i := 0; !done(); i++ {
+		at := time.Now()
+		_, svc := haGet(t, f, "/probe", fmt.Sprintf("%sprobe-late%d", run, i))
+		if at.Before(from) {
+			continue
+		}
+		probes++
+		if !svc {
+			onError++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return probes, onError
 }
 
-// spendRestBy is spendRest that also returns how many of the admissions
-// on_error decided (no limit headers): a worker whose circuit is still
+// spendRestBy sends client's requests until one is refused and returns how
+// many were admitted, and how many of those on_error decided (no limit headers): a worker whose circuit is still
 // open after the failover decides by on_error until its next probe
 // succeeds, and those admissions are on_error's, not the service's.
 func spendRestBy(t *testing.T, f *fleet, client string) (admitted, byOnError int) {
@@ -275,4 +369,97 @@ func TestFleetRedisCluster(t *testing.T) {
 			t.Errorf("master %d holds no counter: the keys did not spread", i)
 		}
 	}
+}
+
+// circuitWatch samples, every 250 ms, each member's circuit_open gauge
+// (its workers whose circuit is open) and on_error counter, so that a test
+// can tell when each Envoy's workers decided by the service again (the
+// plugin publishes them once a second).
+type circuitWatch struct {
+	mu      sync.Mutex
+	samples []circuitSample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type circuitSample struct {
+	at      time.Time
+	open    []uint64
+	onError []uint64
+}
+
+func watchCircuits(t *testing.T, f *fleet) *circuitWatch {
+	w := &circuitWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s := circuitSample{at: time.Now()}
+			for _, e := range f.members {
+				o, _ := e.Stat("wasmcustom.sluice.global.circuit_open")
+				n, _ := e.Stat("wasmcustom.sluice.on_error.allowed")
+				s.open, s.onError = append(s.open, o), append(s.onError, n)
+			}
+			w.mu.Lock()
+			w.samples = append(w.samples, s)
+			w.mu.Unlock()
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(w.end)
+	return w
+}
+
+func (w *circuitWatch) end() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// quietFor says whether the samples of the last d (at least d of them)
+// show every member with no circuit open and no on_error decision.
+func (w *circuitWatch) quietFor(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.samples)
+	if n < 2 || time.Since(w.samples[0].at) < d {
+		return false
+	}
+	for i := n - 1; i > 0 && time.Since(w.samples[i].at) <= d; i-- {
+		for m, o := range w.samples[i].open {
+			if o > 0 || w.samples[i].onError[m] > w.samples[i-1].onError[m] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// lastOnError returns, per member, the last time after since at which a
+// sample showed a worker's circuit open or on_error deciding (its counter
+// grew since the previous sample), as a duration after since (0: never).
+func (w *circuitWatch) lastOnError(since time.Time) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last []time.Duration
+	for i, s := range w.samples {
+		if last == nil {
+			last = make([]time.Duration, len(s.open))
+		}
+		for m := range s.open {
+			grew := i > 0 && s.onError[m] > w.samples[i-1].onError[m]
+			if s.at.After(since) && (s.open[m] > 0 || grew) {
+				last[m] = s.at.Sub(since)
+			}
+		}
+	}
+	return last
 }

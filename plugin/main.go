@@ -73,16 +73,15 @@ type pluginContext struct {
 	metrics *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
-	// a rejection's body, the request's header map.
-	tick    ticker
-	logs    logLimits
-	census  censusWorker
-	queue   waitingStreams
-	problem problemBody
-	pairs   headerPairs
-	// redirectNext: the stream that just ended was redirected internally by
-	// Envoy; the next request this worker decides is that redirect.
-	redirectNext bool
+	// a rejection's body, the request's header map, Envoy's internal
+	// redirects.
+	tick     ticker
+	logs     logLimits
+	census   censusWorker
+	queue    waitingStreams
+	problem  problemBody
+	pairs    headerPairs
+	redirect redirects
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -108,6 +107,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.engine.RoundEnded = p.logRound
 	p.census = newCensusWorker(seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt()))
 	p.metrics = newMetrics(cfg)
+	p.metrics.owner = p.census.id()
 	tickMS := uint32(1000)
 	if cfg.HasGlobal() {
 		p.rls = newRLSCaller(cfg.Global.Cluster, p.id)
@@ -321,9 +321,12 @@ type httpContext struct {
 	// responded: the response's headers came through this filter.
 	responded bool
 	// shared: a call to the rate-limit service refers to the context
-	// (Pending.Ctx) and may look for it after the stream ends, so it is
-	// never reused for another stream.
+	// (Pending.Ctx, a held response's resume) and may look for it after
+	// the stream ends, so it is never reused for another stream.
 	shared bool
+	// heldResponse: the response waits for the service to count its
+	// charge (cost.go).
+	heldResponse bool
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -340,15 +343,18 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	now := nowNanos()
 	p.engine.HoldsFull = p.held.len() >= maxHeld
 	p.pairs.reset() // read again by the first header key (HeaderFields)
-	if p.redirectNext {
+	carried, next := p.redirect.take()
+	if next {
 		// Envoy's internal redirect of the request whose stream just ended
 		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
 		// Envoy sets on a redirect and strips from clients' requests.
-		p.redirectNext = false
 		_, p.engine.Redirected = h.Header("x-envoy-original-url")
 	}
 	h.verdict = p.pools.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
+	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
+		h.verdict.Carry(carried)
+	}
 	h.decided = true
 	v := h.verdict
 	h.sent = now + int64(v.Delay)
@@ -415,7 +421,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if len(h.verdict.Slots) > 0 {
 		h.sample(nowNanos(), true)
 	}
-	h.settle()
+	held := h.settle()
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
@@ -426,12 +432,20 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if endOfStream {
 		h.responseDone()
 	}
+	if held {
+		// The client learns of this response only once the service has
+		// counted its charge (engine.SettleHeld).
+		return types.ActionPause
+	}
 	return types.ActionContinue
 }
 
 func (h *httpContext) OnHttpResponseBody(_ int, endOfStream bool) types.Action {
 	if endOfStream {
 		h.responseDone()
+	}
+	if h.heldResponse {
+		return types.ActionPause // buffered until the charge is counted
 	}
 	return types.ActionContinue
 }
@@ -519,7 +533,11 @@ func (h *httpContext) end() {
 	// the stream ends without a response, and the filter chain runs at once,
 	// on this worker, for the new request, the same request of the client,
 	// charged here already (it is decided without a charge).
-	p.redirectNext = forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect"
+	if forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect" {
+		p.redirect.set(true, p.engine.Redirecting(h.verdict))
+	} else {
+		p.redirect.set(false, engine.Carried{})
+	}
 	if len(h.verdict.Slots) > 0 {
 		now := nowNanos()
 		h.sample(now, false)

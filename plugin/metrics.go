@@ -18,10 +18,10 @@ type metrics struct {
 	rules     []ruleMetrics
 	last      engine.Stats
 	lastTable engine.TableStats
-	heldLast  int64
-	slotsLast int64
-	waitLast  int64
-	global    struct {
+	// owner identifies this worker in the record of workers (gauges.go).
+	owner   uint64
+	workers workerTable
+	global  struct {
 		exempt, onErrorAllowed, onErrorDenied                 counter
 		casRetries, casExhausted, overflow, full, storeErrors counter
 		releaseErrors, chargeErrors                           counter
@@ -35,9 +35,8 @@ type metrics struct {
 // fleetMetrics are the counters of global rules: sluice.global.<name>.
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
-	chargeCalls, lostAnswers, granted                                                                counter
+	chargeCalls, lostAnswers, granted, heldResponses                                                 counter
 	circuitOpen                                                                                      gauge
-	open                                                                                             bool
 }
 
 type ruleMetrics struct {
@@ -192,6 +191,7 @@ func newFleetMetrics() *fleetMetrics {
 	f.chargeCalls = defineCounter("sluice.global.charge_calls")
 	f.lostAnswers = defineCounter("sluice.global.lost_answers")
 	f.granted = defineCounter("sluice.global.granted")
+	f.heldResponses = defineCounter("sluice.global.held_responses")
 	f.circuitOpen = defineGauge("sluice.global.circuit_open")
 	return f
 }
@@ -205,17 +205,25 @@ func addDelta(c counter, now uint64, last *uint64) {
 
 // retire takes this worker's share out of the process-wide gauges (slots
 // held, waiting, held requests, open circuits) when its plugin context
-// ends (a configuration update drains it): each worker adds its changes
-// to them, and a worker that ends without this would leave its last count
-// there for good. The caller flushes first.
+// ends (a configuration update drains it), at once rather than after
+// workerStale. The caller flushes first.
 func (m *metrics) retire() {
-	m.global.slots.Add(-m.slotsLast)
-	m.global.waiting.Add(-m.waitLast)
-	m.global.held.Add(-m.heldLast)
-	m.slotsLast, m.waitLast, m.heldLast = 0, 0, 0
-	if f := m.fleet; f != nil && f.open {
-		f.circuitOpen.Add(-1)
-		f.open = false
+	m.publishWorker(workerCounts{}, true)
+}
+
+// publishWorker writes this worker's counts into the record of workers
+// (remove: takes them out) and sets the process-wide gauges to the sums
+// over the live workers (gauges.go).
+func (m *metrics) publishWorker(mine workerCounts, remove bool) {
+	sum, ok := m.workers.publish(sharedData{}, m.owner, nowNanos(), mine, remove)
+	if !ok {
+		return
+	}
+	setGauge(m.global.slots, sum[0])
+	setGauge(m.global.waiting, sum[1])
+	setGauge(m.global.held, sum[2])
+	if f := m.fleet; f != nil {
+		setGauge(f.circuitOpen, sum[3])
 	}
 }
 
@@ -225,17 +233,6 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	}
 	addDelta(m.global.releaseErrors, e.Stats.ReleaseErrors, &m.last.ReleaseErrors)
 	addDelta(m.global.chargeErrors, e.Stats.ChargeErrors, &m.last.ChargeErrors)
-	// Process-wide gauges: each worker adds its change. The slots of a
-	// worker that vanished stay in slots_held (they leave shared data
-	// within 2 s).
-	if n := e.HeldSlots(); n != m.slotsLast {
-		m.global.slots.Add(n - m.slotsLast)
-		m.slotsLast = n
-	}
-	if n := int64(e.Waiting()); n != m.waitLast {
-		m.global.waiting.Add(n - m.waitLast)
-		m.waitLast = n
-	}
 	g := &m.global
 	addDelta(g.exempt, e.Stats.Exempt, &m.last.Exempt)
 	addDelta(g.onErrorAllowed, e.Stats.OnErrorAllowed, &m.last.OnErrorAllowed)
@@ -246,12 +243,15 @@ func (m *metrics) flush(e *engine.Engine, held int) {
 	addDelta(g.overflow, ts.Overflow, &lt.Overflow)
 	addDelta(g.full, ts.Full, &lt.Full)
 	addDelta(g.storeErrors, ts.StoreErrors, &lt.StoreErrors)
+	mine := workerCounts{e.HeldSlots(), int64(e.Waiting()), int64(held), 0}
 	if m.fleet != nil {
 		m.flushFleet(e)
+		if e.CircuitOpen() {
+			mine[3] = 1
+		}
 	}
-	// The held-requests gauge is process-wide: each worker adds its change.
-	g.held.Add(int64(held) - m.heldLast)
-	m.heldLast = int64(held)
+	// Process-wide gauges: the sums over the live workers.
+	m.publishWorker(mine, false)
 }
 
 // flushRule publishes rule i's counters (the increments since the last
@@ -295,15 +295,7 @@ func (m *metrics) flushFleet(e *engine.Engine) {
 	addDelta(f.chargeCalls, cur.ChargeCalls, &last.ChargeCalls)
 	addDelta(f.lostAnswers, cur.LostAnswers, &last.LostAnswers)
 	addDelta(f.granted, cur.Granted, &last.Granted)
-	// Workers whose circuit is open, process-wide: each adds its change.
-	if open := e.CircuitOpen(); open != f.open {
-		f.open = open
-		if open {
-			f.circuitOpen.Add(1)
-		} else {
-			f.circuitOpen.Add(-1)
-		}
-	}
+	addDelta(f.heldResponses, cur.HeldResponses, &last.HeldResponses)
 }
 
 // flushSlots publishes the in-flight gauges of concurrency rule i (nothing

@@ -14,6 +14,7 @@ import (
 // ticker is the worker's tick: its period and when the counters were last
 // published.
 type ticker struct {
+	_         [0]func() // not comparable: no equality function in the module
 	ms        uint32
 	lastFlush int64
 }
@@ -74,6 +75,10 @@ type censusWorker struct {
 }
 
 func newCensusWorker(owner uint64) censusWorker { return censusWorker{owner: owner} }
+
+// id is this worker's identity (also in the record of workers' gauge
+// counts, gauges.go).
+func (c *censusWorker) id() uint64 { return c.owner }
 
 // step counts a fifth of t's keys at now when this worker holds the lease;
 // done says a complete census is ready (n states, counts).
@@ -163,4 +168,25 @@ func (m *headerPairs) fields(name string) (string, int) {
 		m.b, m.read = getRequestHeaderPairs(), true
 	}
 	return headerFields(m.b, name)
+}
+
+// redirects follows Envoy's internal redirects: the stream that just ended
+// was redirected by Envoy itself (next), and the next request this worker
+// decides is that redirect; carried are the ended request's global charges
+// after the response, settled on the redirect's response.
+type redirects struct {
+	next    bool
+	carried engine.Carried
+}
+
+// set records whether the stream that just ended was redirected (next),
+// with what it carries.
+func (r *redirects) set(next bool, c engine.Carried) { *r = redirects{next: next, carried: c} }
+
+// take returns and forgets what set recorded: every decision takes it, so
+// that only the decision right after the redirected stream's end sees it.
+func (r *redirects) take() (engine.Carried, bool) {
+	c, next := r.carried, r.next
+	*r = redirects{}
+	return c, next
 }

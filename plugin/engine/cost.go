@@ -124,6 +124,32 @@ func (l *postList) at(i int) *PostCharge {
 // upstream's response headers arrive (call Settle then).
 func (v *Verdict) ChargesAfterResponse() bool { return v.post.n > 0 }
 
+// Carried is what a request leaves for Envoy's internal redirect of it
+// (Redirecting): its global rules' charges after the response.
+type Carried struct{ post postList }
+
+// Redirecting returns v's global charges after the response: v's stream
+// ended without a response because Envoy follows the upstream's redirect
+// itself, and the next decision (Redirected) is that redirect, which its
+// global rules do not charge again: the deposits taken for v are settled
+// on the redirect's response (Carry).
+func (e *Engine) Redirecting(v *Verdict) (c Carried) {
+	for i := 0; i < v.post.n; i++ {
+		if pc := v.post.at(i); e.cfg.Rules[pc.rule].Global {
+			c.post.add(*pc)
+		}
+	}
+	return c
+}
+
+// Carry adds what the request v redirects left (Redirecting) to v's
+// charges after the response.
+func (v *Verdict) Carry(c Carried) {
+	for i := 0; i < c.post.n; i++ {
+		v.post.add(*c.post.at(i))
+	}
+}
+
 // DropCharges forgets v's charges after the response: the response did not
 // come from the upstream (Envoy answered itself), so nothing is charged.
 func (v *Verdict) DropCharges() { v.post = postList{} }
@@ -217,7 +243,11 @@ func (e *Engine) countPost(v *Verdict) {
 // upstream's response headers are here (resp reads them, ":status"
 // included), and updates the numbers the headers report. It charges once:
 // the charges are forgotten.
-func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
+func (e *Engine) Settle(v *Verdict, resp Request, now int64) { e.settle(v, resp, now, nil) }
+
+// settle is Settle; sc, when not nil, gathers the debt calls the response
+// waits for (SettleHeld).
+func (e *Engine) settle(v *Verdict, resp Request, now int64, sc *settling) {
 	status := uint32(0)
 	haveStatus := false
 	for i := 0; i < v.post.n; i++ {
@@ -232,7 +262,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 			if !r.Cost.ChargesStatus(status) {
 				if r.Global {
 					e.costs.Learn(c.rule, r.Name, 0)
-					e.debitGlobal(c, 0, now)
+					e.debitGlobal(c, 0, now, sc)
 				}
 				continue
 			}
@@ -245,7 +275,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 		e.Stats.Rules[c.rule].Charged += uint64(n)
 		if r.Global {
 			e.costs.Learn(c.rule, r.Name, n)
-			e.debitGlobal(c, n, now)
+			e.debitGlobal(c, n, now, sc)
 			continue
 		}
 		d, _, err := e.table.Update(Debit, c.fp, c.rule, &r.Limit, now, n, 0)
@@ -268,7 +298,7 @@ func (e *Engine) Settle(v *Verdict, resp Request, now int64) {
 // taken from: the service counted them there, and a later window's lease
 // holds only hits counted in that window (giving them there would admit
 // more than the service counted).
-func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
+func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64, sc *settling) {
 	r := &e.cfg.Rules[c.rule]
 	w := r.Limit.Window()
 	end := lease.WindowEnd(now, w)
@@ -304,15 +334,15 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64) {
 	if err != nil {
 		owed = extra
 	}
-	e.owe(c, owed)
+	e.owe(c, owed, sc)
 }
 
 // owe records that c's client owes the service hits (a charge the lease
 // could not cover) and sends them at once when it can (sendDebt);
 // otherwise they wait for the client's next call or the tick.
-func (e *Engine) owe(c *PostCharge, hits uint32) {
+func (e *Engine) owe(c *PostCharge, hits uint32, sc *settling) {
 	if d := e.keepOwed(c, hits); d != nil && e.link.Ready() && !e.CircuitOpen() {
-		e.sendDebt(d) // if it is not sent, the tick sends it
+		e.sendDebt(d, sc) // if it is not sent, the tick sends it
 	}
 }
 
@@ -351,7 +381,7 @@ func (e *Engine) sendCharges(now int64) {
 		return
 	}
 	// A debt that could not be sent stays owed for the next tick.
-	e.debts.Each(func(d *debt) { e.sendDebt(d) })
+	e.debts.Each(func(d *debt) { e.sendDebt(d, nil) })
 }
 
 // DetachedCaller is a Caller that can send a call no request waits for
@@ -363,7 +393,7 @@ type DetachedCaller = global.DetachedCaller
 // tells whether the client is now over its limit: its lease is then
 // exhausted until the window ends, so this Envoy refuses it at once. It
 // reports whether the call was sent (the debt is then paid).
-func (e *Engine) sendDebt(d *debt) bool {
+func (e *Engine) sendDebt(d *debt, sc *settling) bool {
 	key := d.Key()
 	r := &e.cfg.Rules[key.Rule]
 	unit, _ := rls.UnitOf(r.Limit.Window())
@@ -375,7 +405,14 @@ func (e *Engine) sendDebt(d *debt) bool {
 		Hits:    d.Hits(),
 	}
 	ref, hits, fp, rule, w := PostCharge{rule: key.Rule, fp: key.FP, desc: d.Desc()}, d.Hits(), key.FP, key.Rule, r.Limit.Window()
-	err := e.link.Send(e.cfg.Global.Cluster, &req, debtTimeout, true, func(resp rls.Response, err error) {
+	// A response held for this call (SettleHeld) waits at most the time
+	// a request waits for the service.
+	h, timeout := sc.hold(), debtTimeout
+	if h != nil {
+		timeout = e.cfg.Global.Timeout
+	}
+	err := e.link.Send(e.cfg.Global.Cluster, &req, timeout, true, func(resp rls.Response, err error) {
+		defer h.answered()
 		if err != nil {
 			e.Global.CallFailures++
 			e.keepOwed(&ref, hits) // for the next tick
@@ -394,6 +431,9 @@ func (e *Engine) sendDebt(d *debt) bool {
 	if err != nil {
 		e.Global.CallFailures++
 		return false
+	}
+	if h != nil {
+		h.n++
 	}
 	e.Global.Calls++
 	e.Global.ChargeCalls++

@@ -81,6 +81,31 @@ func (f *costFleet) decide(wk *costWorker, c string) Verdict {
 	return v
 }
 
+// slowDebts makes the service count a debt's call d after it was sent,
+// later than the lease calls sent meanwhile (slowDebtService).
+func (f *costFleet) slowDebts(d time.Duration) {
+	svc := &slowDebtService{delayedService: f.svc, debtDelay: d}
+	for _, wk := range f.workers {
+		wk.e.SetGlobal(svc, func(p *Pending, v *Verdict) { wk.decided[p] = *v })
+	}
+}
+
+// settleHeld settles v's response on wk as the plugin does: a response
+// held for its debt reaches the client (the test goes on) only once the
+// service has answered the debt's call.
+func (f *costFleet) settleHeld(wk *costWorker, v *Verdict, r Request) {
+	resumed := false
+	if !wk.e.SettleHeld(v, r, f.now, func() { resumed = true }) {
+		return
+	}
+	for ms := 0; !resumed; ms++ {
+		if ms > 1000 {
+			f.t.Fatal("a held response was never let go")
+		}
+		f.advance(time.Millisecond)
+	}
+}
+
 func (f *costFleet) counted() uint32 {
 	var n uint32
 	for _, c := range f.svc.counts {
@@ -93,7 +118,9 @@ const costFleetDoc = `{"rules":[{"name":"g","scope":"global","limit":%d,"window"
 	"cost":{"response_header":"x-used","max":%d}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`
 
 // Requests one after another (each sent once the previous response has
-// arrived), on workers of 3 and of 50 Envoys picked at random, each costing
+// arrived, held until the service counted its debt as the plugin does;
+// the service counts debts 3 ms after lease calls sent meanwhile), on
+// workers of 3 and of 50 Envoys picked at random, each costing
 // the same: in every window the requests admitted are charged at most
 // limit + max - 1, and (3 Envoys) at least the limit less two requests'
 // cost (8 of 10 admitted), or (50 Envoys) 90% of it. The first window
@@ -109,6 +136,7 @@ func TestCostGlobalSequentialWithinBound(t *testing.T) {
 		name := fmt.Sprintf("%dx%d limit %d cost %d max %d", c.envoys, c.perEnvoy, c.limit, c.cost, c.max)
 		t.Run(name, func(t *testing.T) {
 			f := newCostFleet(t, fmt.Sprintf(costFleetDoc, c.limit, "1s", c.max), c.envoys, c.perEnvoy, uint32(c.limit), time.Second, uint64(c.limit+c.cost))
+			f.slowDebts(3 * time.Millisecond)
 			rng := rand.New(rand.NewPCG(uint64(c.envoys), uint64(c.cost)))
 			charged := map[int64]int64{} // per window: what its admitted requests cost
 			admitted := map[int64]int{}
@@ -121,7 +149,7 @@ func TestCostGlobalSequentialWithinBound(t *testing.T) {
 				}
 				win := f.now / int64(time.Second)
 				f.advance(time.Duration(rng.IntN(3)) * time.Millisecond) // the upstream
-				wk.e.Settle(&v, resp("200", "x-used", itoa(int(c.cost))), f.now)
+				f.settleHeld(wk, &v, resp("200", "x-used", itoa(int(c.cost))))
 				charged[win] += c.cost
 				admitted[win]++
 			}

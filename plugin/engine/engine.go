@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine/global"
+	"github.com/sluicehq/sluice/plugin/engine/match"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -166,9 +167,10 @@ type charge struct {
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
-	cfg     *config.Config
-	pathBuf []byte // config.CleanPath's scratch
-	foldBuf []byte // config.AppendFold's
+	cfg *config.Config
+	// matcher finds the rules that apply to a request (package match
+	// owns its buffers and the matched rules).
+	matcher match.Matcher
 	table   *Table
 	seed    uint64
 	Stats   Stats
@@ -189,8 +191,8 @@ type Engine struct {
 	HoldsFull bool
 	// Redirected: the request being decided is Envoy's internal redirect of
 	// one this worker admitted (the plugin sets it for one decision). Its
-	// local rules charged at admission were charged for the first request:
-	// they decide it without charging it again.
+	// local rules charged at admission and its global rules were charged
+	// for the first request: they decide it without charging it again.
 	Redirected bool
 	// tracer, when set, is told each step of a request's route (trace.go).
 	tracer Tracer
@@ -200,12 +202,9 @@ type Engine struct {
 	RoundEnded func(i int, prev, next limit.Gauge)
 }
 
-// localRules is what a decision keeps between rules: which matched, what
-// each charged (refunded if a later rule rejects), the key being built.
+// localRules is what a decision keeps between rules: what each charged
+// (refunded if a later rule rejects), the key being built.
 type localRules struct {
-	needs   needs
-	index   *config.Index
-	matched []int
 	charged []charge
 	keyBuf  []byte
 	// kept are the reservations given back (Unhold, a waiter's or a
@@ -236,13 +235,13 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 		panic("engine.New: nil clock")
 	}
 	e := &Engine{
-		Now:   now,
-		cfg:   cfg,
-		table: NewTable(store, Regions(cfg)),
-		seed:  seed,
-		Stats: Stats{Rules: make([]RuleStats, len(cfg.Rules))},
+		Now:     now,
+		matcher: match.New(cfg),
+		cfg:     cfg,
+		table:   NewTable(store, Regions(cfg)),
+		seed:    seed,
+		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
 		localRules: localRules{
-			matched: make([]int, 0, len(cfg.Rules)),
 			charged: make([]charge, 0, len(cfg.Rules)),
 			keyBuf:  make([]byte, 0, 256),
 		},
@@ -262,10 +261,6 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
 		},
 		classRules: newClassRules(cfg),
-	}
-	e.needs = needsOf(cfg)
-	if e.index = cfg.Index; e.index == nil {
-		e.index = config.BuildIndex(cfg)
 	}
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
@@ -388,7 +383,7 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 func (e *Engine) Decide(req Request, now int64) Verdict {
 	v := Verdict{measured: now} // the rate rules' numbers are now's
 	ri := e.matchRules(req)
-	if len(e.matched) == 0 {
+	if len(e.matcher.Matched()) == 0 {
 		return v
 	}
 	e.traceMatched()
@@ -448,10 +443,16 @@ func (e *Engine) exempt(ri *requestInfo) bool {
 // aside the concurrency (e.pending) and global (e.globals) rules for
 // later phases. It returns the index of the rule that rejected, or -1.
 func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
-	for _, i := range e.matched {
+	for _, i := range e.matcher.Matched() {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, ri)
 		if r.Global {
+			if e.Redirected {
+				// The request this redirect follows took its hit (the
+				// service counted it): not asked again, only reported.
+				e.reportRedirected(v, r, i, fp, now)
+				continue
+			}
 			// Global rules are decided after every local rule admitted the
 			// request: a call is made only for requests that can pass.
 			// The client's key bytes are kept (in a reused buffer) for the
@@ -638,7 +639,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	// it, a charge comes back at once.
 	e.refundCharges(e.charged, now)
 	after := false
-	for _, i := range e.matched {
+	for _, i := range e.matcher.Matched() {
 		if i == rejected {
 			after = true
 			continue

@@ -43,7 +43,7 @@ import (
 // worker's circuit opens: requests that need a call are decided by
 // on_error at once without waiting, and the worker's tick sends probe calls
 // (no request waits for them) after a back-off that doubles from 100ms to
-// 500ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
+// 250ms; a probe's answer closes the circuit. Leases already held keep serving meanwhile (their hits were
 // counted by the service before the failure). Only the service's failures
 // open the circuit: a call whose answer Envoy drops (the stream that sent
 // it ended) leaves its other requests to on_error at the next tick, and a
@@ -163,6 +163,9 @@ type GlobalStats struct {
 	// the deposits its requests took (one per request without a cost),
 	// what its Envoy holds in leases or lost with them.
 	Granted uint64
+	// HeldResponses are responses held until the service answered the
+	// charge their lease could not cover (SettleHeld).
+	HeldResponses uint64
 }
 
 const (
@@ -464,6 +467,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
 	e.ctxOwner = nil // the tick runs in the root context
+	e.peerRecovered(now)
 	if e.link.ProbeDue(now) {
 		e.probe(now)
 	}
@@ -540,7 +544,7 @@ func (e *Engine) forget(in *inflight) {
 // failCall counts a failure of the service (in's call failed or could not
 // be sent) and leaves the decision on in's waiters to on_error.
 func (e *Engine) failCall(in *inflight, err error, now int64) {
-	e.link.Failed(now)
+	e.link.FailedCall(in.sentAt, now)
 	r := &e.cfg.Rules[in.ref.rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
@@ -564,11 +568,12 @@ func (e *Engine) probe(now int64) {
 	}
 	e.Global.Probes++
 	err := e.link.Send(g.Cluster, &req, g.Timeout, false, func(resp rls.Response, err error) {
+		t := e.now()
 		if err != nil {
-			e.link.Failed(e.now())
+			e.link.FailedCall(now, t)
 			return
 		}
-		e.link.Succeeded()
+		e.answered(e.link.Succeeded(t), t)
 	})
 	if err != nil {
 		e.link.Failed(now)
@@ -608,9 +613,27 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 			p.verdict.post.add(pc)
 		} else if g.cost > int64(dep) { // a cost over the rule's limit
 			e.Stats.Rules[g.rule].Charged += uint64(g.cost) - uint64(dep)
-			e.debitGlobal(&pc, g.cost, now)
+			e.debitGlobal(&pc, g.cost, now, nil)
 		}
 	}
+	reportLease(&p.verdict, r, st, now, end)
+}
+
+// reportRedirected puts global rule r's numbers for client fp into v for
+// an internal redirect, which is not charged (the request it follows was):
+// the lease is read, not taken from. A lease that cannot be read (the
+// rule's share is full) reports nothing.
+func (e *Engine) reportRedirected(v *Verdict, r *config.Rule, i int, fp uint64, now int64) {
+	end := lease.WindowEnd(now, r.Limit.Window())
+	st, err := e.table.Lease(fp, i, now, end, func(*lease.State) bool { return false })
+	if err == nil {
+		reportLease(v, r, &st, now, end)
+	}
+}
+
+// reportLease makes global rule r's numbers from its lease st (window
+// ending at end) v's, if they are the tightest.
+func reportLease(v *Verdict, r *config.Rule, st *lease.State, now, end int64) {
 	rem := int64(st.Tokens)
 	if st.Known {
 		rem += int64(st.Remaining)
@@ -619,7 +642,6 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	}
 	rem = min(rem, r.Limit.Limit()-1)
 	reset := time.Duration(end - now)
-	v := &p.verdict
 	if v.Report == nil || rem < v.Remaining || (rem == v.Remaining && reset > v.Reset) {
 		v.Report, v.Remaining, v.Reset, v.measured = r, rem, reset, now
 	}

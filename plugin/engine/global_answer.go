@@ -41,7 +41,7 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		e.failCall(in, err, now)
 		return
 	}
-	e.link.Answered(in.sentAt, now)
+	e.answered(e.link.Answered(in.sentAt, now), now)
 	if lease.WindowStart(in.callAt, w) != lease.WindowStart(now, w) {
 		// The answer crossed a window boundary: the service may have counted
 		// the hits in either window. Use none of them (under-admission, at

@@ -383,3 +383,161 @@ func TestGlobalCountsRequestsLetInFromAQueue(t *testing.T) {
 		t.Errorf("%d admitted, %d rejected of 8 (the global limit is 3, every request decided)", admitted, rejected)
 	}
 }
+
+// TestGlobalCircuitRecoversWithItsEnvoy: two workers of an Envoy (one
+// shared data) open their circuits while the service fails. The service
+// answers again; the first worker's probe gets through just after the
+// second worker's probe met a failure (a service that answers some calls
+// and fails others while it reconnects). The second worker closes
+// its circuit at its next tick, without waiting for a probe of its own
+// (whose back-off has grown), since the service answered after its last
+// failure; a worker whose last failure came after that answer stays open
+// and probes again at the shortest back-off.
+func TestGlobalCircuitRecoversWithItsEnvoy(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"g","scope":"global","limit":100,"window":"1m","key":["header:x-client"]}],
+		"global":{"cluster":"ratelimit","timeout":"50ms"},"on_error":"allow"}`)
+	store := newMemStore()
+	now := t0
+	svc := &fakeService{limit: 1000}
+	var workers []*Engine
+	for i := 0; i < 3; i++ {
+		e := New(cfg, store, 1, wallClock)
+		e.SetGlobal(svc, func(*Pending, *Verdict) {})
+		e.Now = func() int64 { return now }
+		workers = append(workers, e)
+	}
+	a, b, c := workers[0], workers[1], workers[2]
+	// The service fails: every worker's call fails, four times in a row
+	// (the back-off grows to its maximum).
+	svc.down = true
+	for round := 0; round < 4; round++ {
+		for _, e := range workers {
+			if round == 0 {
+				e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "x"), now)
+			} else {
+				e.Sweep(now)
+			}
+		}
+		svc.deliver()
+		now += int64(global.CircuitMaxBackoff)
+	}
+	for i, e := range workers {
+		if !e.CircuitOpen() {
+			t.Fatalf("worker %d: circuit closed while the service fails", i)
+		}
+	}
+	// b's probe meets a failure; c's probe is sent; the service answers
+	// a's probe; c's answer is a failure, after a's (a service that
+	// answers some calls and fails others while it reconnects).
+	b.Sweep(now)
+	svc.deliver()
+	now += int64(time.Millisecond)
+	c.Sweep(now)
+	now += int64(time.Millisecond)
+	a.Sweep(now)
+	if len(svc.pending) != 2 {
+		t.Fatalf("%d probes pending, want c's and a's", len(svc.pending))
+	}
+	cProbe, aProbe := svc.pending[0], svc.pending[1]
+	svc.pending = nil
+	svc.down = false
+	aProbe()
+	if a.CircuitOpen() {
+		t.Fatal("a: circuit open after its probe got through")
+	}
+	now += int64(time.Millisecond)
+	svc.down = true
+	cProbe()
+	if !b.CircuitOpen() || !c.CircuitOpen() {
+		t.Fatal("b or c closed by a failed probe")
+	}
+	// The next tick, long before b's back-off ends: b closes (the service
+	// answered a after b's last failure), c stays open (its failure came
+	// after).
+	now += int64(prefetchTick)
+	calls := len(svc.calls)
+	b.Sweep(now)
+	c.Sweep(now)
+	if b.CircuitOpen() {
+		t.Error("b: circuit still open after its Envoy's other worker was answered")
+	}
+	if !c.CircuitOpen() {
+		t.Error("c: circuit closed though it failed after the answer")
+	}
+	if len(svc.calls) != calls {
+		t.Errorf("%d probes sent before the back-off ended", len(svc.calls)-calls)
+	}
+	// c probes again at the shortest back-off (the service answers some
+	// calls), not the back-off it had grown to.
+	now += int64(global.CircuitMinBackoff)
+	c.Sweep(now)
+	if len(svc.calls) != calls+1 {
+		t.Errorf("c: %d probes at its shortest back-off, want 1", len(svc.calls)-calls)
+	}
+	svc.down = false
+	svc.deliver()
+	if c.CircuitOpen() {
+		t.Error("c: circuit open after its probe got through")
+	}
+	if v := b.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "y"), now); v.Outcome != Call {
+		t.Errorf("b after the recovery: %v, want a call to the service", v.Outcome)
+	}
+}
+
+// TestGlobalCircuitProbeNotStuck: a probe the service does not answer (its
+// call stuck until its timeout) does not keep the circuit open: another
+// probe goes after the longest back-off, the first answered closes it,
+// and the stuck one's late failure does not open it again.
+func TestGlobalCircuitProbeNotStuck(t *testing.T) {
+	e, svc, _, now := globalEngine(t, 100, "allow")
+	svc.down = true
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "a"), *now)
+	svc.deliver()
+	if !e.CircuitOpen() {
+		t.Fatal("circuit closed after a failure")
+	}
+	*now += int64(global.CircuitMinBackoff)
+	e.Sweep(*now)
+	if e.Global.Probes != 1 {
+		t.Fatalf("probes %d, want 1", e.Global.Probes)
+	}
+	stuck := svc.pending
+	svc.pending = nil
+	*now += int64(global.CircuitMaxBackoff) - int64(time.Millisecond)
+	e.Sweep(*now)
+	if e.Global.Probes != 1 {
+		t.Fatalf("a second probe before the first waited %v", global.CircuitMaxBackoff)
+	}
+	*now += int64(time.Millisecond)
+	e.Sweep(*now)
+	if e.Global.Probes != 2 {
+		t.Fatalf("probes %d: none sent while the first is stuck", e.Global.Probes)
+	}
+	svc.down = false
+	svc.deliver()
+	if e.CircuitOpen() {
+		t.Fatal("circuit open after the second probe was answered")
+	}
+	// The stuck probe fails at last (its timeout): sent before the
+	// service answered, it does not open the circuit again.
+	svc.down = true
+	*now += int64(10 * time.Millisecond)
+	for _, f := range stuck {
+		f()
+	}
+	if e.CircuitOpen() {
+		t.Error("the late failure of a probe sent before the answer opened the circuit")
+	}
+	// Calls sent after the answer that fail: the first, so soon after an
+	// answer, leaves it closed; the second opens it.
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "b"), *now)
+	svc.deliver()
+	if e.CircuitOpen() {
+		t.Error("one failure just after an answer opened the circuit")
+	}
+	e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "c"), *now)
+	svc.deliver()
+	if !e.CircuitOpen() {
+		t.Error("two failures in a row left the circuit closed")
+	}
+}

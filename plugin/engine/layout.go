@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"strconv"
 	"time"
 )
@@ -43,6 +44,18 @@ import (
 // newer layout, and decides the client where that layout keeps it (elsewhere,
 // forward), completing the move if needed, so both configurations share one
 // state.
+//
+// A worker's view of the record is renewed once a second (RenewLayouts),
+// but a worker of another configuration can start at any moment and make
+// its layout current. So a worker reads the record again before it gives
+// a client a fresh state (locate: a client without an active state in its
+// bucket) and once it has frozen a state to move it into its own layout
+// (markMoving), and before it takes back a frozen state in a newer layout
+// (newer): with a stale view, the two configurations created or kept the
+// client's state each in its own layout, two budgets (about one seed in
+// 4,000 of TestLayoutsUnderRandomInterleavings). What is left is a worker
+// of the other configuration adopting its layout and deciding the client
+// between this worker's read of the record and its write.
 
 // AdoptLayouts records each region's bucket count in shared data at now,
 // learning its previous one when the count changed. Every worker calls it
@@ -55,7 +68,7 @@ func (t *Table) AdoptLayouts(now int64) {
 }
 
 func (t *Table) adoptLayout(rg *region, now int64) {
-	key := rg.prefix + "n"
+	key := rg.recordKey
 	for attempt := 0; attempt < 4; attempt++ {
 		val, cas, found, err := t.store.Get(key)
 		if err != nil {
@@ -97,40 +110,61 @@ func (t *Table) adoptLayout(rg *region, now int64) {
 // pushes the record's "until" to a state's life ahead; a worker whose
 // layout is the current one re-reads until when the previous is read. When
 // the previous layout's last worker is gone, its states are read for one
-// more life, as after any change.
+// more life, as after any change. A third live layout (the record holds
+// two) decides the clients it does not hold in the current one; a client
+// it holds an active state of keeps it, and the current layout's tables,
+// which do not read this layout, give that client a second state until
+// the first expires.
 func (t *Table) RenewLayouts(now int64) {
 	for r := range t.regions {
-		rg := &t.regions[r]
-		key := rg.prefix + "n"
-		val, cas, found, err := t.store.Get(key)
-		if err != nil || !found || len(val) != 24 {
-			continue
-		}
-		cur, prev, until := getUint64(val[0:8]), getUint64(val[8:16]), int64(getUint64(val[16:24]))
-		rg.newer = 0
-		switch {
-		case cur == rg.buckets:
-			rg.prevBuckets, rg.prevUntil = prev, until
-		case prev == rg.buckets:
-			// Clients this table does not hold are decided in the newer
-			// layout; pulling states out of it into this one (the
-			// previous layout as this table adopted it) would only move
-			// them back and forth.
-			rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
-			if until-now >= int64(rg.life)*3/4 {
-				continue
-			}
-			// Renewed when a quarter of the life has passed: a write a
-			// few times per life, not every second for long lives. A
-			// CAS mismatch (another worker renewed, or a new layout was
-			// adopted) is left to the next call.
-			var b [24]byte
-			copy(b[:], val)
-			putUint64(b[16:24], uint64(now+int64(rg.life)))
-			_, _ = t.store.Set(key, b[:], cas)
-		}
+		t.renewLayout(&t.regions[r], now)
 	}
 }
+
+// renewLayout is RenewLayouts for region rg. Decisions call it too, where
+// a stale view would give a client two states (see the top of this file).
+func (t *Table) renewLayout(rg *region, now int64) {
+	key := rg.recordKey
+	val, cas, err := t.loadInto(key, 24, &t.record) // no garbage: decisions call it
+	if err != nil || cas == createCAS {
+		return
+	}
+	cur, prev, until := getUint64(val[0:8]), getUint64(val[8:16]), int64(getUint64(val[16:24]))
+	rg.newer = 0
+	switch {
+	case cur == rg.buckets:
+		rg.prevBuckets, rg.prevUntil = prev, until
+	case prev == rg.buckets:
+		// Clients this table does not hold are decided in the newer
+		// layout; pulling states out of it into this one (the
+		// previous layout as this table adopted it) would only move
+		// them back and forth.
+		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
+		if until-now >= int64(rg.life)*3/4 {
+			return
+		}
+		// Renewed when a quarter of the life has passed: a write a
+		// few times per life, not every second for long lives. A
+		// CAS mismatch (another worker renewed, or a new layout was
+		// adopted) is left to the next call.
+		var b [24]byte
+		copy(b[:], val)
+		putUint64(b[16:24], uint64(now+int64(rg.life)))
+		_, _ = t.store.Set(key, b[:], cas)
+	case cur != 0:
+		// A third live layout: the record holds two (one of two
+		// long-lived listeners reloaded with another share, its old
+		// workers draining). Clients this table does not hold are
+		// decided in the current layout, as by the previous one's
+		// tables; those it holds stay here until they expire (the
+		// current layout does not read this one).
+		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
+	}
+}
+
+// errStaleView: the table's view of the layouts was out of date; it is
+// renewed, and the client is to be looked for again (locate).
+var errStaleView = errors.New("sluice: layout view renewed")
 
 // movedFP marks the slot of client fp in its bucket of the previous layout
 // once its state is moving to its current bucket.
@@ -147,6 +181,10 @@ type prevSlot struct {
 	// stale: the destination slot is the client's own, expired (see
 	// clearStale).
 	stale bool
+	// rg is the region of a move out of its previous layout, at the time
+	// of the decision (see markMoving).
+	rg *region
+	at int64
 }
 
 // elsewhere looks for client sp.fp's state outside its current bucket,
@@ -202,7 +240,8 @@ func (rg *region) twoLayouts(now int64) bool {
 // it on one state. With no room there it reports
 // false and the client is decided here, as before.
 func (t *Table) newer(rg *region, sp *spot, now int64) (bool, error) {
-	b := jumpHash(sp.fp, rg.newer)
+	newer := rg.newer
+	b := jumpHash(sp.fp, newer)
 	if b == jumpHash(sp.fp, rg.buckets) {
 		return false, nil
 	}
@@ -215,7 +254,15 @@ func (t *Table) newer(rg *region, sp *spot, now int64) (bool, error) {
 	if m := findMoved(val, sp.fp, now); m >= 0 && !mine && (i < 0 || getUint64(val[i*slotSize:]) != sp.fp) {
 		// Frozen there by a move into this layout that never completed
 		// (this layout was current then, and its bucket had no room): the
-		// client's state, taken back as it is, as elsewhere does.
+		// client's state, taken back as it is, as elsewhere does. Or by
+		// a move under way, of a worker whose configuration started
+		// since this table renewed its view: this layout is current
+		// again, and the state is on its way here. The record says
+		// which: in the second case the client is looked for again with
+		// the view renewed (errStaleView), and joins that move.
+		if t.renewLayout(rg, now); rg.newer != newer {
+			return false, errStaleView
+		}
 		i = m
 		putUint64(val[m*slotSize:], sp.fp)
 	}
@@ -258,7 +305,7 @@ func (t *Table) previous(rg *region, sp *spot, dest int, now int64) (bool, error
 	case dest >= 0:
 		stale := getUint64(sp.val[dest*slotSize:]) == fp
 		sp.i = dest
-		sp.from = prevSlot{key: key, val: val, cas: cas, i: j, marked: marked, stale: stale}
+		sp.from = prevSlot{key: key, val: val, cas: cas, i: j, marked: marked, stale: stale, rg: rg, at: now}
 		copy(sp.slot(), val[j*slotSize:(j+1)*slotSize])
 		putUint64(sp.slot()[0:8], fp)
 	case marked:
@@ -276,7 +323,7 @@ func (t *Table) previous(rg *region, sp *spot, dest int, now int64) (bool, error
 // frozen state moves into on a write, else (full) the overflow state
 // (false, sp.i -1).
 func (t *Table) forward(rg *region, sp *spot, moved int, now int64) (ok, newer bool, err error) {
-	rec, _, found, err := t.store.Get(rg.prefix + "n")
+	rec, _, found, err := t.store.Get(rg.recordKey)
 	if err != nil || !found || len(rec) != 24 {
 		return false, false, err
 	}
@@ -367,6 +414,15 @@ func (t *Table) clearStale(sp *spot) (retry bool, err error) {
 
 // markMoving marks the old slot of sp's client as moving (movedFP) under
 // the CAS it was read with; retry: it changed meanwhile, read again.
+//
+// A move out of the previous layout is into this table's, which must
+// still be the record's current one once the state is frozen: a worker of
+// the other configuration that started since this table renewed its view
+// made its own layout current again, and it takes a frozen state whose
+// move it cannot see back where it is (elsewhere). So the record is read
+// after the mark; if it names another layout, the view is renewed and the
+// client looked for again (retry): it is decided where that layout keeps
+// it, the frozen state taken back there (newer) or already taken back.
 func (t *Table) markMoving(sp *spot) (retry bool, err error) {
 	f := &sp.from
 	putUint64(f.val[f.i*slotSize:], movedFP(sp.fp))
@@ -375,6 +431,11 @@ func (t *Table) markMoving(sp *spot) (retry bool, err error) {
 		return mismatch, err
 	}
 	f.marked = true
+	if f.rg != nil {
+		if t.renewLayout(f.rg, f.at); f.rg.newer != 0 {
+			return true, nil
+		}
+	}
 	return false, nil
 }
 

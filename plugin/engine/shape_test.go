@@ -28,10 +28,11 @@ func fieldsOf(t reflect.Type) (n int, names []string) {
 // its own package lowers it by what it took along (package global's Link
 // took the caller, the circuit, the round trip and the call buffer; the
 // route's tracer added one; Debts and Costs took the debts, their count
-// per rule and cap, and the cost averages).
+// per rule and cap, and the cost averages; match.Matcher took the path
+// buffers, what the rules need, the index and the matched rules).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 50
+	engineFieldsNow  = 46
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

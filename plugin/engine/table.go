@@ -88,6 +88,7 @@ type region struct {
 	prefix      string
 	buckets     uint64
 	overflowKey string
+	recordKey   string        // its layout record (layout.go)
 	life        time.Duration // the longest a state of the rule stays active
 	// prevBuckets is the region's bucket count before its share last
 	// changed, until prevUntil (0: none); see layout.go.
@@ -113,6 +114,7 @@ type Table struct {
 	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
 	oldKey  []byte           // the same two for a bucket of the previous layout
 	old     [BucketSize]byte
+	record  [BucketSize]byte // a layout record read by a decision (renewLayout)
 	Stats   TableStats
 	// Overflow counts, per region, the decisions made on its overflow state.
 	Overflow []uint64
@@ -140,7 +142,7 @@ func NewTable(store Store, regions []Region) *Table {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		t.starts = append(t.starts, t.total+len(t.starts))
 		p := "sluice.v2." + strconv.FormatUint(r.ID, 16) + "."
-		t.regions = append(t.regions, region{id: r.ID, spill: r.Spill, prefix: p, buckets: n, overflowKey: p + "o", life: r.Life})
+		t.regions = append(t.regions, region{id: r.ID, spill: r.Spill, prefix: p, buckets: n, overflowKey: p + "o", recordKey: p + "n", life: r.Life})
 		t.total += int(n)
 		if cap(t.key) < len(p)+20 {
 			t.key, t.oldKey = make([]byte, 0, len(p)+20), make([]byte, 0, len(p)+20)
@@ -259,13 +261,31 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 		return spot{}, err
 	}
 	sp := spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
-	if sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp && (active(val, sp.i, now) || !rg.twoLayouts(now)) {
+	own := sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp
+	if own && active(val, sp.i, now) {
+		return sp, nil
+	}
+	// The client has no active state in its bucket: it gets a fresh one
+	// unless another layout holds it. This table's view of the layouts is
+	// up to a second old (RenewLayouts), and a worker of another
+	// configuration that started meanwhile may be creating the client's
+	// state in its own layout now (two states, twice the budget): the
+	// record is read first. One read for a client without an active
+	// state, none for the others.
+	t.renewLayout(rg, now)
+	if own && !rg.twoLayouts(now) {
 		return sp, nil
 	}
 	// Not in its bucket: left elsewhere by a change of layout? (key and
 	// val stay valid: the other layout's bucket is read into other
 	// buffers.)
 	if ok, err := t.elsewhere(rg, &sp, now); err != nil || ok {
+		if err == errStaleView {
+			// Renewed: the view names another layout now (at most
+			// once more: the record is read only on a view naming a
+			// newer layout, which it no longer does).
+			return t.locate(fp, rule, now)
+		}
 		return sp, err
 	}
 	if rg.spill && t.pool != nil {

@@ -13,7 +13,7 @@ func (e *Engine) trace(s Step, rule int) {
 // traceMatched tells the tracer the rules that matched the request.
 func (e *Engine) traceMatched() {
 	if e.tracer != nil {
-		for _, i := range e.matched {
+		for _, i := range e.matcher.Matched() {
 			e.tracer.Step(StepMatch, i)
 		}
 	}

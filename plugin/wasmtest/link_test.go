@@ -27,16 +27,22 @@ import (
 // calls: about 23 KB): 3,540,231 bytes then. Raised for the engine's
 // subsystems as packages (match, global: each package's and type's
 // metadata; the code itself moved) and the plugin context's parts, on a
-// main that was already 3,553,497 bytes (adaptive stalls). Lowered when
-// parsing hashed a rule's identity from one buffer and methods, header
-// names and gRPC's content type were compared without strings.Map and
-// Unicode folding (about 22 KB less): 3,532,582 bytes then, plus about
-// 6 KB. A feature that needs more raises it on purpose, saying in the
-// commit what the bytes buy: every byte of static data is also copied into
-// each VM's linear memory, and so is a 320-byte slice of the runtime's
-// function lookup table for every function (docs/design/memory.md, "The
-// static data and the function count").
-const moduleCeiling = 3_539_000
+// main that was already 3,553,497 bytes (adaptive stalls): 3,554,482 bytes
+// then. Raised for responses held until the service counted their debt,
+// circuits that close with their Envoy and probes not blocked by a stuck
+// one (about 10 KB), and by 12 KB for internal redirects not charged again
+// by global rules (their numbers read from the lease: 6.8 KB), the layout
+// record read before a fresh state (2.1 KB) and the record of workers'
+// gauge counts (3.2 KB): 3,577,146 bytes then. Lowered when parsing hashed
+// a rule's identity from one buffer and methods, header names and gRPC's
+// content type were compared without strings.Map and Unicode folding
+// (about 21 KB less): 3,556,478 bytes then, plus about 6 KB. A feature that
+// needs more raises it on purpose, saying in the commit what the bytes buy:
+// every byte of static data is also copied into each VM's linear memory,
+// and so is a 320-byte slice of the runtime's function lookup table for
+// every function (docs/design/memory.md, "The static data and the function
+// count").
+const moduleCeiling = 3_563_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

@@ -20,6 +20,7 @@ type Key struct {
 // Debt is what a global rule's client owes the service on this worker:
 // hits charged after admission that its lease could not cover.
 type Debt struct {
+	_    [0]func() // not comparable: no equality function in the module
 	key  Key
 	desc string // the client's descriptor key at the service
 	hits uint32

@@ -53,26 +53,80 @@ func (l *Link) Ready() bool { return l.caller != nil }
 func (l *Link) Open() bool { return l.circuit.failures > 0 }
 
 // ProbeDue says whether the tick should send a probe at now (the circuit is
-// open, its back-off has passed and no probe is out).
+// open, its back-off has passed, and no probe is out or the one out has
+// waited CircuitMaxBackoff).
 func (l *Link) ProbeDue(now int64) bool { return l.circuit.probeDue(now) }
 
 // Failed counts a failure of the service at now: the circuit opens, or its
 // back-off doubles.
 func (l *Link) Failed(now int64) { l.circuit.failure(now) }
 
-// Succeeded closes the circuit: the service answered.
-func (l *Link) Succeeded() { l.circuit.success() }
+// FailedCall counts the failure, at now, of a call sent at sentAt. A call
+// sent before the service last answered (one stuck on a connection the
+// service has replaced since, failing at its timeout) does not open the
+// circuit again: the service answers.
+//
+// While closed, a single failure within toleranceWindow of an answer does
+// not open it either: a service that answers most calls and fails some
+// (reconnecting to Redis after a failover, one stale connection of its
+// pool at a time) decides more requests than a circuit that opens at each
+// of its failures and leaves every request to on_error until a probe. The
+// next failure before an answer opens it: a service that went down fails
+// the calls that follow as well.
+func (l *Link) FailedCall(sentAt, now int64) {
+	c := &l.circuit
+	if c.answeredAt > sentAt {
+		return
+	}
+	if c.failures == 0 && !c.tolerated && c.answeredAt > 0 && now-c.answeredAt < int64(toleranceWindow) {
+		c.tolerated = true
+		return
+	}
+	c.failure(now)
+}
+
+// toleranceWindow: how recent an answer lets one failure pass (see
+// FailedCall).
+const toleranceWindow = time.Second
+
+// Succeeded closes the circuit: the service answered at now. It reports
+// whether the circuit was open (the engine then tells the Envoy's other
+// workers).
+func (l *Link) Succeeded(now int64) bool {
+	was := l.Open()
+	l.circuit.answeredAt = max(l.circuit.answeredAt, now)
+	l.circuit.success()
+	return was
+}
+
+// PeerAnswered is told that another worker of the Envoy had an answer of
+// the service at at (now is the tick): the circuit closes if it opened
+// before that answer. When this worker failed after it, the service
+// answers some calls and fails others (it reconnects): the next probe
+// goes at the shortest back-off, not the one grown while it was down.
+func (l *Link) PeerAnswered(at, now int64) {
+	c := &l.circuit
+	switch {
+	case c.failures == 0:
+	case at > c.failedAt:
+		c.success()
+		c.answeredAt = max(c.answeredAt, at)
+	case now-at < int64(CircuitMaxBackoff):
+		c.openUntil = min(c.openUntil, c.failedAt+int64(CircuitMinBackoff))
+	}
+}
 
 // Answered closes the circuit and measures the round trip of a call sent
-// at sentAt and answered at now.
-func (l *Link) Answered(sentAt, now int64) {
-	l.circuit.success()
+// at sentAt and answered at now. It reports whether the circuit was open.
+func (l *Link) Answered(sentAt, now int64) bool {
+	was := l.Succeeded(now)
 	if d := now - sentAt; d > 0 {
 		if l.rtt == 0 {
 			l.rtt = d
 		}
 		l.rtt += (d - l.rtt) / 8
 	}
+	return was
 }
 
 // RTT is the service's measured round trip, InitialRTT before any.
@@ -102,29 +156,44 @@ type circuit struct {
 	failures  int
 	openUntil int64
 	probing   bool
+	// failedAt is the moment of the last failure (PeerAnswered); probeAt
+	// when the last probe was sent; answeredAt when the service last
+	// answered this worker (or, told by another, its Envoy).
+	failedAt, probeAt, answeredAt int64
+	// tolerated: one failure since the last answer left the circuit
+	// closed (FailedCall).
+	tolerated bool
 }
 
 // The circuit's back-off before a probe: it doubles with each failure
-// from CircuitMinBackoff up to CircuitMaxBackoff.
+// from CircuitMinBackoff up to CircuitMaxBackoff. Once the service answers
+// again a worker decides by on_error at most about CircuitMaxBackoff
+// longer (its next probe); while the service is down each worker sends it
+// at most 4 probes a second.
 const (
 	CircuitMinBackoff = 100 * time.Millisecond
-	CircuitMaxBackoff = 500 * time.Millisecond
+	CircuitMaxBackoff = 250 * time.Millisecond
 )
 
-// probeDue says whether the tick should send a probe at now.
+// probeDue says whether the tick should send a probe at now: once the
+// back-off has passed, and while a probe is out only once it has waited
+// CircuitMaxBackoff (a probe stuck on a connection the service has not yet
+// replaced must not keep the circuit open until its timeout; the first
+// probe answered closes it).
 func (c *circuit) probeDue(now int64) bool {
-	if c.failures == 0 || c.probing || now < c.openUntil {
+	if c.failures == 0 || now < c.openUntil || (c.probing && now-c.probeAt < int64(CircuitMaxBackoff)) {
 		return false
 	}
-	c.probing = true
+	c.probing, c.probeAt = true, now
 	return true
 }
 
-func (c *circuit) success() { c.failures, c.probing = 0, false }
+func (c *circuit) success() { c.failures, c.probing, c.tolerated = 0, false, false }
 
 func (c *circuit) failure(now int64) {
 	c.failures++
 	c.probing = false
+	c.failedAt = now
 	b := CircuitMinBackoff << min(c.failures-1, 10)
 	c.openUntil = now + int64(min(b, CircuitMaxBackoff))
 }

@@ -97,3 +97,50 @@ func TestLinkSend(t *testing.T) {
 		t.Fatalf("detached without CallDetached: %v, %d calls; want Call's error", err, plain.bodies)
 	}
 }
+
+// TestLinkRecovery: a probe out does not block the next beyond
+// CircuitMaxBackoff; a failure of a call sent before the last answer
+// leaves the circuit closed, so does one failure just after an answer
+// (the next opens it); another worker's answer after this one's last
+// failure closes it, one before it brings the next probe to the shortest
+// back-off.
+func TestLinkRecovery(t *testing.T) {
+	var l Link
+	now := int64(1e9)
+	for i := 0; i < 4; i++ {
+		l.Failed(now)
+	}
+	at := now + int64(CircuitMaxBackoff)
+	if !l.ProbeDue(at) || l.ProbeDue(at+int64(CircuitMaxBackoff)-1) || !l.ProbeDue(at+int64(CircuitMaxBackoff)) {
+		t.Fatal("a stuck probe: want the next one CircuitMaxBackoff later, not before")
+	}
+	answered := at + int64(CircuitMaxBackoff) + 1
+	if !l.Succeeded(answered) || l.Open() {
+		t.Fatal("an answer closes an open circuit and says it was open")
+	}
+	l.FailedCall(at, answered+1) // the stuck probe, sent before the answer
+	if l.Open() {
+		t.Fatal("the late failure of a call sent before the answer opened the circuit")
+	}
+	l.FailedCall(answered+2, answered+3)
+	if l.Open() {
+		t.Fatal("one failure just after an answer opened the circuit")
+	}
+	l.FailedCall(answered+3, answered+3)
+	if !l.Open() {
+		t.Fatal("a second failure without an answer between: the circuit stays closed")
+	}
+	// Another worker answered before this failure: the next probe at the
+	// shortest back-off.
+	l.Failed(answered + 4) // the back-off grows
+	failed := answered + 4
+	l.PeerAnswered(answered+3, failed+int64(time.Millisecond))
+	if !l.Open() || l.ProbeDue(failed+int64(CircuitMinBackoff)-1) || !l.ProbeDue(failed+int64(CircuitMinBackoff)) {
+		t.Fatal("a peer's answer before the last failure: want a probe at the shortest back-off")
+	}
+	// Another worker answered after it: closed.
+	l.PeerAnswered(failed+1, failed+2)
+	if l.Open() {
+		t.Fatal("a peer's answer after the last failure leaves the circuit open")
+	}
+}
