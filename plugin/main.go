@@ -63,14 +63,14 @@ func (p *pluginContext) retire() {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	id       uint32 // the plugin context's ID
-	retired  bool   // its context ended (retire)
-	engine   *engine.Engine
-	rls      *rlsCaller // global rules' calls (nil without global rules)
-	headers  engine.HeaderSet
-	held     heldQueue
-	verdicts verdictPool
-	metrics  *metrics
+	id      uint32 // the plugin context's ID
+	retired bool   // its context ended (retire)
+	engine  *engine.Engine
+	rls     *rlsCaller // global rules' calls (nil without global rules)
+	headers engine.HeaderSet
+	held    heldQueue
+	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
+	metrics *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
 	// a rejection's body, the request's header map, Envoy's internal
@@ -133,8 +133,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	h := p.verdicts.getContext()
-	*h = httpContext{id: contextID, plugin: p}
+	h := p.pools.streams.get()
+	h.id, h.plugin = contextID, p
 	return h
 }
 
@@ -200,7 +200,8 @@ func (p *pluginContext) pollQueues(now int64) {
 		switch v.Outcome {
 		case engine.Call:
 			// Its global rules wait for the rate-limit service (onDecided).
-			h.awaitCall(v.Pending)
+			h.pending = v.Pending
+			h.pending.Ctx, h.shared = h, true
 		case engine.Reject:
 			_ = p.reject(h, v, now)
 		case engine.Delay:
@@ -326,13 +327,13 @@ type httpContext struct {
 	sampled bool
 	// responded: the response's headers came through this filter.
 	responded bool
+	// shared: a call to the rate-limit service refers to the context
+	// (Pending.Ctx, a held response's resume) and may look for it after
+	// the stream ends, so it is never reused for another stream.
+	shared bool
 	// bodyless: the request's headers ended its stream (no body), so it
 	// is no gRPC call (reject).
 	bodyless bool
-	// shared: a pending call, a concurrency queue or a held response's
-	// charge refers to h, so it is not reused once its stream ends
-	// (verdictPool.putContext).
-	shared bool
 	// heldResponse: the response waits for the service to count its
 	// charge (cost.go).
 	heldResponse bool
@@ -360,7 +361,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 		// Envoy sets on a redirect and strips from clients' requests.
 		_, p.engine.Redirected = h.Header("x-envoy-original-url")
 	}
-	h.verdict = p.verdicts.get()
+	h.verdict = p.pools.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
 	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
 		h.verdict.Carry(carried)
@@ -377,7 +378,8 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	}
 	switch v.Outcome {
 	case engine.Call:
-		h.awaitCall(v.Pending)
+		h.pending = v.Pending
+		h.pending.Ctx, h.shared = h, true
 		return types.ActionPause
 	case engine.Queue:
 		p.queue.add(h)
@@ -511,12 +513,14 @@ func (h *httpContext) OnHttpStreamDone() {
 		// Nothing refers to the verdict any more: the held queue and the
 		// waiters know the stream by its id, a pending call has its own.
 		h.decided = false
-		h.plugin.verdicts.put(h.verdict)
+		h.plugin.pools.verdicts.put(h.verdict)
 		h.verdict = nil
 	}
-	// This is the stream's last callback (its context is deleted next):
-	// the next stream may reuse h.
-	h.plugin.verdicts.putContext(h)
+	if !h.shared {
+		// The SDK calls nothing of a stream after this callback, and the
+		// plugin knows it by its id (the held queue, the waiters).
+		h.plugin.pools.streams.put(h)
+	}
 }
 
 // end gives back what the decided stream h still holds.
@@ -550,14 +554,6 @@ func (h *httpContext) end() {
 		h.sample(now, false)
 		h.releaseSlots(now, true)
 	}
-}
-
-// awaitCall makes h wait for the rate-limit service's answer to pd
-// (onDecided). The call refers to h, so h is never reused.
-func (h *httpContext) awaitCall(pd *engine.Pending) {
-	h.pending = pd
-	pd.Ctx = h
-	h.shared = true
 }
 
 // StreamID implements engine.StreamRequest.

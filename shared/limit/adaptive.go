@@ -135,7 +135,10 @@ type Gauge struct {
 	// classes (0: not measured, a rule without classes: all of it). A
 	// backoff estimates the upstream's capacity from the requests really
 	// in flight: with only the lower classes sending, Limit × Use is what
-	// the latency was measured at (see backoff).
+	// the latency was measured at (see backoff). Only a Saturated round
+	// (one that used the limit or a class's cap) says that: in any other,
+	// a low Use is little demand, not the reserves' doing, and the round
+	// does not back off at all.
 	Use float64
 }
 
@@ -283,6 +286,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	if g.N < need && !early {
 		return EncodeGauge(g), g
 	}
+	g.Use = g.roundUse(now)
 	g = l.endRound(g)
 	g.N, g.Mean, g.Saturated, g.Use = 0, 0, false, 0
 	g.Round = msAt(now) & roundMask
@@ -290,6 +294,28 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		g.Round = 1 // 0 is a cold gauge's round
 	}
 	return EncodeGauge(g), g
+}
+
+// roundUse returns the share of the limit in flight while the round's
+// requests were out, for a rule whose priority classes measure Use (0
+// otherwise): the larger of Use, the mean share at their admissions, and
+// what Little's law says of the round ending at now (its N requests,
+// admitted from its start until about Mean before now, each out for Mean
+// on average). Admissions come when a slot has just freed, and a queue's
+// waiters are admitted in turns, so the share at admission is the low
+// point of the requests in flight, not what the latency was measured at;
+// taken for it, the backoff's estimate (see backoff) cuts the limit far
+// under the knee. A round shorter than twice its mean says nothing.
+func (g Gauge) roundUse(now int64) float64 {
+	if g.Use <= 0 || g.Round == 0 || g.Mean <= 0 {
+		return g.Use
+	}
+	span := time.Duration((msAt(now)-g.Round)&roundMask) * time.Millisecond
+	if span < 2*g.Mean {
+		return g.Use
+	}
+	little := float64(g.N) * float64(g.Mean) / float64(span-g.Mean/2) / g.Limit
+	return min(max(g.Use, little), 1)
 }
 
 // Completes reports whether the batch b completes g's round (as g was
@@ -537,16 +563,29 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	// again (see measured), crossing the knee once, instead of probing
 	// back up from a fraction of it, a quarter per round at most.
 	stalled := mean >= 2*g.Base
-	// The latency was measured at Limit × Use in flight (lower classes
-	// alone hold only part of the limit): the capacity estimate is from
-	// that, or the limit would settle at capacity / Use, and the reserve
-	// of the classes above would sit past the knee. The limit still
-	// halves at most (a stall is no estimate).
-	if g.Use > 0 && g.Use < 1 {
-		cut *= g.Use
+	if g.Use > 0 && !g.Saturated {
+		// A rule with classes whose round used neither its limit nor a
+		// class's cap: little demand, the rise is no queue the limit
+		// built (about one request in flight, latencies that vary by
+		// endpoint 2-25 ms, a round of a few samples reads 2x Base by
+		// the mix alone). Cutting would set the limit to the demand, not
+		// the capacity, and every class's cap to 1: the reserves would
+		// protect nothing. Base is measured afresh instead; a round that
+		// uses the limit backs off if the queue is real.
+		g.Measure, g.Warned = true, false
+		return g
 	}
 	if !g.SlowStart || stalled {
 		cut = max(cut, 0.5)
+	}
+	// The latency was measured at Limit × Use in flight (lower classes
+	// alone hold only part of the limit, the round used a class's cap):
+	// the capacity estimate is from that, or the limit would settle at
+	// capacity / Use, and the reserve of the classes above would sit
+	// past the knee. It halves the limit at most, as one backoff does (a
+	// stall is no estimate, and a round of a few samples is rough).
+	if g.Use > 0 && g.Use < 1 {
+		cut = max(cut*g.Use, min(cut, 0.5))
 	}
 	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled = true, false, false, 0, stalled
