@@ -63,14 +63,14 @@ func (p *pluginContext) retire() {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	id       uint32 // the plugin context's ID
-	retired  bool   // its context ended (retire)
-	engine   *engine.Engine
-	rls      *rlsCaller // global rules' calls (nil without global rules)
-	headers  engine.HeaderSet
-	held     heldQueue
-	verdicts verdictPool
-	metrics  *metrics
+	id      uint32 // the plugin context's ID
+	retired bool   // its context ended (retire)
+	engine  *engine.Engine
+	rls     *rlsCaller // global rules' calls (nil without global rules)
+	headers engine.HeaderSet
+	held    heldQueue
+	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
+	metrics *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
 	// a rejection's body, the request's header map, Envoy's internal
@@ -133,7 +133,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	return &httpContext{id: contextID, plugin: p}
+	h := p.pools.streams.get()
+	h.id, h.plugin = contextID, p
+	return h
 }
 
 // OnTick releases held requests whose time has come and, about once a
@@ -199,7 +201,7 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Call:
 			// Its global rules wait for the rate-limit service (onDecided).
 			h.pending = v.Pending
-			h.pending.Ctx = h
+			h.pending.Ctx, h.shared = h, true
 		case engine.Reject:
 			_ = p.reject(v, now)
 		case engine.Delay:
@@ -318,6 +320,10 @@ type httpContext struct {
 	sampled bool
 	// responded: the response's headers came through this filter.
 	responded bool
+	// shared: a call to the rate-limit service refers to the context
+	// (Pending.Ctx, a held response's resume) and may look for it after
+	// the stream ends, so it is never reused for another stream.
+	shared bool
 	// heldResponse: the response waits for the service to count its
 	// charge (cost.go).
 	heldResponse bool
@@ -344,7 +350,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		// Envoy sets on a redirect and strips from clients' requests.
 		_, p.engine.Redirected = h.Header("x-envoy-original-url")
 	}
-	h.verdict = p.verdicts.get()
+	h.verdict = p.pools.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
 	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
 		h.verdict.Carry(carried)
@@ -362,7 +368,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	switch v.Outcome {
 	case engine.Call:
 		h.pending = v.Pending
-		h.pending.Ctx = h
+		h.pending.Ctx, h.shared = h, true
 		return types.ActionPause
 	case engine.Queue:
 		p.queue.add(h)
@@ -491,15 +497,19 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.plugin.engine.CancelPending(h.pending, nowNanos())
 		h.pending = nil
 	}
-	if !h.decided {
-		return
+	if h.decided {
+		h.end()
+		// Nothing refers to the verdict any more: the held queue and the
+		// waiters know the stream by its id, a pending call has its own.
+		h.decided = false
+		h.plugin.pools.verdicts.put(h.verdict)
+		h.verdict = nil
 	}
-	h.end()
-	// Nothing refers to the verdict any more: the held queue and the
-	// waiters know the stream by its id, a pending call has its own.
-	h.decided = false
-	h.plugin.verdicts.put(h.verdict)
-	h.verdict = nil
+	if !h.shared {
+		// The SDK calls nothing of a stream after this callback, and the
+		// plugin knows it by its id (the held queue, the waiters).
+		h.plugin.pools.streams.put(h)
+	}
 }
 
 // end gives back what the decided stream h still holds.

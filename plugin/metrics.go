@@ -76,7 +76,7 @@ type (
 )
 
 func newMetrics(cfg *config.Config) *metrics {
-	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}
+	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}, rules: make([]ruleMetrics, 0, len(cfg.Rules))}
 	var other ruleMetrics
 	if cfg.OtherMetrics {
 		other = newOtherMetrics()

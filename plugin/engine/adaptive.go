@@ -117,13 +117,13 @@ type adaptiveRules struct {
 //
 //   - A stall (the loop late by more than it usually is: a worker not
 //     scheduled for a while on a busy machine) drops the samples of the
-//     requests that were out during it (lateWindows): a forwarded request
-//     waits for the loop more than once (the upstream connection, the
-//     request's write, the response's read), so no correction of one
-//     sample can say how much of its latency was the stall. The stall is
-//     seen on the response path as soon as the loop runs again (the tick
-//     is overdue: it fires after the answers read in the same turn of the
-//     loop), or by the tick itself.
+//     requests that were out during it (Sample, see noteStall): a
+//     forwarded request waits for the loop more than once (the upstream
+//     connection, the request's write, the response's read), so no
+//     correction of one sample can say how much of its latency was the
+//     stall. The stall is seen on the response path as soon as the loop
+//     runs again (the tick is overdue: it fires after the answers read in
+//     the same turn of the loop), or by the tick itself.
 //   - The loop's usual lateness: Sample takes the recent mean of it
 //     (MaxLoopLag at most) out of each latency, leaving at least a
 //     quarter, but no more than the last tick's lateness: the mean
@@ -135,6 +135,9 @@ type loopLag struct {
 	period int64 // ns: the tick period
 	mean   int64 // ns: the mean lateness of recent ticks
 	last   int64 // ns: the last tick's lateness
+	// stallFrom is when the last stall seen began (the due time of the
+	// tick it held up), stallBy how late over its usual the loop was.
+	stallFrom, stallBy int64
 }
 
 // MaxLoopLag bounds how late a tick counts: later than that is a stall (a
@@ -150,7 +153,7 @@ func (e *Engine) Ticked(now int64, period time.Duration) {
 	l := &e.loop
 	if l.done > 0 && period > 0 {
 		l.period = int64(period)
-		e.lateWindows(now)
+		e.noteStall(now)
 		late := min(max(now-l.done-int64(period), 0), int64(MaxLoopLag))
 		l.mean += (late - l.mean) / 4
 		l.last = late
@@ -164,29 +167,38 @@ func (e *Engine) TickDone(now int64) { e.loop.done = now }
 // loopLag).
 func (e *Engine) LoopLag() time.Duration { return time.Duration(min(e.loop.mean, e.loop.last)) }
 
-// lateWindows drops, when this worker's loop is late at now by more than
-// it usually is (the tick due at done+period has not run yet, or runs
-// now), the sample windows of the requests that were out since the tick
-// was due, for every adaptive rule whose latency that stall could move
-// (see stallFor).
-func (e *Engine) lateWindows(now int64) {
+// noteStall notes a stall when this worker's loop is late at now by
+// more than it usually is: the tick due at done+period has not run yet,
+// or runs now. The requests forwarded by then and answered since were
+// out during it (see Sample).
+func (e *Engine) noteStall(now int64) {
 	l := &e.loop
 	if l.done <= 0 || l.period <= 0 {
 		return
 	}
 	due := l.done + l.period
-	over := time.Duration(now - due - l.mean)
-	if over < minStall {
+	over := now - due - l.mean
+	if over < int64(minStall) {
 		return
 	}
-	for _, lr := range e.learners {
-		if over >= stallFor(lr.g) && lr.inFlight > 0 {
-			e.Stats.LateWindows += uint64(lr.smp.Late(due, now))
-		}
+	if due != l.stallFrom {
+		l.stallFrom, l.stallBy = due, over
+	}
+	l.stallBy = max(l.stallBy, over)
+}
+
+// lateWindows drops l's sample windows of the requests out during the
+// last stall, when a request forwarded at fwd was one of them (answered
+// at now, after the stall began) and the stall could move the latency l
+// learns (see stallFor).
+func (e *Engine) lateWindows(l *learner, fwd, now int64) {
+	st := &e.loop
+	if st.stallFrom > 0 && fwd <= st.stallFrom && now >= st.stallFrom && time.Duration(st.stallBy) >= stallFor(l.g) {
+		e.Stats.LateWindows += uint64(l.smp.Late(st.stallFrom, now))
 	}
 }
 
-// minStall is the shortest stall lateWindows looks for (the lateness of
+// minStall is the shortest stall noteStall looks for (the lateness of
 // a busy but running loop is a few milliseconds, and counted in the
 // mean).
 const minStall = 2 * time.Millisecond
@@ -418,7 +430,8 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		if l == nil {
 			continue
 		}
-		e.lateWindows(now)
+		e.noteStall(now)
+		e.lateWindows(l, max(sent, s.Since), now)
 		lat := time.Duration(now - max(sent, s.Since))
 		lat -= min(e.LoopLag(), lat*3/4)
 		counts := kind == SampleResponse || (l.g.Base > 0 && float64(lat) > float64(l.g.Base)*(1+limit.Tolerance))

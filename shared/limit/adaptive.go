@@ -283,6 +283,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	if g.N < need && !early {
 		return EncodeGauge(g), g
 	}
+	g.Use = g.roundUse(now)
 	g = l.endRound(g)
 	g.N, g.Mean, g.Saturated, g.Use = 0, 0, false, 0
 	g.Round = msAt(now) & roundMask
@@ -290,6 +291,28 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		g.Round = 1 // 0 is a cold gauge's round
 	}
 	return EncodeGauge(g), g
+}
+
+// roundUse returns the share of the limit in flight while the round's
+// requests were out, for a rule whose priority classes measure Use (0
+// otherwise): the larger of Use, the mean share at their admissions, and
+// what Little's law says of the round ending at now (its N requests,
+// admitted from its start until about Mean before now, each out for Mean
+// on average). Admissions come when a slot has just freed, and a queue's
+// waiters are admitted in turns, so the share at admission is the low
+// point of the requests in flight, not what the latency was measured at;
+// taken for it, the backoff's estimate (see backoff) cuts the limit far
+// under the knee. A round shorter than twice its mean says nothing.
+func (g Gauge) roundUse(now int64) float64 {
+	if g.Use <= 0 || g.Round == 0 || g.Mean <= 0 {
+		return g.Use
+	}
+	span := time.Duration((msAt(now)-g.Round)&roundMask) * time.Millisecond
+	if span < 2*g.Mean {
+		return g.Use
+	}
+	little := float64(g.N) * float64(g.Mean) / float64(span-g.Mean/2) / g.Limit
+	return min(max(g.Use, little), 1)
 }
 
 // Completes reports whether the batch b completes g's round (as g was
