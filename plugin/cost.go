@@ -26,6 +26,9 @@ func (h *httpContext) settle() bool {
 		c.stream = h.id
 		defer func() { c.stream = 0 }()
 	}
+	// The engine keeps h.resumeResponse for the charge's answer, which
+	// may come after the stream ended: h is not reused (streamPool).
+	h.shared = true
 	h.heldResponse = h.plugin.engine.SettleHeld(h.verdict, responseHeaders{}, nowNanos(), h.resumeResponse)
 	return h.heldResponse
 }

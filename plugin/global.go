@@ -90,7 +90,7 @@ func (p *pluginContext) onDecided(pd *engine.Pending, v *engine.Verdict) {
 	}
 	switch v.Outcome {
 	case engine.Reject:
-		if err := p.reject(h.verdict, now); err != nil {
+		if err := p.reject(h, h.verdict, now); err != nil {
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	case engine.Delay:

@@ -33,7 +33,7 @@ func getRouteName() []byte {
 	return b
 }
 
-func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
+func sendLocalResponse(status uint32, headers [][2]string, body []byte, _ *[]byte, _ bool) error {
 	return proxywasm.SendHttpResponse(status, headers, body, -1)
 }
 

@@ -86,18 +86,20 @@ func getRouteName() []byte {
 	return unsafe.Slice(ret, size)
 }
 
-// localResponseBuf is reused by every local response of this VM (the host
-// copies the headers during the call).
-var localResponseBuf []byte
-
 // sendLocalResponse answers the request with status, headers and body.
-func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
-	localResponseBuf = appendHeaderMap(localResponseBuf[:0], headers)
+// The headers are encoded into *enc, a buffer the caller reuses (the host
+// copies them during the call); same says that *enc holds their encoding
+// already, from the caller's last local response.
+func sendLocalResponse(status uint32, headers [][2]string, body []byte, enc *[]byte, same bool) error {
+	if !same || len(*enc) == 0 {
+		*enc = appendHeaderMap((*enc)[:0], headers)
+	}
+	b := *enc
 	var bp *byte
 	if len(body) > 0 {
 		bp = &body[0]
 	}
-	st := proxySendLocalResponse(status, nil, 0, bp, int32(len(body)), &localResponseBuf[0], int32(len(localResponseBuf)), -1)
+	st := proxySendLocalResponse(status, nil, 0, bp, int32(len(body)), &b[0], int32(len(b)), -1)
 	if st != 0 {
 		return types.ErrorStatusBadArgument
 	}

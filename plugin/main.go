@@ -63,14 +63,14 @@ func (p *pluginContext) retire() {
 // pluginContext is one configured instance of the filter on one worker.
 type pluginContext struct {
 	types.DefaultPluginContext
-	id       uint32 // the plugin context's ID
-	retired  bool   // its context ended (retire)
-	engine   *engine.Engine
-	rls      *rlsCaller // global rules' calls (nil without global rules)
-	headers  engine.HeaderSet
-	held     heldQueue
-	verdicts verdictPool
-	metrics  *metrics
+	id      uint32 // the plugin context's ID
+	retired bool   // its context ended (retire)
+	engine  *engine.Engine
+	rls     *rlsCaller // global rules' calls (nil without global rules)
+	headers engine.HeaderSet
+	held    heldQueue
+	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
+	metrics *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
 	// a rejection's body, the request's header map, Envoy's internal
@@ -133,7 +133,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
-	return &httpContext{id: contextID, plugin: p}
+	h := p.pools.streams.get()
+	h.id, h.plugin = contextID, p
+	return h
 }
 
 // OnTick releases held requests whose time has come and, about once a
@@ -199,9 +201,9 @@ func (p *pluginContext) pollQueues(now int64) {
 		case engine.Call:
 			// Its global rules wait for the rate-limit service (onDecided).
 			h.pending = v.Pending
-			h.pending.Ctx = h
+			h.pending.Ctx, h.shared = h, true
 		case engine.Reject:
-			_ = p.reject(v, now)
+			_ = p.reject(h, v, now)
 		case engine.Delay:
 			// A rate rule also delays it: hold it for what is left.
 			if rest := v.Delay - ev.Waited; rest > 0 {
@@ -233,21 +235,28 @@ func (p *pluginContext) giveBack(v *engine.Verdict, now int64) {
 	v.Slots = nil
 }
 
-// reject answers the current stream with the rejection v: its filter
+// reject answers the current stream h with the rejection v: its filter
 // state for the access log, its headers and body (and gRPC's retry
 // pushback for a gRPC call), a rate-limited log line, the configured
 // status.
-func (p *pluginContext) reject(v *engine.Verdict, now int64) error {
+func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) error {
 	p.tell(v)
-	p.headers.Build(v, p.engine.Config().Headers, true)
-	body, ctype := p.rejectionBody(v)
-	p.headers.Add(header.ContentType, ctype)
-	// A refused gRPC call: one more host call, on the reject path only.
-	if ct, err := proxywasm.GetHttpRequestHeader("content-type"); err == nil && header.IsGRPC(ct) {
-		p.headers.AddPushback(v.RetryAfter)
+	cfg := p.engine.Config()
+	// A refused gRPC call: one more host call, on the reject path only,
+	// and only for a request with a body. A unary gRPC call always has
+	// one (its message, in DATA frames after the headers), so a request
+	// whose headers ended the stream (a GET, most of what a flood sends)
+	// costs no read. The one gRPC call without a body, a streaming call
+	// closed before its first message, is refused without the pushback
+	// (Retry-After still says when).
+	pushback := false
+	if !h.bodyless {
+		ct, err := proxywasm.GetHttpRequestHeader("content-type")
+		pushback = err == nil && header.IsGRPC(ct)
 	}
 	p.logRejection(v, now)
-	return sendLocalResponse(p.engine.Config().Status, p.headers.List(), body)
+	headers, enc, same := p.problem.headers(cfg, v, pushback)
+	return sendLocalResponse(cfg.Status, headers, p.rejectionBody(v), enc, same)
 }
 
 // logRejection logs a rejection at debug level, at most once a second per
@@ -318,12 +327,19 @@ type httpContext struct {
 	sampled bool
 	// responded: the response's headers came through this filter.
 	responded bool
+	// shared: a call to the rate-limit service refers to the context
+	// (Pending.Ctx, a held response's resume) and may look for it after
+	// the stream ends, so it is never reused for another stream.
+	shared bool
+	// bodyless: the request's headers ended its stream (no body), so it
+	// is no gRPC call (reject).
+	bodyless bool
 	// heldResponse: the response waits for the service to count its
 	// charge (cost.go).
 	heldResponse bool
 }
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
 	// A bug must never take traffic down with it: a panic lets the request
 	// through and is logged, instead of trapping the VM.
 	defer func() {
@@ -335,6 +351,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	}()
 	p := h.plugin
 	now := nowNanos()
+	h.bodyless = endOfStream
 	p.engine.HoldsFull = p.held.len() >= maxHeld
 	p.pairs.reset() // read again by the first header key (HeaderFields)
 	carried, next := p.redirect.take()
@@ -344,7 +361,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		// Envoy sets on a redirect and strips from clients' requests.
 		_, p.engine.Redirected = h.Header("x-envoy-original-url")
 	}
-	h.verdict = p.verdicts.get()
+	h.verdict = p.pools.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
 	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
 		h.verdict.Carry(carried)
@@ -362,13 +379,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	switch v.Outcome {
 	case engine.Call:
 		h.pending = v.Pending
-		h.pending.Ctx = h
+		h.pending.Ctx, h.shared = h, true
 		return types.ActionPause
 	case engine.Queue:
 		p.queue.add(h)
 		return types.ActionPause
 	case engine.Reject:
-		if err := p.reject(v, now); err != nil {
+		if err := p.reject(h, v, now); err != nil {
 			proxywasm.LogError(sprintf.Sprintf("sluice: cannot send the rejection: %v", err))
 			return types.ActionContinue
 		}
@@ -402,7 +419,7 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 	if v.Delayer != nil {
 		v.Report = v.Delayer
 	}
-	_ = p.reject(v, now)
+	_ = p.reject(h, v, now)
 	return false
 }
 
@@ -491,15 +508,19 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.plugin.engine.CancelPending(h.pending, nowNanos())
 		h.pending = nil
 	}
-	if !h.decided {
-		return
+	if h.decided {
+		h.end()
+		// Nothing refers to the verdict any more: the held queue and the
+		// waiters know the stream by its id, a pending call has its own.
+		h.decided = false
+		h.plugin.pools.verdicts.put(h.verdict)
+		h.verdict = nil
 	}
-	h.end()
-	// Nothing refers to the verdict any more: the held queue and the
-	// waiters know the stream by its id, a pending call has its own.
-	h.decided = false
-	h.plugin.verdicts.put(h.verdict)
-	h.verdict = nil
+	if !h.shared {
+		// The SDK calls nothing of a stream after this callback, and the
+		// plugin knows it by its id (the held queue, the waiters).
+		h.plugin.pools.streams.put(h)
+	}
 }
 
 // end gives back what the decided stream h still holds.

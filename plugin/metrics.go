@@ -76,7 +76,7 @@ type (
 )
 
 func newMetrics(cfg *config.Config) *metrics {
-	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}}
+	m := &metrics{last: engine.Stats{Rules: make([]engine.RuleStats, len(cfg.Rules))}, rules: make([]ruleMetrics, 0, len(cfg.Rules))}
 	var other ruleMetrics
 	if cfg.OtherMetrics {
 		other = newOtherMetrics()
@@ -308,9 +308,13 @@ func (m *metrics) flushSlots(e *engine.Engine, i int) {
 	// Read from shared data now, not as this worker last saw them: the
 	// gauges are process-wide, and an idle worker would otherwise put back
 	// the figures of the burst it last saw after every release elsewhere.
-	n, q := e.LastSlots(i, e.Now())
-	setGauge(rm.inFlight, n)
-	setGauge(rm.queued, q)
+	if e.SlotsKnown(i) {
+		// An idle worker (it never saw the rule's slots) has no figures:
+		// zeros from it would flap the gauges of the busy ones.
+		n, q := e.LastSlots(i, e.Now())
+		setGauge(rm.inFlight, n)
+		setGauge(rm.queued, q)
+	}
 	for k := range rm.classes {
 		c := &rm.classes[k]
 		if n, q, ok := e.ClassSlots(i, k); ok {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
 )
@@ -46,14 +47,56 @@ func (p *pluginContext) tell(v *engine.Verdict) {
 	}
 }
 
-// rejectionBody returns the body of v's rejection and its content type,
-// built in a buffer the next rejection reuses (the host copies it).
-func (p *pluginContext) rejectionBody(v *engine.Verdict) ([]byte, string) {
+// rejectionBody returns the body of v's rejection, built in a buffer the
+// next rejection reuses (the host copies it).
+func (p *pluginContext) rejectionBody(v *engine.Verdict) []byte {
 	cfg := p.engine.Config()
 	if cfg.TextBody {
-		return textBody, header.TextContentType
+		return textBody
 	}
-	return p.problem.build(cfg, v), header.ProblemContentType
+	return p.problem.build(cfg, v)
 }
 
 var textBody = []byte(header.TextBody)
+
+// headers returns the headers of v's rejection under cfg (with gRPC's
+// retry pushback when pushback), the buffer for their encoding, and
+// whether that buffer holds it already: they are the last rejection's
+// when what they say is the same (rejectKey).
+func (b *problemBody) headers(cfg *config.Config, v *engine.Verdict, pushback bool) ([][2]string, *[]byte, bool) {
+	k := rejectKeyOf(v)
+	if !pushback && b.key == k {
+		return b.hdrs.List(), &b.encoded, true
+	}
+	b.hdrs.Build(v, cfg.Headers, true)
+	if cfg.TextBody {
+		b.hdrs.Add(header.ContentType, header.TextContentType)
+	} else {
+		b.hdrs.Add(header.ContentType, header.ProblemContentType)
+	}
+	if pushback {
+		b.hdrs.AddPushback(v.RetryAfter)
+		k = rejectKey{} // its milliseconds change with every request
+	}
+	b.key = k
+	return b.hdrs.List(), &b.encoded, false
+}
+
+// rejectKey is what a rejection's headers say (engine.HeaderSet.Build with
+// rejected set): the rules they name, and their numbers as the headers
+// write them (whole seconds). Two rejections with equal keys have the same
+// headers; the zero key is no rejection (Retry-After is at least 1).
+type rejectKey struct {
+	report, shadow            *config.Rule
+	reportLimit, remaining    int64
+	retry, reset, shadowRetry int64
+}
+
+func rejectKeyOf(v *engine.Verdict) rejectKey {
+	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
+		retry: header.RetryAfterSeconds(v.RetryAfter), reset: header.CeilSeconds(v.Reset)}
+	if v.Shadow != nil {
+		k.shadowRetry = header.RetryAfterSeconds(v.ShadowRetryAfter)
+	}
+	return k
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -112,7 +113,10 @@ func (w *waitingStreams) enable() {
 func (w *waitingStreams) enabled() bool { return w.on }
 
 // add records h as waiting.
-func (w *waitingStreams) add(h *httpContext) { w.byID[h.id] = h }
+func (w *waitingStreams) add(h *httpContext) {
+	w.byID[h.id] = h
+	h.shared = true // never reused: the queue refers to it
+}
 
 // take returns the waiting stream id (nil: not ours any more) and forgets it.
 func (w *waitingStreams) take(id uint32) *httpContext {
@@ -136,17 +140,32 @@ func (w *waitingStreams) poll(e *engine.Engine, now int64) []engine.ConcEvent {
 	return w.events
 }
 
-// problemBody builds a rejection's body in buffers the next rejection
-// reuses (the host copies it).
+// problemBody builds a rejection's body and headers in buffers the next
+// rejection reuses (the host copies them). Both depend only on the rules
+// that refused and the whole seconds they say, which most rejections of a
+// flood share with the one before: the last ones are kept and sent again
+// while those are the same (headers: why.go).
 type problemBody struct {
-	body  []byte
-	names []string
+	body      []byte
+	names     []string
+	bodyNames []string // the rules body names
+	bodySecs  int64    // and its Retry-After
+	// the last rejection's headers, their encoding and what they say
+	// (the zero key: nothing to reuse)
+	hdrs    engine.HeaderSet
+	encoded []byte
+	key     rejectKey
 }
 
 // build returns the problem+json body of v's rejection under cfg.
 func (b *problemBody) build(cfg *config.Config, v *engine.Verdict) []byte {
 	b.names = v.ViolatedNames(cfg, b.names[:0])
-	b.body = header.AppendProblem(b.body[:0], int(cfg.Status), b.names, v.RetryAfter)
+	secs := header.RetryAfterSeconds(v.RetryAfter)
+	if len(b.body) == 0 || secs != b.bodySecs || !slices.Equal(b.names, b.bodyNames) {
+		b.body = header.AppendProblem(b.body[:0], int(cfg.Status), b.names, v.RetryAfter)
+		b.bodySecs = secs
+		b.bodyNames = append(b.bodyNames[:0], b.names...)
+	}
 	return b.body
 }
 

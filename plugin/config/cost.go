@@ -116,7 +116,7 @@ func costHeader(field string, raw *jsonlite.Value) (string, error) {
 	if name == "" || name[0] == ':' || !validHeaderName(name) {
 		return "", errf(field, "%q is not an HTTP header name", s)
 	}
-	return strings.ToLower(name), nil
+	return lowerASCII(name), nil
 }
 
 // onStatus reads the list of charged statuses: distinct HTTP statuses.

@@ -130,3 +130,31 @@ func appendUpperRune(dst []byte, r rune) []byte {
 	}
 	return dst
 }
+
+// upperString is strings.ToUpper (Unicode's simple mapping per rune,
+// invalid UTF-8 as U+FFFD) without linking strings.Map: methods are
+// upper-cased with the unicode tables the path folding links anyway.
+func upperString(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if 'a' <= r && r <= 'z' {
+			r -= 'a' - 'A'
+		} else if r >= utf8.RuneSelf {
+			r = unicode.ToUpper(r)
+		}
+		b = utf8.AppendRune(b, r)
+	}
+	return string(b)
+}
+
+// lowerASCII lower-cases ASCII letters: for header names, which
+// validHeaderName has checked are ASCII.
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

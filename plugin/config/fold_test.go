@@ -177,3 +177,22 @@ func FuzzFold(f *testing.F) {
 		}
 	})
 }
+
+// TestUpperStringIsToUpper compares upperString with strings.ToUpper,
+// invalid UTF-8 and the runes whose upper case is longer included.
+func TestUpperStringIsToUpper(t *testing.T) {
+	cases := []string{"", "get", "Post", "pURGE", "méthode", "poſt", "ǆ", "ﬀ", "ß", "ı", "\xff\xfeget", "a\xc3", "ⓐⓑ", "ꞔ", "\U0001e922"}
+	for r := rune(0); r < 0x20000; r += 7 {
+		cases = append(cases, "x"+string(r)+"y")
+	}
+	for _, s := range cases {
+		if got, want := upperString(s), strings.ToUpper(s); got != want {
+			t.Errorf("upperString(%q) = %q, strings.ToUpper %q", s, got, want)
+		}
+	}
+	for _, s := range []string{"X-Cost", "x-cost", "Content-TYPE", "a1~!#$%&'*+-.^_`|"} {
+		if got, want := lowerASCII(s), strings.ToLower(s); got != want {
+			t.Errorf("lowerASCII(%q) = %q, strings.ToLower %q", s, got, want)
+		}
+	}
+}

@@ -102,7 +102,7 @@ func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
 			return errf(field+".methods", "must be a list of strings")
 		}
 		for i, x := range m.Methods {
-			up := strings.ToUpper(strings.TrimSpace(x))
+			up := upperString(strings.TrimSpace(x))
 			if up == "" || strings.ContainsAny(up, " \t\r\n") {
 				return errf(sprintf.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
 			}

@@ -282,7 +282,7 @@ func parseKeyPart(field, s string) (KeyPart, error) {
 		if name == "" || name == ":" || !validHeaderName(name) {
 			return KeyPart{}, errf(field, "%q: header name is empty or not a valid HTTP header name", s)
 		}
-		return KeyPart{Kind: KeyHeader, Header: strings.ToLower(name)}, nil
+		return KeyPart{Kind: KeyHeader, Header: lowerASCII(name)}, nil
 	}
 	return KeyPart{}, errf(field, "%q is not one of client_ip, path, method, header:<name>", s)
 }

@@ -23,6 +23,8 @@ type Census struct {
 	next   int
 	total  int
 	passes int
+	key    []byte           // the key being read
+	val    [BucketSize]byte // its value, read without garbage
 }
 
 // Step reads up to n keys of t and returns the current total.
@@ -33,8 +35,9 @@ func (c *Census) Step(t *Table, now int64, n int) (int, error) {
 	}
 	for k := 0; k < n; k++ {
 		i := c.next
-		key, r, _ := t.Key(i)
-		val, _, found, err := t.store.Get(key)
+		var r int
+		c.key, r, _ = t.appendKey(c.key[:0], i)
+		val, found, err := c.read(t.store, unsafeString(c.key))
 		if err != nil {
 			return c.total, err
 		}
@@ -58,6 +61,16 @@ func (c *Census) Step(t *Table, now int64, n int) (int, error) {
 		}
 	}
 	return c.total, nil
+}
+
+// read reads key's value into c.val when the store can.
+func (c *Census) read(store Store, key string) (val []byte, found bool, err error) {
+	if bs, ok := store.(BufferStore); ok {
+		val, _, found, err = bs.GetInto(key, c.val[:])
+	} else {
+		val, _, found, err = store.Get(key)
+	}
+	return val, found, err
 }
 
 // Rule returns the active states of region (rule) r as last counted.

@@ -235,6 +235,12 @@ func (e *Engine) ClassSlots(i, k int) (inFlight, queued int64, ok bool) {
 	return s[0], s[1], e.lastSlots[i].known
 }
 
+// SlotsKnown reports whether this worker has seen the slots of concurrency
+// rule i (an admission, a wait or a release of it): until then LastSlots
+// has nothing to say, and an idle worker must not publish its zeros over
+// the figures of the others.
+func (e *Engine) SlotsKnown(i int) bool { return e.lastSlots[i].known }
+
 // modifyClasses is Modify for a rule with classes: o.class's transition on
 // the key's classes ss (caps at the rule's limit). It reports whether ss
 // changed.
@@ -292,7 +298,11 @@ func (e *Engine) remaining(i int, lim *limit.Limit, inFlight int64) int64 {
 // noteUse counts, for an adaptive rule with classes, the share of the
 // limit lim in flight (inFlight, all classes) at an admission of key fp:
 // the Gauge estimates the upstream's capacity from what was really in
-// flight (see limit.Gauge.Use).
+// flight (see limit.Gauge.Use). An admission that fills its class's cap
+// (e.op.free, just decided) under the limit used the round's limit as far
+// as the reserves let it: the round is saturated, as a queued or refused
+// request makes it. The Gauge takes Use only from saturated rounds: in
+// any other, a low share is little demand, not the reserves' doing.
 func (e *Engine) noteUse(i int, fp uint64, inFlight int64, lim *limit.Limit) {
 	if e.cidx[i] < 0 || !IsAdaptive(&e.cfg.Rules[i]) {
 		return
@@ -300,5 +310,8 @@ func (e *Engine) noteUse(i int, fp uint64, inFlight int64, lim *limit.Limit) {
 	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
 		l.useSum += min(float64(inFlight)/float64(max(lim.Limit(), 1)), 1)
 		l.useN++
+		if e.op.free <= 0 {
+			l.smp.Ready.Saturated = true
+		}
 	}
 }

@@ -164,3 +164,28 @@ func TestClassSlotsLeaseDrop(t *testing.T) {
 		t.Fatal("a released login slot not free")
 	}
 }
+
+// An adaptive rule with classes: an admission that fills its class's cap
+// under the learnt limit marks the round saturated (the reserves, not the
+// demand, held the class back: the Gauge may take the round's share of
+// the limit in flight for the capacity estimate); admissions under the cap
+// do not (little demand says nothing of the capacity).
+func TestAdaptiveClassCapSaturatesTheRound(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+	// Cold: limit 4, the default class's cap 2.
+	v := e.Decide(req("/buy", "POST", "10.0.0.1:1"), t0)
+	if v.Outcome != Allow {
+		t.Fatalf("first buy: %+v", v)
+	}
+	l := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}]
+	if l == nil || l.g.Current() != 4 || l.smp.Ready.Saturated || l.useN != 1 {
+		t.Fatalf("learner after one buy under the cap: %+v", l)
+	}
+	if w := e.Decide(req("/buy", "POST", "10.0.0.2:1"), t0); w.Outcome != Allow || w.Slots[0].Saturated {
+		t.Fatalf("second buy: %+v", w)
+	}
+	if !l.smp.Ready.Saturated {
+		t.Error("a buy that filled the default class's cap (2 of 4) left the round unsaturated")
+	}
+}

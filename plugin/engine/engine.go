@@ -10,18 +10,12 @@ import (
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
-// Request gives the engine what it needs of one HTTP request. The plugin
-// implements it with proxy-wasm host calls, which cost microseconds each,
-// so the engine asks only for what the matching rules use, once.
-type Request interface {
-	// Header returns a request header (lower-case name; pseudo headers
-	// ":path" and ":method" included).
-	Header(name string) (string, bool)
-	// SourceAddress returns Envoy's source.address property ("ip:port"),
-	// valid until the next SourceAddress call (the plugin reads it into a
-	// reused buffer): it is parsed at once (ParseHostPort) and never kept.
-	SourceAddress() string
-}
+// Request gives the engine what it needs of one HTTP request: its headers
+// and Envoy's source.address (match.Request, where the methods are
+// described). The plugin implements it with proxy-wasm host calls, which
+// cost microseconds each, so the engine asks only for what the matching
+// rules use, once.
+type Request = match.Request
 
 // FieldsRequest is a Request that can tell how many fields of one name the
 // request has. A rule keyed by a header needs it: Envoy's

@@ -136,7 +136,8 @@ type TableStats struct {
 // holds (n-1)/SlotsPerBucket buckets (at least one) and its overflow state,
 // never more than n states: the shares are a hard bound.
 func NewTable(store Store, regions []Region) *Table {
-	t := &Table{store: store, Overflow: make([]uint64, len(regions))}
+	t := &Table{store: store, Overflow: make([]uint64, len(regions)),
+		starts: make([]int, 0, len(regions)), regions: make([]region, 0, len(regions))}
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		t.starts = append(t.starts, t.total+len(t.starts))
@@ -172,6 +173,14 @@ func (t *Table) RegionCapacity(r int) int { return int(t.regions[r].buckets)*Slo
 // (for the census): every region's buckets, then its overflow key. It
 // returns the region and whether the key is an overflow key.
 func (t *Table) Key(i int) (key string, r int, overflow bool) {
+	k, r, overflow := t.appendKey(nil, i)
+	return string(k), r, overflow
+}
+
+// appendKey is Key appending the key to dst: the census reads a fifth of
+// the table every second, and a string per key was most of a VM's
+// garbage.
+func (t *Table) appendKey(dst []byte, i int) ([]byte, int, bool) {
 	// Region r's entries start at r plus the buckets before it: a binary
 	// search, not a walk over a thousand regions per key.
 	lo, hi := 0, len(t.regions)
@@ -184,22 +193,22 @@ func (t *Table) Key(i int) (key string, r int, overflow bool) {
 		}
 	}
 	if i < 0 {
-		return "", -1, false
+		return dst, -1, false
 	}
 	if lo == len(t.regions) {
 		// Past the regions: the spill pool's buckets, as region
 		// len(regions) (their states are several rules').
 		j := i - t.total - len(t.regions)
 		if t.pool == nil || j >= int(t.pool.buckets) {
-			return "", -1, false
+			return dst, -1, false
 		}
-		return t.pool.prefix + strconv.Itoa(j), lo, false
+		return strconv.AppendInt(append(dst, t.pool.prefix...), int64(j), 10), lo, false
 	}
 	rg, j := &t.regions[lo], i-t.starts[lo]
 	if j < int(rg.buckets) {
-		return rg.prefix + strconv.Itoa(j), lo, false
+		return strconv.AppendInt(append(dst, rg.prefix...), int64(j), 10), lo, false
 	}
-	return rg.overflowKey, lo, true
+	return append(dst, rg.overflowKey...), lo, true
 }
 
 // Keys returns the number of entries of the enumeration of Key.

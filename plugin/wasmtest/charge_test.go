@@ -634,3 +634,50 @@ func TestChargeRequestHeaderThrottled(t *testing.T) {
 		t.Errorf("after the held requests left, the next was released after %v, want 0.99s", at)
 	}
 }
+
+// TestRejectionBodyReused: the plugin sends the last rejection's body and
+// headers again while the rules that refused and the whole seconds they
+// say are the same; any change builds them anew (another rule, another
+// second, a gRPC call's pushback and the plain request after it).
+func TestRejectionBodyReused(t *testing.T) {
+	h := newHost(t)
+	vm := workers(t, h, 1, `{"rules":[
+		{"name":"a","match":{"path_prefix":"/a"},"limit":1,"window":"1h","burst":1},
+		{"name":"b","match":{"path_prefix":"/b"},"limit":2,"window":"1m","burst":2},
+		{"name":"all","limit":1000,"window":"1h"}],"headers":"both"}`)[0]
+	refused := func(path, ra, limit, reset, rule string) *wasmhost.Result {
+		t.Helper()
+		r := get(vm, path, "10.0.0.1:1")
+		checkRefusal(t, r, ra, rule)
+		if got := r.Headers.Value("x-ratelimit-limit"); got != limit {
+			t.Errorf("%s: x-ratelimit-limit %q, want %s", path, got, limit)
+		}
+		if got := r.Headers.Value("x-ratelimit-reset"); got != reset {
+			t.Errorf("%s: x-ratelimit-reset %q, want %s", path, got, reset)
+		}
+		if got := r.Headers.Value("ratelimit-policy"); !strings.HasPrefix(got, `"`+rule+`";`) {
+			t.Errorf("%s: ratelimit-policy %q, want rule %s", path, got, rule)
+		}
+		if _, ok := r.Headers.Get("grpc-retry-pushback-ms"); ok {
+			t.Errorf("%s: grpc-retry-pushback-ms on a plain request", path)
+		}
+		return r
+	}
+	get(vm, "/a", "10.0.0.1:1").Must(t)
+	get(vm, "/b", "10.0.0.1:1").Must(t)
+	get(vm, "/b", "10.0.0.1:1").Must(t)
+	refused("/a", "3600", "1", "3600", "a")
+	refused("/a", "3600", "1", "3600", "a")
+	refused("/b", "30", "2", "60", "b")
+	h.AdvanceClock(1500 * time.Millisecond)
+	refused("/b", "29", "2", "59", "b")
+	refused("/a", "3599", "1", "3599", "a")
+	g := wasmhost.HTTPRequest("POST", "shop.example", "/a/pkg.Svc/Call", [2]string{"content-type", "application/grpc"})
+	g.Properties = wasmhost.Properties{"source.address": "10.0.0.1:1"}
+	g.Body = []byte{0, 0, 0, 0, 0}
+	if r := vm.Request(g); r.Status != 429 || r.Headers.Value("grpc-retry-pushback-ms") == "" {
+		t.Errorf("gRPC call: %d, pushback %q", r.Status, r.Headers.Value("grpc-retry-pushback-ms"))
+	}
+	refused("/a", "3599", "1", "3599", "a")
+	healthy(t, vm)
+}

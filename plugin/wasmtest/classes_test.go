@@ -75,3 +75,39 @@ func TestClassesInThePlugin(t *testing.T) {
 		t.Errorf("default class refused %d, want 1", got)
 	}
 }
+
+// TestIdleWorkerKeepsRuleGauges: the rule's in_flight and queued gauges are
+// process-wide and the last worker to publish wins: a worker that never
+// saw the rule's slots publishes nothing (its zeros would flap the gauges
+// of the busy one every tick), as for the class gauges.
+func TestIdleWorkerKeepsRuleGauges(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, classesConfig)
+	var held []*wasmhost.Stream
+	for i := 0; i < 3; i++ {
+		s := open(t, vms[0], "/buy", "10.0.0.1:1")
+		if state(s) != wasmhost.StreamUpstream {
+			t.Fatalf("buy %d: %v", i, state(s))
+		}
+		held = append(held, s)
+	}
+	waiting := open(t, vms[0], "/buy", "10.0.0.2:1")
+	if state(waiting) != wasmhost.StreamPaused {
+		t.Fatalf("a fourth buy: %v, want it waiting", state(waiting))
+	}
+	for tick := 0; tick < 5; tick++ {
+		h.AdvanceClock(20 * time.Millisecond)
+		m := h.Metrics()
+		if n, q := m.Gauge("sluice.rule.store.in_flight"), m.Gauge("sluice.rule.store.queued"); n != 3 || q != 1 {
+			t.Fatalf("after %d ticks of both workers (one idle): rule in_flight %d queued %d, want 3 and 1", tick+1, n, q)
+		}
+	}
+	respond(t, held[0])
+	h.AdvanceClock(60 * time.Millisecond)
+	if state(waiting) != wasmhost.StreamUpstream {
+		t.Fatalf("the waiting buy after a release: %v", state(waiting))
+	}
+	if n := h.Metrics().Gauge("sluice.rule.store.in_flight"); n != 3 {
+		t.Errorf("after a release (the waiting buy let in): rule in_flight %d, want 3", n)
+	}
+}

@@ -270,24 +270,38 @@ func TestRetryAfterIsExactAndWhole(t *testing.T) {
 
 // TestGRPCRetryPushback: a refused gRPC call carries gRPC's retry pushback,
 // the wait to its admission in milliseconds (Retry-After rounds it up to
-// seconds); a refused HTTP request does not.
+// seconds); a refused HTTP request does not, and a request without a body
+// (which no gRPC call is) is not even asked its content type.
 func TestGRPCRetryPushback(t *testing.T) {
 	h := newHost(t)
 	vm := workers(t, h, 1, `{"rules":[{"name":"r","limit":2,"window":"5s"}]}`)[0]
 	grpc := [2]string{"content-type", "application/grpc"}
-	get(vm, "/", "10.0.0.1:1", grpc)
-	get(vm, "/", "10.0.0.1:1", grpc)
-	r := get(vm, "/", "10.0.0.1:1", grpc)
+	call := func() *wasmhost.Result {
+		// A unary gRPC call: POST, its message (here empty) in a 5-byte frame.
+		r := wasmhost.HTTPRequest("POST", "shop.example", "/pkg.Svc/Call", grpc, [2]string{"te", "trailers"})
+		r.Properties = wasmhost.Properties{"source.address": "10.0.0.1:1"}
+		r.Body = []byte{0, 0, 0, 0, 0}
+		r.Response = &wasmhost.Response{Status: 200}
+		return vm.Request(r)
+	}
+	call()
+	call()
+	r := call()
 	if r.Status != 429 || r.Headers.Value("grpc-retry-pushback-ms") != "2500" || r.Headers.Value("retry-after") != "3" {
 		t.Errorf("refused gRPC call: status %d, grpc-retry-pushback-ms %q, retry-after %q: want 429, 2500 and 3",
 			r.Status, r.Headers.Value("grpc-retry-pushback-ms"), r.Headers.Value("retry-after"))
 	}
-	r = get(vm, "/", "10.0.0.1:1", [2]string{"content-type", "application/json"})
+	r = send(vm, "POST", "/", "10.0.0.1:1", [2]string{"content-type", "application/json"})
 	if _, ok := r.Headers.Get("grpc-retry-pushback-ms"); r.Status != 429 || ok {
 		t.Errorf("refused HTTP request: status %d, grpc-retry-pushback-ms present %v", r.Status, ok)
 	}
+	vm.ResetHostCalls()
+	r = get(vm, "/", "10.0.0.1:1", grpc)
+	if n := vm.HostCalls()["env.proxy_get_header_map_value"]; r.Status != 429 || n != 0 {
+		t.Errorf("refused request without a body: status %d, %d header reads, want 429 and none", r.Status, n)
+	}
 	h.AdvanceClock(2500 * time.Millisecond)
-	if r := get(vm, "/", "10.0.0.1:1", grpc); r.Status != 200 {
+	if r := call(); r.Status != 200 {
 		t.Errorf("after the pushback: %d", r.Status)
 	}
 }

@@ -8,7 +8,6 @@ package header
 
 import (
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -104,11 +103,30 @@ func AppendPushback(dst []byte, d time.Duration) []byte {
 	return strconv.AppendInt(dst, ms, 10)
 }
 
+// equalFoldLower is strings.EqualFold(s, lower) for lower in ASCII lower
+// case without k or s, the letters that fold to runes outside ASCII: the
+// plugin, which links this package, then links no Unicode folding tables.
+func equalFoldLower(s, lower string) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // IsGRPC reports whether a request's content-type is gRPC's
 // (application/grpc, with any +format or ;parameters).
 func IsGRPC(contentType string) bool {
 	const g = "application/grpc"
-	if len(contentType) < len(g) || !strings.EqualFold(contentType[:len(g)], g) {
+	if len(contentType) < len(g) || !equalFoldLower(contentType[:len(g)], g) {
 		return false
 	}
 	rest := contentType[len(g):]

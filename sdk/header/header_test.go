@@ -3,6 +3,7 @@
 package header
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,6 +18,24 @@ func TestAppendPushback(t *testing.T) {
 	} {
 		if got := string(AppendPushback(nil, c.d)); got != c.want {
 			t.Errorf("AppendPushback(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
+
+// TestEqualFoldLower compares IsGRPC's comparison with strings.EqualFold
+// on every spelling of application/grpc with one byte or rune changed.
+func TestEqualFoldLower(t *testing.T) {
+	const g = "application/grpc"
+	subs := []string{"A", "Z", "a", "@", "[", "\u212a", "\u017f", "\u0130", "\u0131", "\xff"}
+	for i := range g {
+		for _, sub := range append(subs, strings.ToUpper(g[i:i+1])) {
+			s := g[:i] + sub + g[i+1:]
+			if len(s) < len(g) {
+				continue
+			}
+			if got, want := equalFoldLower(s[:len(g)], g), strings.EqualFold(s[:len(g)], g); got != want {
+				t.Errorf("equalFoldLower(%q) = %v, strings.EqualFold %v", s[:len(g)], got, want)
+			}
 		}
 	}
 }

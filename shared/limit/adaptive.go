@@ -135,7 +135,10 @@ type Gauge struct {
 	// classes (0: not measured, a rule without classes: all of it). A
 	// backoff estimates the upstream's capacity from the requests really
 	// in flight: with only the lower classes sending, Limit × Use is what
-	// the latency was measured at (see backoff).
+	// the latency was measured at (see backoff). Only a Saturated round
+	// (one that used the limit or a class's cap) says that: in any other,
+	// a low Use is little demand, not the reserves' doing, and the round
+	// does not back off at all.
 	Use float64
 }
 
@@ -560,16 +563,29 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	// again (see measured), crossing the knee once, instead of probing
 	// back up from a fraction of it, a quarter per round at most.
 	stalled := mean >= 2*g.Base
-	// The latency was measured at Limit × Use in flight (lower classes
-	// alone hold only part of the limit): the capacity estimate is from
-	// that, or the limit would settle at capacity / Use, and the reserve
-	// of the classes above would sit past the knee. The limit still
-	// halves at most (a stall is no estimate).
-	if g.Use > 0 && g.Use < 1 {
-		cut *= g.Use
+	if g.Use > 0 && !g.Saturated {
+		// A rule with classes whose round used neither its limit nor a
+		// class's cap: little demand, the rise is no queue the limit
+		// built (about one request in flight, latencies that vary by
+		// endpoint 2-25 ms, a round of a few samples reads 2x Base by
+		// the mix alone). Cutting would set the limit to the demand, not
+		// the capacity, and every class's cap to 1: the reserves would
+		// protect nothing. Base is measured afresh instead; a round that
+		// uses the limit backs off if the queue is real.
+		g.Measure, g.Warned = true, false
+		return g
 	}
 	if !g.SlowStart || stalled {
 		cut = max(cut, 0.5)
+	}
+	// The latency was measured at Limit × Use in flight (lower classes
+	// alone hold only part of the limit, the round used a class's cap):
+	// the capacity estimate is from that, or the limit would settle at
+	// capacity / Use, and the reserve of the classes above would sit
+	// past the knee. It halves the limit at most, as one backoff does (a
+	// stall is no estimate, and a round of a few samples is rough).
+	if g.Use > 0 && g.Use < 1 {
+		cut = max(cut*g.Use, min(cut, 0.5))
 	}
 	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled = true, false, false, 0, stalled

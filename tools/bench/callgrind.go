@@ -147,6 +147,7 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 		}
 		vs = sel
 	}
+	vs = append(vs, extraVariants(o.cgExtra, sluiceAdmit, sluiceReject, mk)...)
 	ips := make([]string, o.clients)
 	for i := range ips {
 		ips[i] = envoytest.ClientIP(i)
@@ -194,6 +195,12 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 	op := v.opts
 	op.Bin = wrapper
 	e, err := startEnvoy(ctx, op)
+	// Another Envoy forked while this wrapper was being written may hold
+	// it open for a moment (ETXTBSY): try again.
+	for i := 0; err != nil && strings.Contains(err.Error(), "text file busy") && i < 5; i++ {
+		time.Sleep(200 * time.Millisecond)
+		e, err = startEnvoy(ctx, op)
+	}
 	if err != nil {
 		return err
 	}
@@ -553,4 +560,31 @@ func dropExports(in, out string, drop []string) error {
 		return err
 	}
 	return os.WriteFile(out, mod, 0o644)
+}
+
+// extraVariants are the modules of -callgrind-extra (key=file,...), each
+// counted admitted (row key) and rejected (row key-reject) with the
+// benchmark's own configurations: a build with one feature taken out
+// prices that feature, in the same run as the current build.
+func extraVariants(spec, admitCfg, rejectCfg string, mk func(key, what string, edit func(*envoytest.Options)) *cgVariant) []*cgVariant {
+	var vs []*cgVariant
+	for _, kv := range strings.Split(spec, ",") {
+		key, file, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			continue
+		}
+		abs, _ := filepath.Abs(file)
+		// key-reject=file counts only the rejected row.
+		if k, ok := strings.CutSuffix(key, "-reject"); ok {
+			key = k
+		} else {
+			vs = append(vs, mk(key, filepath.Base(file)+", all admitted", func(op *envoytest.Options) {
+				op.Wasm = &envoytest.Wasm{File: abs, Config: fmt.Sprintf(admitCfg, "legacy")}
+			}))
+		}
+		vs = append(vs, mk(key+"-reject", filepath.Base(file)+", all rejected", func(op *envoytest.Options) {
+			op.Wasm = &envoytest.Wasm{File: abs, Config: rejectCfg}
+		}))
+	}
+	return vs
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,13 +14,17 @@ import (
 )
 
 // The memory section: Envoy's resident memory with no filter, the no-op Go
-// filter and Sluice, at --concurrency 1 and 8, after the same few hundred
-// requests. Each Go VM (one per worker, plus the main thread's) has its own
+// filter and Sluice, at --concurrency 1, 2 and 8, after the same few hundred
+// requests. Each Go VM (one per worker, plus two more) has its own
 // linear memory that never shrinks, so what Sluice adds over the no-op filter
 // is its module's code plus, per VM, what its start and its requests made the
 // Go heap grow to.
 
 const memRequests = 400
+
+// memConcurrencies are the Envoy --concurrency values measured: a lone
+// worker, a sidecar (Istio runs its proxies with 2 workers) and a gateway.
+var memConcurrencies = []int{1, 2, 8}
 
 // memFilter is one row's filter: nil wasm is Envoy with no filter.
 type memFilter struct {
@@ -32,6 +37,9 @@ type memRow struct {
 	concurrency int
 	rss         []uint64 // one per repetition
 	heap        []uint64 // Envoy's own heap (tcmalloc allocated), one per repetition
+	cached      []uint64 // tcmalloc's free memory still mapped (heap_size - pageheap_unmapped - allocated), one per repetition
+	linear      []uint64 // resident in the wasm linear memories, one per repetition
+	vms         int      // linear memories seen (VMs), last repetition
 }
 
 func memorySection(ctx context.Context, o options) (string, error) {
@@ -66,7 +74,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 		ips[i] = envoytest.ClientIP(i)
 	}
 	var rows []*memRow
-	for _, c := range []int{1, 8} {
+	for _, c := range memConcurrencies {
 		for _, f := range filters {
 			rows = append(rows, &memRow{filter: f.key, concurrency: c})
 		}
@@ -84,9 +92,14 @@ func memorySection(ctx context.Context, o options) (string, error) {
 				XFF: func(i int64) string { return ips[i%int64(len(ips))] }})
 			time.Sleep(300 * time.Millisecond) // let the workers finish their ticks
 			rss, rerr := e.ResidentMemory()
-			var heap uint64
+			var heap, cached uint64
 			if m, err := e.Memory(); err == nil {
 				heap = m["allocated"]
+				cached = m["heap_size"] - m["pageheap_unmapped"] - heap
+			}
+			lin, vms, lerr := linearMemories(e.Pid())
+			if lerr != nil {
+				progress("memory: %v", lerr)
 			}
 			e.Stop()
 			if rerr != nil {
@@ -98,7 +111,9 @@ func memorySection(ctx context.Context, o options) (string, error) {
 			}
 			r.rss = append(r.rss, rss)
 			r.heap = append(r.heap, heap)
-			progress("memory: %-16s concurrency %d: RSS %s", r.filter, r.concurrency, mib(rss))
+			r.cached = append(r.cached, cached)
+			r.linear, r.vms = append(r.linear, lin), vms
+			progress("memory: %-16s concurrency %d: RSS %s, %d linear memories %s", r.filter, r.concurrency, mib(rss), vms, mib(lin))
 		}
 	}
 	medOf := func(xs []uint64) float64 {
@@ -115,19 +130,19 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString("## 8. Memory: Envoy RSS with no filter, the no-op Go filter, Sluice and the Rust yardstick\n\n")
-	b.WriteString("| filter | RSS at --concurrency 1 | over no filter | of which Envoy's heap | RSS at --concurrency 8 | over no filter | of which Envoy's heap | per extra worker |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| filter | RSS at --concurrency 1 | at 2 | at 8 | over no filter at 1 | at 2 | at 8 | per extra worker |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	over := func(key string, c int) float64 { return med(find(key, c)) - med(find("no filter", c)) }
 	for _, f := range filters {
-		r1, r8 := find(f.key, 1), find(f.key, 8)
-		n1, n8 := find("no filter", 1), find("no filter", 8)
-		fmt.Fprintf(&b, "| %s | %.1f MiB | %+.1f MiB | %+.1f MiB | %.1f MiB | %+.1f MiB | %+.1f MiB | %+.2f MiB |\n",
-			f.key, med(r1), med(r1)-med(n1), medOf(r1.heap)-medOf(n1.heap), med(r8), med(r8)-med(n8), medOf(r8.heap)-medOf(n8.heap),
-			((med(r8)-med(n8))-(med(r1)-med(n1)))/7)
+		fmt.Fprintf(&b, "| %s | %.1f MiB | %.1f MiB | %.1f MiB | %+.1f MiB | %+.1f MiB | %+.1f MiB | %+.2f MiB |\n",
+			f.key, med(find(f.key, 1)), med(find(f.key, 2)), med(find(f.key, 8)), over(f.key, 1), over(f.key, 2), over(f.key, 8),
+			(over(f.key, 8)-over(f.key, 1))/7)
 	}
-	s1, s8 := med(find("Sluice", 1))-med(find("no-op Go filter", 1)), med(find("Sluice", 8))-med(find("no-op Go filter", 8))
+	s1, s2, s8 := over("Sluice", 1)-over("no-op Go filter", 1), over("Sluice", 2)-over("no-op Go filter", 2), over("Sluice", 8)-over("no-op Go filter", 8)
 	perWorker := (s8 - s1) / 7
-	fmt.Fprintf(&b, "\n**Sluice over the no-op Go filter: %+.1f MiB at `--concurrency 1`, %+.1f MiB at `--concurrency 8`, %+.2f MiB per extra worker** "+
+	fmt.Fprintf(&b, "\n**Sluice over the no-op Go filter: %+.1f MiB at `--concurrency 1`, %+.1f MiB at 2, %+.1f MiB at 8, %+.2f MiB per extra worker** "+
 		"(targets: at most +15 MiB at concurrency 8 (%s), at most +0.75 MiB per extra worker (%s)).\n",
-		s1, s8, perWorker, verdict(s8 <= 15), verdict(perWorker <= 0.75))
+		s1, s2, s8, perWorker, verdict(s8 <= 15), verdict(perWorker <= 0.75))
+	b.WriteString(memoryParts(filters, find, medOf))
 	if st, err := os.Stat(sluice); err == nil {
 		sizes := []string{fmt.Sprintf("Sluice %d", st.Size())}
 		for _, f := range []struct{ name, path string }{{"no-op", noop}, {"no-op + config parsing", confNoop}} {
@@ -146,9 +161,39 @@ func memorySection(ctx context.Context, o options) (string, error) {
 		"%d client addresses) and its VmRSS read 300 ms later (with Envoy's own heap, tcmalloc's `allocated` from the admin `/memory`: the rest of the growth is mapped outside it, V8's compiled code and the wasm linear memories); every configuration was measured %d times, one Envoy at a time, "+
 		"and the table gives the medians. Sluice runs the Envoy section's admit configuration (one token_bucket rule, legacy headers). "+
 		"The Rust rows are the yardstick of section 7 (tools/bench/testdata/rustprobe, proxy-wasm crate 0.2.5): a floor, not a part of Sluice. "+
-		"Envoy runs one wasm VM per worker plus one on the main thread, so the per-worker figure is the slope between the two concurrencies.\n",
+		"Envoy runs one wasm VM per worker plus two (the main thread's and one more, counted in the linear memories), so the per-worker figure is the slope between concurrency 1 and 8.\n",
 		memRequests, o.clients, reps)
 	return b.String(), nil
+}
+
+// memoryParts is the table that splits each filter's RSS over no filter
+// into Envoy's own heap (tcmalloc), the wasm linear memories (the VMs' Go
+// heaps and static data) and the rest (V8: compiled code, isolates).
+func memoryParts(filters []memFilter, find func(string, int) *memRow, medOf func([]uint64) float64) string {
+	var b strings.Builder
+	b.WriteString("\nWhat the RSS over no filter is made of (medians): Envoy's own heap (tcmalloc `allocated`), the free pages tcmalloc keeps mapped " +
+		"(`heap_size` - `pageheap_unmapped` - `allocated`: memory V8's compilers and the host used and freed), the wasm linear memories " +
+		"(resident pages of the mappings V8 reserves for them, from `/proc/PID/smaps`; VMs counted there) and the rest (V8's compiled code and isolates, " +
+		"the module's bytes):\n\n")
+	b.WriteString("| filter | --concurrency | over no filter | Envoy's heap | tcmalloc's free pages | linear memories | VMs | per VM | rest |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, f := range filters {
+		if f.wasm == nil {
+			continue
+		}
+		for _, c := range memConcurrencies {
+			r, n := find(f.key, c), find("no filter", c)
+			total := medOf(r.rss) - medOf(n.rss)
+			heap, lin := medOf(r.heap)-medOf(n.heap), medOf(r.linear)-medOf(n.linear)
+			cached := medOf(r.cached) - medOf(n.cached)
+			perVM := 0.0
+			if r.vms > 0 {
+				perVM = lin / float64(r.vms)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %+.1f MiB | %+.1f MiB | %+.1f MiB | %+.1f MiB | %d | %.2f MiB | %+.1f MiB |\n",
+				f.key, c, total, heap, cached, lin, r.vms, perVM, total-heap-cached-lin)
+		}
+	}
+	return b.String()
 }
 
 func verdict(ok bool) string {
@@ -169,4 +214,48 @@ func rustModuleSize(filters []memFilter) string {
 		}
 	}
 	return ""
+}
+
+// linearMemories sums what is resident in Envoy's wasm linear memories
+// (pid's /proc smaps) and counts them. V8 reserves each linear memory with
+// its guard regions as 8 GiB or more of address space (the accessible
+// pages and the inaccessible rest are adjacent anonymous mappings), and no
+// other mapping of Envoy comes near that size (V8's pointer cage is 4 GiB).
+func linearMemories(pid int) (rss uint64, n int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	type vma struct {
+		start, end, rss uint64
+		anon, none      bool // anonymous; no access (a guard)
+	}
+	var maps []vma
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			lo, hi, _ := strings.Cut(f[0], "-")
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 == nil && err2 == nil {
+				maps = append(maps, vma{start: start, end: end, anon: len(f) == 5, none: strings.HasPrefix(f[1], "---")})
+			}
+			continue
+		}
+		if len(f) == 3 && f[0] == "Rss:" && len(maps) > 0 {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			maps[len(maps)-1].rss += kb << 10
+		}
+	}
+	// Each linear memory: anonymous accessible pages directly followed by
+	// the inaccessible rest of its reservation (at least 6 GiB).
+	const huge = 6 << 30
+	for i := 1; i < len(maps); i++ {
+		g, m := maps[i], maps[i-1]
+		if g.anon && g.none && g.end-g.start >= huge && m.anon && !m.none && m.end == g.start {
+			rss += m.rss + g.rss
+			n++
+		}
+	}
+	return rss, n, nil
 }

@@ -11,12 +11,21 @@ import (
 	"github.com/sluicehq/sluice/plugin/config"
 )
 
-// Request is what matching reads of a request: its headers (":path" and
-// ":method" included). A Request that also has RouteName() string can
-// name the Envoy route that routed it (xds.route_name); one without it is
-// on no named route.
+// Request is one HTTP request as the engine reads it (engine.Request is
+// this type: the same interface, so that the engine hands its request to
+// Match without converting it, a runtime type assertion per request).
+// Matching reads its headers (":path" and ":method" included); a Request
+// that also has RouteName() string can name the Envoy route that routed it
+// (xds.route_name), one without it is on no named route.
 type Request interface {
+	// Header returns a request header (lower-case name; pseudo headers
+	// ":path" and ":method" included).
 	Header(name string) (string, bool)
+	// SourceAddress returns Envoy's source.address property ("ip:port"),
+	// valid until the next SourceAddress call (the plugin reads it into a
+	// reused buffer): it is parsed at once (the engine's ParseHostPort) and
+	// never kept.
+	SourceAddress() string
 }
 
 // router is a Request that knows its Envoy route.

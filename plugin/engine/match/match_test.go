@@ -13,6 +13,8 @@ func (h headers) Header(name string) (string, bool) {
 	return v, ok
 }
 
+func (h headers) SourceAddress() string { return "10.0.0.1:1" }
+
 type counting struct {
 	headers
 	reads map[string]int

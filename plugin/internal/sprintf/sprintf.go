@@ -24,7 +24,12 @@ import (
 
 // Sprintf formats args according to format.
 func Sprintf(format string, args ...any) string {
-	b := make([]byte, 0, len(format)+16*len(args))
+	return string(Appendf(make([]byte, 0, len(format)+16*len(args)), format, args...))
+}
+
+// Appendf is Sprintf appending to b: a caller that formats many values
+// reuses one buffer instead of making a string of each.
+func Appendf(b []byte, format string, args ...any) []byte {
 	n := 0
 	for i := 0; i < len(format); i++ {
 		c := format[i]
@@ -54,7 +59,7 @@ func Sprintf(format string, args ...any) string {
 	if n < len(args) {
 		b = append(b, "%!(EXTRA)"...)
 	}
-	return string(b)
+	return b
 }
 
 func appendArg(b []byte, verb byte, a any) []byte {
