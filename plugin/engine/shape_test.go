@@ -3,24 +3,9 @@ package engine
 import (
 	"reflect"
 	"testing"
-)
 
-// fieldsOf counts the fields of struct type t, those of its embedded
-// structs in place of the embedded struct itself.
-func fieldsOf(t reflect.Type) (n int, names []string) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if f.Anonymous && f.Type.Kind() == reflect.Struct {
-			m, sub := fieldsOf(f.Type)
-			n += m
-			names = append(names, sub...)
-			continue
-		}
-		n++
-		names = append(names, f.Name)
-	}
-	return n, names
-}
+	"github.com/sluicehq/sluice/internal/shape"
+)
 
 // engineFieldsGoal is how many fields Engine may hold once each subsystem
 // is its own package behind one field; engineFieldsNow is the ceiling
@@ -39,7 +24,7 @@ const (
 // those of its embedded structs (the groups localRules, globalRules, ...
 // do not hide theirs); the goal is engineFieldsGoal.
 func TestEngineFields(t *testing.T) {
-	n, names := fieldsOf(reflect.TypeOf(Engine{}))
+	n, names := shape.Fields(reflect.TypeOf(Engine{}))
 	t.Logf("Engine: %d fields (goal %d) %v", n, engineFieldsGoal, names)
 	if n > engineFieldsNow {
 		t.Fatalf("Engine has %d fields %v, want at most %d (and %d once split)", n, names, engineFieldsNow, engineFieldsGoal)
