@@ -82,6 +82,27 @@ type learner struct {
 	// limit.Gauge.Use).
 	useSum float64
 	useN   int
+	// cb is the no-queue latency per priority class, for a rule with
+	// classes (nil otherwise): each sample is compared with its class's.
+	cb *limit.ClassBases
+}
+
+// timing returns how long l's Sampler windows stay open and wait (see
+// limit.Gauge.SamplerTiming): for a rule with classes, from its slowest
+// class's base.
+func (l *learner) timing() (span, wait time.Duration) {
+	if l.cb != nil {
+		return l.cb.Timing()
+	}
+	return l.g.SamplerTiming()
+}
+
+// base returns the no-queue latency a sample of class c is compared with.
+func (l *learner) base(c uint8) time.Duration {
+	if l.cb != nil {
+		return l.cb.Base(int(c))
+	}
+	return l.g.Base
 }
 
 // gaugeOp is the Modifier of Gauge transitions.
@@ -239,6 +260,9 @@ func (e *Engine) learnerFor(i int, fp uint64, now int64) *learner {
 			e.forgetLearners(now, true)
 		}
 		l = &learner{}
+		if e.HasClasses(i) {
+			l.cb = &limit.ClassBases{}
+		}
 		l.g = e.cfg.Rules[i].Limit.Gauge(limit.State{})
 		l.smp.Reset(l.g.Round, now)
 		e.learners[k] = l
@@ -276,6 +300,9 @@ func (e *Engine) syncGauge(k learnKey, l *learner, now int64) {
 		// A new round: the requests in flight were admitted under the
 		// old limit.
 		l.smp.Reset(op.out.Round, now)
+		if l.cb != nil {
+			l.cb.RoundEnded(l.g, op.out)
+		}
 	case op.learn:
 		l.smp.Ready = limit.Samples{Round: l.g.Round}
 	}
@@ -339,7 +366,7 @@ func (e *Engine) admitSamples(v *Verdict, now int64) {
 			continue
 		}
 		if l := e.learners[learnKey{rule: s.Rule, fp: s.FP}]; l != nil {
-			span, _ := l.g.SamplerTiming()
+			span, _ := l.timing()
 			s.Ticket = l.smp.Admit(now, span)
 		}
 	}
@@ -434,11 +461,14 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		e.lateWindows(l, max(sent, s.Since), now)
 		lat := time.Duration(now - max(sent, s.Since))
 		lat -= min(e.LoopLag(), lat*3/4)
-		counts := kind == SampleResponse || (l.g.Base > 0 && float64(lat) > float64(l.g.Base)*(1+limit.Tolerance))
+		b := l.base(s.Class)
+		counts := kind == SampleResponse || (b > 0 && float64(lat) > float64(b)*(1+limit.Tolerance))
 		var ok bool
 		switch {
 		case kind == SampleEnded && !counts:
 			ok = l.smp.Cut(ticket) // its window would count only the quick
+		case counts && l.cb != nil:
+			ok = l.smp.DoneBase(ticket, lat, l.cb.Expect(int(s.Class), lat), true, s.Saturated)
 		default:
 			ok = l.smp.Done(ticket, lat, counts, s.Saturated)
 		}
@@ -459,7 +489,7 @@ func (e *Engine) Learn(now int64) {
 		return
 	}
 	for k, l := range e.learners {
-		span, wait := l.g.SamplerTiming()
+		span, wait := l.timing()
 		l.smp.Close(now, span)
 		l.smp.Expire(now, wait)
 		switch {

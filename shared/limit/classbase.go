@@ -1,0 +1,108 @@
+package limit
+
+import "time"
+
+// ClassBases is one worker's no-queue latency per priority class of an
+// adaptive rule with classes. One Base for a whole store cannot tell a
+// queue from a change in the mix of requests: with logins of 4 ms, product
+// pages of 20 ms and buys of 150 ms under one rule, a round of buys reads
+// as a stall against a Base learnt from the logins, and one of logins as
+// an upstream that got faster. So each sample is compared with its own
+// class's base, and the Gauge learns from the ratio: a batch's latencies
+// over the sum of their classes' bases (Samples.Exp), a mean ratio
+// weighted by each sample's base. A queue of W at the upstream then reads
+// as (mean service + W) / mean service, as one Base reads it for one class
+// (a mean of per-sample ratios would read a queue of one buy, 7 ms, as
+// three times a 4 ms login's base: a stall).
+//
+// A class's base is learnt from its first samples (their mean), then
+// follows the means of its samples, an eighth of the way per round,
+// in rounds where this worker's samples show no queue (their ratio within
+// Tolerance/2) and the Gauge did not back off; at once when clearly
+// faster. Each worker keeps its own: they are the upstream's service
+// times, which every worker sees alike, and they need no compare-and-swap.
+// Endpoints of very different service times should be in different
+// classes: a class's base is one latency, and a change in its mix (a
+// class whose 20 ms requests give way to 150 ms ones) reads as a queue.
+//
+// The zero ClassBases knows no class.
+type ClassBases struct {
+	base [maxClassBases]time.Duration
+	n    [maxClassBases]uint8 // samples behind base (saturates at firstSamples)
+	// sum and cnt gather this worker's samples of the current round, per
+	// class, with exp the sum of their bases.
+	sum [maxClassBases]time.Duration
+	cnt [maxClassBases]int32
+}
+
+// maxClassBases is the most classes of a rule (config.MaxClasses).
+const maxClassBases = 8
+
+// firstSamples is how many samples a class's first base averages: a
+// base from a few samples of latencies that vary by a factor of two is
+// off by 10% and more, and every round would read that as a rise.
+const firstSamples = MinRound
+
+// Base returns class c's no-queue latency (0: not known yet).
+func (b *ClassBases) Base(c int) time.Duration {
+	if c < 0 || c >= maxClassBases {
+		return 0
+	}
+	return b.base[c]
+}
+
+// Expect counts a sample of class c with latency lat and returns the base
+// it is compared with: the class's, or while the class is new, the mean of
+// its samples so far, this one included (a neutral ratio).
+func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
+	c = min(max(c, 0), maxClassBases-1)
+	lat = min(max(lat, time.Microsecond), MaxLatency)
+	if b.n[c] < firstSamples {
+		b.n[c]++
+		b.base[c] += (lat - b.base[c]) / time.Duration(b.n[c])
+	}
+	b.sum[c] += lat
+	b.cnt[c]++
+	return b.base[c]
+}
+
+// RoundEnded moves the bases at the end of a round of the Gauge, which
+// went from prev to next (as this worker saw them), and starts gathering
+// the next round's samples.
+func (b *ClassBases) RoundEnded(prev, next Gauge) {
+	var lat, exp time.Duration
+	for c := range b.cnt {
+		if b.cnt[c] > 0 && b.n[c] >= firstSamples {
+			lat += b.sum[c]
+			exp += b.base[c] * time.Duration(b.cnt[c])
+		}
+	}
+	calm := exp > 0 && float64(lat) <= float64(exp)*(1+Tolerance/2) && next.Limit >= prev.Limit
+	for c := range b.cnt {
+		if b.cnt[c] == 0 || b.n[c] < firstSamples {
+			continue
+		}
+		m := b.sum[c] / time.Duration(b.cnt[c])
+		switch {
+		case m*3/2 < b.base[c] && b.cnt[c] >= firstSamples:
+			// Clearly faster, in more than a sample or two (one of a
+			// class's quick endpoints is not the class getting faster).
+			b.base[c] = m
+		case calm:
+			b.base[c] += (m - b.base[c]) / 8
+		}
+	}
+	b.sum, b.cnt = [maxClassBases]time.Duration{}, [maxClassBases]int32{}
+}
+
+// Timing returns how long a Sampler's windows stay open and how long it
+// waits for a window's last requests (see Gauge.SamplerTiming) for a rule
+// with classes: from the slowest class's base, whose requests make the
+// round trip.
+func (b *ClassBases) Timing() (span, wait time.Duration) {
+	slow := time.Duration(0)
+	for _, x := range b.base {
+		slow = max(slow, x)
+	}
+	return Gauge{Base: slow}.SamplerTiming()
+}
