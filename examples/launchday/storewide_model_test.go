@@ -122,6 +122,7 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		for _, h := range held {
 			in += h
 		}
+		cb.Admitted(c)
 		span, _ := cb.Timing()
 		j := &wideJob{ep: ep, class: c, admitted: now, ticket: smp.Admit(now, span), sat: g.AtLimit(in) || free == 1}
 		batchSat = batchSat || j.sat
@@ -153,6 +154,9 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		if st, g = lim.Learn(st, now, b); g.Round != prev.Round {
 			if wideTrace != nil {
 				wideTrace(now, prev, g)
+				if wideDebug != nil {
+					wideDebug(fmt.Sprintf("%+v", cb))
+				}
 			}
 			smp.Reset(g.Round, now)
 			cb.RoundEnded(prev, g)
@@ -240,10 +244,12 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	return run
 }
 
-var traceSeed = int64(8)
+var traceSeed = int64(10)
 
 // wideFixed, when set, replaces the learnt limit.
 var wideFixed int64
+
+var wideDebug func(string)
 
 // wideTrace, when set, is told every round's decision.
 var wideTrace func(now int64, prev, next limit.Gauge)
@@ -271,11 +277,13 @@ var (
 func TestStoreWideLaunchModel(t *testing.T) {
 	if testing.Verbose() {
 		wideTrace = func(now int64, p, n limit.Gauge) {
-			if now > int64(4500*time.Millisecond) && now < int64(7*time.Second) {
+			if now > int64(2000*time.Millisecond) && now < int64(6*time.Second) {
 				t.Logf("%5dms L %.1f -> %.1f  mean %v (N %d) base %v -> %v ss %v meas %v sat %v use %.2f warned %v calm %d", now/1e6, p.Limit, n.Limit, p.Mean, p.N, p.Base, n.Base, p.SlowStart, p.Measure, p.Saturated, p.Use, p.Warned, p.Calm)
 			}
 		}
+		wideDebug = func(x string) { t.Log(x) }
 		wideModel(traceSeed, demoClasses, demoEPs)
+		wideDebug = nil
 		wideTrace = nil
 	}
 	wideFixed = 20

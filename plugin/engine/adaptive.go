@@ -366,6 +366,9 @@ func (e *Engine) admitSamples(v *Verdict, now int64) {
 			continue
 		}
 		if l := e.learners[learnKey{rule: s.Rule, fp: s.FP}]; l != nil {
+			if l.cb != nil {
+				l.cb.Admitted(int(s.Class))
+			}
 			span, _ := l.timing()
 			s.Ticket = l.smp.Admit(now, span)
 		}

@@ -33,6 +33,14 @@ type ClassBases struct {
 	// class, with exp the sum of their bases.
 	sum [maxClassBases]time.Duration
 	cnt [maxClassBases]int32
+	// seen marks the classes admitted (see Admitted).
+	seen uint8
+}
+
+// Admitted notes a request of class c admitted: until the class's first
+// samples are back, its latency is unknown (see Timing).
+func (b *ClassBases) Admitted(c int) {
+	b.seen |= 1 << uint(min(max(c, 0), maxClassBases-1))
 }
 
 // maxClassBases is the most classes of a rule (config.MaxClasses).
@@ -77,7 +85,7 @@ func (b *ClassBases) RoundEnded(prev, next Gauge) {
 			exp += b.base[c] * time.Duration(b.cnt[c])
 		}
 	}
-	calm := exp > 0 && float64(lat) <= float64(exp)*(1+Tolerance/2) && next.Limit >= prev.Limit
+	calm := exp > 0 && float64(lat) <= float64(exp)*(1+ClassFollow) && next.Limit >= prev.Limit
 	for c := range b.cnt {
 		if b.cnt[c] == 0 || b.n[c] < firstSamples {
 			continue
@@ -89,20 +97,30 @@ func (b *ClassBases) RoundEnded(prev, next Gauge) {
 			// class's quick endpoints is not the class getting faster).
 			b.base[c] = m
 		case calm:
-			b.base[c] += (m - b.base[c]) / 8
+			m = min(max(m, b.base[c]/2), 2*b.base[c])
+			b.base[c] += (m - b.base[c]) * time.Duration(b.cnt[c]) / time.Duration(b.cnt[c]+firstSamples)
 		}
 	}
 	b.sum, b.cnt = [maxClassBases]time.Duration{}, [maxClassBases]int32{}
 }
 
+var ClassFollow = 100.0
+
 // Timing returns how long a Sampler's windows stay open and how long it
 // waits for a window's last requests (see Gauge.SamplerTiming) for a rule
 // with classes: from the slowest class's base, whose requests make the
-// round trip.
+// round trip. While a class admitted has no base yet, it waits as for a
+// cold rule: the first buys of a launch, after an hour of 5 ms logins,
+// take 150 ms, and given up on at three times the logins' latency they
+// would read as a stall.
 func (b *ClassBases) Timing() (span, wait time.Duration) {
 	slow := time.Duration(0)
-	for _, x := range b.base {
+	for c, x := range b.base {
 		slow = max(slow, x)
+		if x == 0 && b.seen&(1<<uint(c)) != 0 {
+			span, _ = Gauge{Base: slow}.SamplerTiming()
+			return span, max(time.Second, 3*slow)
+		}
 	}
 	return Gauge{Base: slow}.SamplerTiming()
 }
