@@ -265,7 +265,7 @@ func p99(d []time.Duration) time.Duration {
 // The demo's classes and endpoints: login and home above the rest, and
 // the product pages and the cart in a class above the buys (browse).
 var (
-	demoClasses = []wideClass{{"login", 0.05}, {"home", 0.05}, {"browse", 0}, {"default", 0}}
+	demoClasses = []wideClass{{"login", 0.05}, {"home", 0.05}, {"catalog", 0}, {"default", 0}} // sluice.json
 	demoEPs     = []wideEndpoint{
 		{"home", 1, 2, 5, 20}, {"login", 0, 3, 5, 20}, {"products", 2, 15, 25, 20}, {"cart", 2, 5, 10, 10},
 		{"buy", 3, 100, 200, 0},
