@@ -43,8 +43,11 @@ import (
 // every function (docs/design/memory.md, "The static data and the function
 // count"). Raised for the rejected path's reuse of its last body and
 // headers (7.7k fewer instructions per rejected request;
-// docs/design/request-cost.md): 3,564,172 bytes then.
-const moduleCeiling = 3_566_000
+// docs/design/request-cost.md): 3,564,172 bytes then. Raised for the
+// adaptive rule's no-queue latency per priority class (limit.ClassBases,
+// the Sampler's per-class sums): 3,570,703 bytes, 7.1k more than its base
+// (3,563,609).
+const moduleCeiling = 3_573_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
