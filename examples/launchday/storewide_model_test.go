@@ -154,9 +154,6 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		if st, g = lim.Learn(st, now, b); g.Round != prev.Round {
 			if wideTrace != nil {
 				wideTrace(now, prev, g)
-				if wideDebug != nil {
-					wideDebug(fmt.Sprintf("%+v", cb))
-				}
 			}
 			smp.Reset(g.Round, now)
 			cb.RoundEnded(prev, g)
@@ -244,12 +241,11 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	return run
 }
 
-var traceSeed = int64(10)
+// traceSeed is the seed whose rounds -v prints (seconds 4.5-7).
+var traceSeed = int64(1)
 
 // wideFixed, when set, replaces the learnt limit.
 var wideFixed int64
-
-var wideDebug func(string)
 
 // wideTrace, when set, is told every round's decision.
 var wideTrace func(now int64, prev, next limit.Gauge)
@@ -273,24 +269,31 @@ var (
 )
 
 // TestStoreWideLaunchModel: the demo's store-wide rule in the model, 20
-// seeds. Run with -v for each seed's limit every 250 ms of the launch.
+// seeds, against a fixed limit of 20 (the store's slots: the buys get 18
+// under the reserves). Each sample compared with its class's base, the
+// rule sells a median of about 80% of what the slots could serve in the
+// launch seconds (the fixed 20: 88%). One Base for the whole rule (the
+// estimator before the class bases) sold a median of 31% (4-66%) in the
+// same model: the first buys read as a stall against the logins' latency,
+// and the limit fell to 1-3 in half the seeds. Run with
+// -v for each seed's limit every 250 ms of the launch and seed 1's rounds.
 func TestStoreWideLaunchModel(t *testing.T) {
 	if testing.Verbose() {
 		wideTrace = func(now int64, p, n limit.Gauge) {
-			if now > int64(2000*time.Millisecond) && now < int64(6*time.Second) {
-				t.Logf("%5dms L %.1f -> %.1f  mean %v (N %d) base %v -> %v ss %v meas %v sat %v use %.2f warned %v calm %d", now/1e6, p.Limit, n.Limit, p.Mean, p.N, p.Base, n.Base, p.SlowStart, p.Measure, p.Saturated, p.Use, p.Warned, p.Calm)
+			if now > int64(4500*time.Millisecond) && now < int64(7*time.Second) {
+				t.Logf("%5dms L %.1f -> %.1f  mean %v (N %d) base %v -> %v ss %v meas %v sat %v use %.2f warned %v calm %d",
+					now/1e6, p.Limit, n.Limit, p.Mean, p.N, p.Base, n.Base, p.SlowStart, p.Measure, p.Saturated, p.Use, p.Warned, p.Calm)
 			}
 		}
-		wideDebug = func(x string) { t.Log(x) }
 		wideModel(traceSeed, demoClasses, demoEPs)
-		wideDebug = nil
 		wideTrace = nil
 	}
 	wideFixed = 20
 	rf := wideModel(1, demoClasses, demoEPs)
-	t.Logf("fixed 20: orders %.0f%%, login p99 %v", rf.orders*100, rf.loginP99)
 	wideFixed = 0
+	t.Logf("fixed 20: orders %.0f%%, login p99 %v", rf.orders*100, rf.loginP99)
 	var orders []float64
+	low := 0
 	for seed := int64(1); seed <= 20; seed++ {
 		r := wideModel(seed, demoClasses, demoEPs)
 		orders = append(orders, r.orders)
@@ -298,9 +301,18 @@ func TestStoreWideLaunchModel(t *testing.T) {
 		for _, l := range r.limits {
 			lims = append(lims, fmt.Sprintf("%.0f", l))
 		}
-		t.Logf("seed %d: orders %.0f%%, login p99 %v (before the launch %v), logins refused %d, s over 20 slots %d, limit before %.1f, launch: %s",
+		t.Logf("seed %d: orders %.0f%%, login p99 %v (before the launch %v), logins refused in the launch %d, s over 20 slots %d, limit before %.1f, launch: %s",
 			seed, r.orders*100, r.loginP99, r.loginQuiet, r.loginsLost, r.overSlots, r.preLaunchHi, strings.Join(lims, " "))
+		if r.orders < 0.6 {
+			low++
+		}
+		if r.loginsLost > 20 || r.overSlots > 6 {
+			t.Errorf("seed %d: %d logins refused in the launch, %d s with buys over the 20 slots", seed, r.loginsLost, r.overSlots)
+		}
 	}
 	slices.Sort(orders)
 	t.Logf("orders median %.0f%%, %.0f%%-%.0f%%", orders[10]*100, orders[0]*100, orders[19]*100)
+	if orders[10] < 0.75 || low > 2 {
+		t.Errorf("orders median %.0f%%, %d seeds under 60%%: want a median of 75%% or more, at most 2 under 60%%", orders[10]*100, low)
+	}
 }
