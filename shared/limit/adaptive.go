@@ -184,8 +184,8 @@ type Samples struct {
 	// requests were admitted (see Gauge.Use; 0: not measured).
 	Use float64
 	// Exp sums the no-queue latencies of the samples' priority classes
-	// (see ClassBases; 0: a rule without classes): the Gauge then learns
-	// from Sum / Exp, each sample against its own class's base.
+	// (see ClassBases; 0: a rule without classes): the round's Base is
+	// then Exp/N, each sample compared with its own class's base.
 	Exp time.Duration
 }
 
@@ -202,17 +202,6 @@ func (s *Samples) Add(latency time.Duration, saturated bool) {
 func (s *Samples) AddBase(latency, base time.Duration, saturated bool) {
 	s.Add(latency, saturated)
 	s.Exp += min(max(base, time.Microsecond), MaxLatency)
-}
-
-// normalized returns b's latencies as the Gauge learns them: for a rule
-// with classes, each class's against its base, on the scale of the
-// Gauge's Base (see ClassBases); a cold Gauge learns the latencies as they
-// are (its first round sets the scale).
-func (b Samples) normalized(base time.Duration) time.Duration {
-	if b.Exp <= 0 || base <= 0 {
-		return b.Sum
-	}
-	return time.Duration(float64(b.Sum) / float64(b.Exp) * float64(base) * float64(b.N))
 }
 
 // Current returns the limit admission uses: the learnt limit, rounded
@@ -300,8 +289,18 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		}
 		g.Use = (u*float64(g.N) + b.Use*float64(b.N)) / float64(g.N+b.N)
 	}
-	sum := b.normalized(g.Base)
-	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
+	if b.Exp > 0 {
+		// A rule with classes: Base is this round's no-queue latency, its
+		// samples' classes' (see ClassBases), so that the round's mean
+		// over it is the samples' latency over their classes' bases.
+		exp := int64(min(b.Exp, MaxLatency*time.Duration(b.N)))
+		if g.N == 0 {
+			g.Base = time.Duration(exp / b.N)
+		} else {
+			g.Base = time.Duration((int64(g.Base)*g.N + exp) / (g.N + b.N))
+		}
+	}
+	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
 	need := g.need()

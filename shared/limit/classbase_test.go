@@ -7,10 +7,12 @@ import (
 )
 
 // A class's base is the mean of its first samples, then each sample is
-// compared with it: the batch's Exp sums the bases, and the Gauge learns
-// Sum/Exp on the scale of its Base. Logins of 4 ms and buys of 150 ms in
-// one batch read as no rise at all, where one Base (the logins') would
-// read the buys as a stall.
+// compared with it: the batch's Exp sums the bases, and a round's Base is
+// Exp/N, so that its Mean over Base is the latencies over their classes'
+// bases. Logins of 4 ms and buys of 150 ms in one round read as no rise at
+// all, where one Base (the logins') would read the buys as a stall; a
+// queue of 15 ms at the upstream raises every class by 15 ms and reads as
+// (the service times + 15 ms each) over the service times.
 func TestClassBasesNormalize(t *testing.T) {
 	var cb ClassBases
 	for range firstSamples {
@@ -20,28 +22,20 @@ func TestClassBasesNormalize(t *testing.T) {
 	if cb.Base(0) != 4*time.Millisecond || cb.Base(1) != 150*time.Millisecond {
 		t.Fatalf("bases %v %v, want 4ms 150ms", cb.Base(0), cb.Base(1))
 	}
-	var b Samples
-	for range 3 {
-		b.AddBase(4*time.Millisecond, cb.Expect(0, 4*time.Millisecond), true)
-	}
-	b.AddBase(150*time.Millisecond, cb.Expect(1, 150*time.Millisecond), true)
-	if got := b.normalized(10*time.Millisecond) / time.Duration(b.N); got != 10*time.Millisecond {
-		t.Errorf("a batch at its classes' bases reads %v on a Base of 10ms, want 10ms", got)
-	}
-	// A queue of 15 ms at the upstream raises every class by 15 ms: the
-	// ratio is (sum of service + 4 x 15) / sum of service.
-	b = Samples{}
-	for range 3 {
-		b.AddBase(19*time.Millisecond, cb.Base(0), true)
-	}
-	b.AddBase(165*time.Millisecond, cb.Base(1), true)
-	want := 10 * time.Millisecond * (3*19 + 165) / (3*4 + 150)
-	if got := b.normalized(10*time.Millisecond) / time.Duration(b.N); got < want-time.Microsecond || got > want+time.Microsecond {
-		t.Errorf("a queue of 15ms reads %v, want %v", got, want)
-	}
-	// Without classes (Exp 0), and on a cold Gauge, the latencies as they are.
-	if b.normalized(0) != b.Sum {
-		t.Errorf("cold Gauge: %v, want the sum %v", b.normalized(0), b.Sum)
+	lim, _ := NewAdaptive(1, 1000)
+	g := Gauge{Limit: 40, Base: 10 * time.Millisecond, BaseN: 64, Round: 7, Calm: ProbeAfter}
+	for _, queue := range []time.Duration{0, 15 * time.Millisecond} {
+		b := Samples{Round: 7}
+		for range 3 {
+			b.AddBase(4*time.Millisecond+queue, cb.Expect(0, 4*time.Millisecond+queue), true)
+		}
+		b.AddBase(150*time.Millisecond+queue, cb.Expect(1, 150*time.Millisecond+queue), true)
+		_, out := lim.Learn(EncodeGauge(g), int64(time.Hour), b)
+		rise := float64(out.Mean) / float64(out.Base)
+		want := float64(3*4+150+4*queue.Milliseconds()) / (3*4 + 150)
+		if out.Base != (3*4+150)*time.Millisecond/4 || rise < want-0.001 || rise > want+0.001 {
+			t.Errorf("queue %v: round Base %v, mean over Base %.3f; want %v and %.3f", queue, out.Base, rise, (3*4+150)*time.Millisecond/4, want)
+		}
 	}
 }
 
