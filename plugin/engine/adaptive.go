@@ -97,6 +97,17 @@ func (l *learner) timing() (span, wait time.Duration) {
 	return l.g.SamplerTiming()
 }
 
+// classBase returns the no-queue latency of class c for the sample of
+// the request Admit gave ticket, of latency lat, counting it in the class's
+// base only if its window counts (a sample read late in a stall of the
+// worker would teach the class a latency that is not the upstream's).
+func (l *learner) classBase(ticket uint32, c uint8, lat time.Duration) time.Duration {
+	if !l.smp.Counts(ticket) {
+		return l.cb.Base(int(c))
+	}
+	return l.cb.Expect(int(c), lat)
+}
+
 // base returns the no-queue latency a sample of class c is compared with.
 func (l *learner) base(c uint8) time.Duration {
 	if l.cb != nil {
@@ -471,7 +482,7 @@ func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		case kind == SampleEnded && !counts:
 			ok = l.smp.Cut(ticket) // its window would count only the quick
 		case counts && l.cb != nil:
-			ok = l.smp.DoneBase(ticket, lat, l.cb.Expect(int(s.Class), lat), true, s.Saturated)
+			ok = l.smp.DoneBase(ticket, lat, l.classBase(ticket, s.Class, lat), true, s.Saturated)
 		default:
 			ok = l.smp.Done(ticket, lat, counts, s.Saturated)
 		}

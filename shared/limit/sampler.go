@@ -119,6 +119,14 @@ func (p *Sampler) window(ticket uint32) *window {
 	return nil
 }
 
+// Counts reports whether the request Admit gave ticket will count as a
+// sample (its window is still counted: not given up on, cut or dropped in
+// a stall, see Late).
+func (p *Sampler) Counts(ticket uint32) bool {
+	w := p.window(ticket)
+	return w != nil && !w.cut
+}
+
 // Cut counts the end of the request Admit gave ticket before its answer
 // (its client gone), at an age that says nothing (under the latency
 // learnt): its window's other samples are then those of the requests that
