@@ -181,12 +181,15 @@ func (p *Sampler) Expire(now int64, wait time.Duration) {
 		w := &p.win[0]
 		age := time.Duration(now - p.win[1].from)
 		for ; w.out > 0; w.out-- {
-			if w.s.Exp > 0 {
+			switch {
+			case w.s.Exp > 0:
 				// A rule with classes: against the window's mean base.
 				w.s.AddBase(age, w.s.Exp/time.Duration(w.s.N), false)
-				continue
+			case p.Ready.Exp > 0:
+				w.s.AddBase(age, p.Ready.Exp/time.Duration(p.Ready.N), false)
+			default:
+				w.s.Add(age, false)
 			}
-			w.s.Add(age, false)
 		}
 		p.complete()
 	}
