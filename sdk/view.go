@@ -113,7 +113,10 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 	v.quota.restoreDue(now, c, v.shape.window())
 	v.quota.refill(now, per, c)
 	w, slide := v.quota.wait(now, per)
-	if !slide {
+	if !slide || per > 0 {
+		// A token bucket's reset is when it is full again, not when
+		// the requests it counted stop counting: slid, a late answer's
+		// reset freed a crowd at once, that the bucket refused.
 		return w
 	}
 	if free, at, ok := v.spent.slide(now, c, per, v.flight.count(), v.quota.readAt()); ok {
