@@ -124,12 +124,14 @@ type call struct {
 	g       governing
 	reason  Reason // why it is retried, if it is
 	known   bool   // the route's policies are known
+	pl      places // its ticket, and the lines it waits in (see line)
 	attempt int    // attempts sent so far
 }
 
 func (t *Transport) newCall(req *http.Request) *call {
 	c := &call{t: t, req: req, ctx: req.Context(), now: t.cfg.clock.Now()}
 	c.h = t.hosts.get(req.URL.Host, c.now, t.cfg.budget, t.cfg.adaptive)
+	c.pl.ticket = c.h.tickets.Add(1)
 	c.rk = routeOf(c.h.id, req.Method, req.URL.Path)
 	c.replayable = req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	return c
@@ -146,14 +148,16 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 	// the last one may have taught the route its policy.
 	c.known = c.h.govern(&t.routes, c.rk, &c.g)
 	var paced turns // the views whose pace this attempt has reserved
+	lined := false  // the hook heard of its wait in line
 	for fresh := c.attempt == 0; ; fresh = false {
 		if !fresh { // after any wait, and before a retry
 			c.now = t.cfg.clock.Now()
 		}
-		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now, c.attempt > 0); ok {
+		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now, c.attempt > 0, c.pl.ticket); ok {
 			ev := c.holdEvent(pt.d, v)
 			if strict {
 				paced.giveBack(c.now)
+				c.pl.leave()
 				return c.giveUpHold(ev, t.tooLong(c.ctx, c.now, pt.d))
 			}
 			if !again { // a turn re-timed is the same wait
@@ -161,37 +165,80 @@ func (c *call) hold() (resp *http.Response, err error, stop bool) {
 			}
 			if e := t.sleepWake(c.ctx, pt.d, pt.moved); e != nil {
 				paced.giveBack(t.cfg.clock.Now())
+				c.pl.leave()
 				return c.interrupted(e)
 			}
 			continue
 		}
-		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0, t.cfg.maxWait)
-		if wait <= 0 {
+		hd, ok := c.h.acquire(&c.g, &c.pl, c.now, c.attempt == 0, t.cfg.maxWait)
+		if ok {
 			return nil, nil, false
 		}
-		if refills {
-			// Held by a token bucket until its next token: the turns
-			// reserved before the hold are given back and taken again
-			// after it, in the pacer's order. Kept, they would release
-			// the whole crowd of waiters at once when the hold ends, to
-			// empty the server's bucket again. (A window restores its
-			// whole quota at the reset: there, the crowd that the budget
-			// releases at once is what the server admits.)
+		if hd.refills || hd.queued {
+			// Held by a token bucket until its next token, or behind
+			// requests that came first: the turns reserved before the
+			// hold are given back and taken again after it, in order.
+			// Kept, they would release the whole crowd of waiters at
+			// once when the hold ends, to empty the server's bucket
+			// again. (A window restores its whole quota at the reset:
+			// there, the crowd that the budget releases at once is what
+			// the server admits.)
 			paced.giveBack(c.now)
 		}
-		ev := c.holdEvent(wait, holder)
-		if why := t.tooLong(c.ctx, c.now, wait); why != "" {
-			paced.giveBack(c.now)
-			return c.giveUpHold(ev, why)
-		}
-		t.emit(c.ctx, ev)
-		if e := t.sleepWake(c.ctx, wait, woken); e != nil {
+		if e, stop := c.sleepHeld(hd, &lined); stop {
 			paced.giveBack(t.cfg.clock.Now())
-			return c.interrupted(e)
+			c.pl.leave()
+			return e.resp, e.err, true
 		}
 		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
-		paced.keep(&c.g, t.cfg.clock.Now())
+		now := t.cfg.clock.Now()
+		paced.keep(&c.g, now)
+		c.pl.keep(&c.g)
 	}
+}
+
+// lineRecheck is the longest a request waiting in a view's line behind
+// requests that came first sleeps before it looks again, when no hold
+// says when: the front's leaving wakes it (see line), this only bounds the
+// cost of a wake-up missed.
+const lineRecheck = time.Second
+
+// ended is how a call ends when its hold is not waited out.
+type ended struct {
+	resp *http.Response
+	err  error
+}
+
+// sleepHeld waits out a hold acquire reported, or gives up when it cannot
+// be waited out (stop, with how the call ends). lined says the request
+// waited in line already: the hook heard of that wait.
+func (c *call) sleepHeld(hd held, lined *bool) (e ended, stop bool) {
+	t := c.t
+	ev := c.holdEvent(hd.wait, hd.holder)
+	if hd.wait > 0 {
+		if why := t.tooLong(c.ctx, c.now, hd.wait); why != "" {
+			e.resp, e.err, _ = c.giveUpHold(ev, why)
+			return e, true
+		}
+	}
+	d := hd.wait
+	if hd.queued {
+		if d <= 0 {
+			d = lineRecheck
+		}
+		if *lined {
+			ev = RetryEvent{} // one event for the whole wait in line
+		}
+		*lined = true
+	}
+	if ev.Request != nil {
+		t.emit(c.ctx, ev)
+	}
+	if err := t.sleepWake(c.ctx, d, hd.woken); err != nil {
+		e.resp, e.err, _ = c.interrupted(err)
+		return e, true
+	}
+	return e, false
 }
 
 func (c *call) holdEvent(d time.Duration, v *view) RetryEvent {
@@ -420,14 +467,14 @@ func retryClass(r Reason, hint time.Duration) int {
 // bucket refilling, it is admitted; queued behind the callers' first
 // attempts (seconds, with dozens of callers), it meets the next probe
 // past the rate, and a request refused at every attempt is lost.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time, retry bool) (pt paceTurn, v *view, again, strict, ok bool) {
+func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time, retry bool, ticket uint64) (pt paceTurn, v *view, again, strict, ok bool) {
 	for _, v := range g.vs[:g.n] {
 		i := paced.find(v)
 		if again = i >= 0; again {
 			pt = v.turnDelay(paced.ts[i], now)
 		} else {
 			var reserved bool
-			if pt, reserved = v.pace(now, retry); !reserved {
+			if pt, reserved = v.pace(now, retry, ticket); !reserved {
 				continue
 			}
 			i = paced.add(v, pt.tk)
