@@ -125,6 +125,23 @@ type governing struct {
 	tk [maxViews]ticket
 }
 
+// behind reports whether a request that came before the request with
+// places pl waits in the line of a view of g (see places.behindLocked).
+func (g *governing) behind(pl *places) bool {
+	for _, v := range g.vs[:g.n] {
+		if pl.free || !v.line.busy() {
+			continue // no lock
+		}
+		v.mu.Lock()
+		ahead := pl.behindLocked(v)
+		v.mu.Unlock()
+		if ahead {
+			return true
+		}
+	}
+	return false
+}
+
 // govern fills g with the views that hold a request of route k to h, and
 // reports whether the route is known.
 func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
@@ -161,10 +178,27 @@ type held struct {
 	// see shape.tokenEvery).
 	refills bool
 	// queued: requests that came first wait in a view's line (see line):
-	// woken is closed when its front leaves, and wait is not a reason to
-	// sleep, only to give up if it does not fit.
-	queued bool
-	woken  <-chan struct{} // closed if the hold ends early (see view.wakeLocked)
+	// woken is closed when its front leaves. The wait in line lasts at
+	// least lineWait, the turns of the requests ahead at the slowest of
+	// those views' paces (see view.lineWaitLocked); strict says that pace
+	// is learned from bare 429s, and moved is closed if it changes.
+	queued   bool
+	strict   bool
+	lineWait time.Duration
+	moved    <-chan struct{}
+	woken    <-chan struct{} // closed if the hold ends early (see view.wakeLocked)
+}
+
+// inLine notes that v's line has requests that came before the request
+// with places pl. v.mu must be held.
+func (hd *held) inLine(v *view, now time.Time, pl *places) {
+	if !hd.queued {
+		hd.queued, hd.woken = true, v.line.changed()
+		hd.holder = cmp.Or(hd.holder, v)
+	}
+	if d, strict, moved := v.lineWaitLocked(now, pl.ticket); d > hd.lineWait {
+		hd.lineWait, hd.strict, hd.moved = d, strict, moved
+	}
 }
 
 // acquire admits one request now into every view of g (ok), which the
@@ -180,11 +214,10 @@ func (h *host) acquire(g *governing, pl *places, now time.Time, first bool, maxW
 		v.mu.Lock()
 	}
 	var probes, holds [maxViews]bool
-	var line *view // the first view whose line has requests that came first
 	for i, v := range vs {
 		w := v.waitLocked(now)
-		if line == nil && v.line.ahead(pl.ticket) {
-			line = v
+		if pl.behindLocked(v) {
+			hd.inLine(v, now, pl)
 		}
 		probes[i] = v.probeDueLocked(now, w, maxWait)
 		if holds[i] = !probes[i] && w > 0; holds[i] && w > hd.wait {
@@ -192,9 +225,7 @@ func (h *host) acquire(g *governing, pl *places, now time.Time, first bool, maxW
 		}
 	}
 	switch {
-	case line != nil:
-		hd.queued, hd.woken = true, line.line.changed()
-		hd.holder = cmp.Or(hd.holder, line)
+	case hd.queued:
 	case hd.holder != nil:
 		hd.refills = hd.holder.refillsLocked()
 		hd.woken = hd.holder.holdLocked(now.Add(hd.wait))
@@ -205,7 +236,7 @@ func (h *host) acquire(g *governing, pl *places, now time.Time, first bool, maxW
 	for i, v := range vs {
 		switch {
 		case ok:
-		case holds[i] || v.line.ahead(pl.ticket):
+		case holds[i] || pl.behindLocked(v):
 			pl.joinLocked(v)
 		default:
 			// It may go here: it does not hold up the requests behind

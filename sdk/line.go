@@ -66,6 +66,12 @@ func (l *line) leave(t uint64) {
 // ahead reports whether a request that came before ticket t waits in line.
 func (l *line) ahead(t uint64) bool { return len(l.q) > 0 && l.q[0] < t }
 
+// before counts the requests in line that came before ticket t.
+func (l *line) before(t uint64) int {
+	i, _ := slices.BinarySearch(l.q, t)
+	return i
+}
+
 // changed returns a channel closed when the front of the line leaves.
 func (l *line) changed() <-chan struct{} {
 	if l.ch == nil {
@@ -74,56 +80,77 @@ func (l *line) changed() <-chan struct{} {
 	return l.ch
 }
 
-// places are the lines one request waits in, one per view that holds it,
-// all with its ticket.
+// places are the lines one request waits in, all with its ticket: the
+// views that hold it, or whose pacing turn it waits for, or whose line has
+// requests that came before it. Each view is in vs[:n] once.
+//
+// free says the request goes past the lines for the rest of its attempt:
+// it could not wait its place in a line that only a pace announced by
+// the server makes (see call.sleepHeld), and such a pace is advice, never
+// a reason to fail.
 type places struct {
 	ticket uint64
+	free   bool
+	n      int
 	vs     [maxViews]*view
 }
 
-// joinLocked puts the request in v's line. v.mu must be held.
-func (p *places) joinLocked(v *view) {
-	for i, u := range p.vs {
+// behindLocked reports whether a request that came first waits in v's
+// line, and the request waits its turn there (it is not free). v.mu must
+// be held.
+func (p *places) behindLocked(v *view) bool { return !p.free && v.line.ahead(p.ticket) }
+
+// index returns where v is in p.vs[:p.n], or -1.
+func (p *places) index(v *view) int {
+	for i, u := range p.vs[:p.n] {
 		if u == v {
-			return
-		}
-		if u == nil {
-			p.vs[i] = v
-			v.line.join(p.ticket)
-			return
+			return i
 		}
 	}
+	return -1
+}
+
+// joinLocked puts the request in v's line. v.mu must be held. There is
+// room: a request waits only in the lines of the views that govern it
+// (see keep), at most maxViews.
+func (p *places) joinLocked(v *view) {
+	if p.index(v) >= 0 || p.n == len(p.vs) {
+		return
+	}
+	p.vs[p.n] = v
+	p.n++
+	v.line.join(p.ticket)
 }
 
 // leaveLocked takes the request out of v's line, if it is in it. v.mu must
 // be held.
 func (p *places) leaveLocked(v *view) {
-	for i, u := range p.vs {
-		if u == v {
-			v.line.leave(p.ticket)
-			p.vs[i] = nil
-		}
+	i := p.index(v)
+	if i < 0 {
+		return
 	}
+	v.line.leave(p.ticket)
+	p.n--
+	p.vs[i], p.vs[p.n] = p.vs[p.n], nil
 }
 
 // leave takes the request out of every line: it was admitted, or stops
 // waiting.
 func (p *places) leave() {
-	for _, v := range p.vs {
-		if v != nil {
-			v.mu.Lock()
-			p.leaveLocked(v)
-			v.mu.Unlock()
-		}
+	for p.n > 0 {
+		v := p.vs[p.n-1]
+		v.mu.Lock()
+		p.leaveLocked(v)
+		v.mu.Unlock()
 	}
 }
 
 // keep takes the request out of the lines of the views that no longer
-// hold it (its route learned its policies meanwhile): left there, it would
-// hold up the requests behind it for good.
+// govern it (its route learned its policies meanwhile): left there, it
+// would hold up the requests behind it for good.
 func (p *places) keep(g *governing) {
-	for _, v := range p.vs {
-		if v != nil && !slices.Contains(g.vs[:g.n], v) {
+	for i := p.n - 1; i >= 0; i-- {
+		if v := p.vs[i]; !slices.Contains(g.vs[:g.n], v) {
 			v.mu.Lock()
 			p.leaveLocked(v)
 			v.mu.Unlock()

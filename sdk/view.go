@@ -326,24 +326,39 @@ func (v *view) tune(now time.Time) {
 
 // pace reserves the request's turn at the host's announced rate and says
 // how long to wait for it; a retry's turn is the first in line (see
-// Transport.pace). reserved is false when there is no pacing to do (not
+// call.pace). reserved is false when there is no pacing to do (not
 // throttled, rate unknown, or the request must wait for the reset anyway,
 // after which it is paced, or requests that came before it wait in the
-// view's line: it takes its turn when it is at the front). ticket is the
-// request's (see line).
-func (v *view) pace(now time.Time, retry bool, ticket uint64) (pt paceTurn, reserved bool) {
+// view's line: it takes its turn when it is at the front). A request given
+// a turn to wait for joins the view's line (pl are its places, see line).
+func (v *view) pace(now time.Time, retry bool, pl *places) (pt paceTurn, reserved bool) {
 	if !v.pacing.active() {
 		return pt, false // most views never pace: no lock
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.pacing.paces() || v.cooldown.left(now) > 0 || v.line.ahead(ticket) {
+	if !v.pacing.paces() || v.cooldown.left(now) > 0 || pl.behindLocked(v) {
 		return pt, false
 	}
 	if v.refillLocked(now); v.quota.spentUntilReset(now) {
 		return pt, false
 	}
-	return v.pacing.reserve(now, retry), true
+	if pt = v.pacing.reserve(now, retry); pt.d > 0 {
+		pl.joinLocked(v)
+	}
+	return pt, true
+}
+
+// lineWaitLocked says how long, at least, the request with ticket t waits
+// in the view's line for the turns of the requests that came before it,
+// at the view's pace (0: the view does not pace); strict says the pace is
+// learned from bare 429s (see call.pace), and moved is closed if the
+// pace changes. v.mu must be held.
+func (v *view) lineWaitLocked(now time.Time, t uint64) (d time.Duration, strict bool, moved <-chan struct{}) {
+	if !v.pacing.paces() {
+		return 0, false, nil
+	}
+	return v.pacing.after(now, v.line.before(t))
 }
 
 // turnDelay says how long until tk, a turn pace handed out, is due now:
