@@ -21,7 +21,7 @@ import (
 // turns back, so that it holds up no request behind it.
 func (c *call) hold() (resp *http.Response, err error, stop bool) {
 	var paced turns // the views whose pace this attempt has reserved
-	c.pl.free = false
+	c.pl.free, c.inLine = false, time.Time{}
 	if resp, err, stop = c.holdLoop(&paced); stop {
 		paced.giveBack(c.t.cfg.clock.Now())
 		c.pl.leave()
