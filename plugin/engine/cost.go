@@ -380,9 +380,21 @@ func (e *Engine) sendCharges(now int64) {
 	if e.debts.Len() == 0 || !e.link.Ready() || e.CircuitOpen() {
 		return
 	}
-	// A debt that could not be sent stays owed for the next tick.
-	e.debts.Each(func(d *debt) { e.sendDebt(d, nil) })
+	// A debt that could not be sent stays owed for the next tick, and so
+	// do those beyond maxChargeCalls.
+	n := 0
+	e.debts.Each(func(d *debt) bool {
+		e.sendDebt(d, nil)
+		n++
+		return n < maxChargeCalls
+	})
 }
+
+// maxChargeCalls bounds the calls a tick sends for debts (one per client
+// and rule): a flood on a rule's overflow lease owes a hit to each value's
+// own descriptor (oweOwn), and those wait for later ticks rather than
+// leave the worker as a storm of calls.
+const maxChargeCalls = 64
 
 // DetachedCaller is a Caller that can send a call no request waits for
 // (global.DetachedCaller).
@@ -423,10 +435,16 @@ func (e *Engine) sendDebt(d *debt, sc *settling) bool {
 		}
 		e.Global.OverLimit++
 		t := e.now()
-		e.table.Lease(fp, rule, t, lease.WindowEnd(t, w), func(s *lease.State) bool {
+		end := lease.WindowEnd(t, w)
+		_, lerr := e.table.Lease(fp, rule, t, end, func(s *lease.State) bool {
 			s.Exhausted, s.Known, s.Remaining, s.Tokens = true, true, 0, 0
 			return true
 		})
+		if lerr != nil {
+			// No lease of its own here (the rule's share is full): the
+			// client is barred from the rule's overflow lease instead.
+			e.debts.Bar(callKey{Rule: rule, FP: fp}, end, t)
+		}
 	})
 	if err != nil {
 		e.Global.CallFailures++

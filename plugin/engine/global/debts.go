@@ -10,6 +10,9 @@ import (
 // flood of clients on one rule never drops another rule's charges.
 const MaxDebts = 4096
 
+// MaxBarred bounds the clients a worker keeps barred (Bar).
+const MaxBarred = 1024
+
 // Key is a client of a global rule on this worker: the rule's index and
 // the client's fingerprint.
 type Key struct {
@@ -43,6 +46,10 @@ type Debts struct {
 	of        []int // debts per rule, made on first use
 	rules     int
 	costRules int
+	// barred are the clients the service said are over their limit, that
+	// this worker cannot mark exhausted in a lease of their own (they are
+	// on their rule's overflow lease), each until its window ends.
+	barred map[Key]int64
 }
 
 // NewDebts returns the debts of a configuration of rules rules, costRules
@@ -52,10 +59,12 @@ func NewDebts(rules, costRules int) Debts { return Debts{rules: rules, costRules
 // Len is the number of clients that owe.
 func (b *Debts) Len() int { return len(b.m) }
 
-// Each calls f with each debt; f may Drop it.
-func (b *Debts) Each(f func(d *Debt)) {
+// Each calls f with each debt while f returns true; f may Drop it.
+func (b *Debts) Each(f func(d *Debt) bool) {
 	for _, d := range b.m {
-		f(d)
+		if !f(d) {
+			return
+		}
 	}
 }
 
@@ -118,4 +127,35 @@ func (b *Debts) Drop(k Key) {
 		delete(b.m, k)
 		b.of[k.Rule]--
 	}
+}
+
+// Bar records that client k is over its limit at the service until the
+// end of its window (until): Barred then says so. Beyond MaxBarred clients
+// barred, those whose window has ended make room; if none has, k is not
+// barred (its next debt's answer bars it again).
+func (b *Debts) Bar(k Key, until, now int64) {
+	if b.barred == nil {
+		b.barred = map[Key]int64{}
+	}
+	if _, ok := b.barred[k]; !ok && len(b.barred) >= MaxBarred {
+		for o, end := range b.barred {
+			if end <= now {
+				delete(b.barred, o)
+			}
+		}
+		if len(b.barred) >= MaxBarred {
+			return
+		}
+	}
+	b.barred[k] = until
+}
+
+// Barred reports whether client k is barred at now (Bar).
+func (b *Debts) Barred(k Key, now int64) bool {
+	end, ok := b.barred[k]
+	if ok && end <= now {
+		delete(b.barred, k)
+		return false
+	}
+	return ok
 }
