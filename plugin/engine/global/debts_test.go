@@ -58,8 +58,7 @@ func TestDebts(t *testing.T) {
 }
 
 // A barred client stays barred until its window's end; beyond MaxBarred,
-// clients whose window has ended make room, and none is dropped for a new
-// one while all are live.
+// a bar that has ended makes room, else the oldest.
 func TestBarredUntilWindowEnd(t *testing.T) {
 	var b Debts
 	if b.Barred(Key{1, 1}, 0) {
@@ -73,14 +72,17 @@ func TestBarredUntilWindowEnd(t *testing.T) {
 		t.Fatal("barred after its window's end")
 	}
 	for i := 0; i < MaxBarred; i++ {
-		b.Bar(Key{0, uint64(i)}, 200, 0)
+		b.Bar(Key{0, uint64(i)}, 200, 150)
 	}
-	b.Bar(Key{1, 7}, 300, 10)
-	if b.Barred(Key{1, 7}, 10) || !b.Barred(Key{0, 0}, 10) {
-		t.Fatal("a live bar was dropped for a new one")
+	if len(b.barred) != MaxBarred || !b.Barred(Key{0, 0}, 150) {
+		t.Fatalf("%d barred, want %d (the ended bar's entry reused)", len(b.barred), MaxBarred)
 	}
-	b.Bar(Key{1, 7}, 300, 200)
-	if !b.Barred(Key{1, 7}, 250) || len(b.barred) != 1 {
-		t.Fatalf("ended bars did not make room: %d kept", len(b.barred))
+	b.Bar(Key{1, 7}, 300, 160)
+	if !b.Barred(Key{1, 7}, 160) || b.Barred(Key{0, 0}, 160) || !b.Barred(Key{0, 1}, 160) {
+		t.Fatal("a new bar beyond MaxBarred did not replace the oldest")
+	}
+	b.Bar(Key{1, 8}, 300, 250)
+	if !b.Barred(Key{1, 8}, 250) || len(b.barred) != MaxBarred {
+		t.Fatalf("an ended bar did not make room: %d kept", len(b.barred))
 	}
 }
