@@ -61,35 +61,46 @@ func overflowAdmitted(f *costFleet, perEnvoy, n int, spacing time.Duration, c st
 // answer over the limit bars it from the overflow), per worker of the
 // first Envoy: here limit + 4 with requests 5 ms apart (one at each of the
 // first Envoy's 2 workers every 20 ms; a tick is 20 ms, answers take up to
-// 2 ms), limit + 2 with requests 23 ms apart. Before, it got its limit on
+// 2 ms), limit + 2 with requests 23 ms apart, limit + 12 with requests
+// 1 ms apart. Before, it got its limit on
 // its own descriptor plus the overflow's limit (2x).
 func TestGlobalOverflowClientWithinItsLimitAcrossTheFleet(t *testing.T) {
-	const limit, perEnvoy = 50, 2
-	for _, spacing := range []time.Duration{5 * time.Millisecond, 23 * time.Millisecond} {
-		t.Run(fmt.Sprint(spacing), func(t *testing.T) {
-			f := newCostFleet(t, fmt.Sprintf(overflowFleetDoc, limit), 2, perEnvoy, limit, time.Minute, 7)
-			f.svc.maxMS = 2
-			f.fillShare(f.workers[0], 8) // max_keys 9: one bucket of 8 and the overflow state
-			atA, atB, ov := overflowAdmitted(f, perEnvoy, 6*limit, spacing, "x")
-			t.Logf("spacing %v: admitted %d through A (%d decisions on its overflow lease), %d through B; the service counted %v",
-				spacing, atA, ov, atB, f.svc.counts)
-			if ov == 0 {
-				t.Fatal("the client was never decided on A's overflow lease: the test does not set up what it checks")
-			}
-			// Each worker of A gets one of the client's requests every
-			// 2 x perEnvoy x spacing: those admitted between a tick and
-			// the answer to its debt are the overshoot, per worker.
-			perWorker := 2 * perEnvoy * spacing
-			bound := limit + perEnvoy*int((prefetchTick+2*time.Millisecond+perWorker-1)/perWorker)
-			if atA+atB > bound {
-				t.Errorf("the client was admitted %d times (%d through A on the overflow, %d through B on its own lease), want at most %d (its limit %d plus one tick and a round trip of its requests at A)",
-					atA+atB, atA, atB, bound, limit)
-			}
-			if atA+atB < limit-limit/10 {
-				t.Errorf("the client was admitted %d times, want about its limit %d", atA+atB, limit)
-			}
-		})
+	for _, spacing := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 23 * time.Millisecond} {
+		for seed := uint64(1); seed <= 10; seed++ {
+			overflowClientRun(t, spacing, seed)
+		}
 	}
+}
+
+// overflowClientRun is one run of
+// TestGlobalOverflowClientWithinItsLimitAcrossTheFleet: the client's
+// requests spacing apart, the service's answers 0-2 ms late at random
+// (seed).
+func overflowClientRun(t *testing.T, spacing time.Duration, seed uint64) {
+	const limit, perEnvoy = 50, 2
+	t.Run(fmt.Sprint(spacing, "/seed", seed), func(t *testing.T) {
+		f := newCostFleet(t, fmt.Sprintf(overflowFleetDoc, limit), 2, perEnvoy, limit, time.Minute, seed)
+		f.svc.maxMS = 2
+		f.fillShare(f.workers[0], 8) // max_keys 9: one bucket of 8 and the overflow state
+		atA, atB, ov := overflowAdmitted(f, perEnvoy, 6*limit, spacing, "x")
+		t.Logf("spacing %v: admitted %d through A (%d decisions on its overflow lease), %d through B; the service counted %v",
+			spacing, atA, ov, atB, f.svc.counts)
+		if ov == 0 {
+			t.Fatal("the client was never decided on A's overflow lease: the test does not set up what it checks")
+		}
+		// Each worker of A gets one of the client's requests every
+		// 2 x perEnvoy x spacing: those admitted between a tick and
+		// the answer to its debt are the overshoot, per worker.
+		perWorker := 2 * perEnvoy * spacing
+		bound := limit + perEnvoy*int((prefetchTick+2*time.Millisecond+perWorker-1)/perWorker)
+		if atA+atB > bound {
+			t.Errorf("the client was admitted %d times (%d through A on the overflow, %d through B on its own lease), want at most %d (its limit %d plus one tick and a round trip of its requests at A)",
+				atA+atB, atA, atB, bound, limit)
+		}
+		if atA+atB < limit-limit/10 {
+			t.Errorf("the client was admitted %d times, want about its limit %d", atA+atB, limit)
+		}
+	})
 }
 
 // A flood of new values on a rule whose share is full: each value admitted
