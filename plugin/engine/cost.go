@@ -53,6 +53,11 @@ type PostCharge struct {
 	win int64
 	// dep is a global rule's deposit: the hits taken from the lease.
 	dep uint32
+	// own is, for a request admitted on a global rule's overflow lease,
+	// the client's own fingerprint (desc is then its own descriptor: the
+	// overflow's is a constant): the settled cost's difference from the
+	// deposit is owed there too (settleOwn).
+	own uint64
 }
 
 // newGlobalRef is the global rule i of a request: its client fp, its key
@@ -303,6 +308,9 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64, sc *settling) {
 	w := r.Limit.Window()
 	end := lease.WindowEnd(now, w)
 	dep := int64(max(c.dep, 1))
+	if c.own != 0 {
+		e.settleOwn(c, n, dep)
+	}
 	if n < dep {
 		if lease.WindowStart(now, w) != c.win {
 			return // the deposit's window has ended: it is spent
@@ -337,6 +345,20 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64, sc *settling) {
 	e.owe(c, owed, sc)
 }
 
+// settleOwn settles, on the client's own descriptor, the charge of n
+// units of a request admitted on the rule's overflow lease, whose deposit
+// dep it already owes there (oweOwn): what n exceeds it by is owed too
+// (sent from the tick), what the deposit held beyond n is taken off what
+// is still owed (if the tick has sent it, the service keeps it: the limit
+// errs on the side of holding).
+func (e *Engine) settleOwn(c *PostCharge, n, dep int64) {
+	if n > dep {
+		e.keepOwed(&PostCharge{rule: c.rule, fp: c.own, desc: c.desc}, uint32(min(n-dep, lease.MaxK)))
+		return
+	}
+	e.debts.Paid(callKey{Rule: c.rule, FP: c.own}, uint32(dep-max(n, 0)))
+}
+
 // owe records that c's client owes the service hits (a charge the lease
 // could not cover) and sends them at once when it can (sendDebt);
 // otherwise they wait for the client's next call or the tick.
@@ -353,7 +375,11 @@ func (e *Engine) owe(c *PostCharge, hits uint32, sc *settling) {
 // dropping its hits would let the client have them free. Beyond the rule's
 // part of global.MaxDebts the hits are dropped and counted (nil).
 func (e *Engine) keepOwed(ref *PostCharge, hits uint32) *debt {
-	d, full := e.debts.Keep(callKey{Rule: ref.rule, FP: ref.fp}, ref.desc, hits)
+	desc := ref.desc
+	if ref.fp == OverflowLease {
+		desc = overflowDescriptor
+	}
+	d, full := e.debts.Keep(callKey{Rule: ref.rule, FP: ref.fp}, desc, hits)
 	if full {
 		e.Stats.ChargeErrors++
 	}

@@ -321,13 +321,17 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 // overflow until the window ends (sendDebt). Bound: its limit plus what it
 // is admitted on the overflow between a tick and the answer, per worker
 // where it is on the overflow (docs/fleet.md).
-func (e *Engine) oweOwn(p *Pending, g globalRef, hits uint32) {
+// The client's descriptor is hashed only for a client that owes nothing
+// yet, or when withDesc (a rule with a cost keeps it to settle the cost
+// there too); it is returned then.
+func (e *Engine) oweOwn(p *Pending, g globalRef, hits uint32, withDesc bool) string {
 	k := callKey{Rule: g.rule, FP: g.own}
 	desc := ""
-	if e.debts.Owed(k) == 0 {
+	if withDesc || e.debts.Owed(k) == 0 {
 		desc = descriptorKey(p.keys[g.off : g.off+g.n])
 	}
 	e.keepOwed(&PostCharge{rule: g.rule, fp: g.own, desc: desc}, hits)
+	return desc
 }
 
 // callService makes p wait for a call for g's client: the one in flight on
@@ -631,14 +635,18 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	win := lease.WindowStart(now, r.Limit.Window())
 	dep := max(g.dep, 1)
 	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: int64(dep), win: win})
+	ownDesc := ""
 	if g.fp == OverflowLease && g.own != 0 {
-		e.oweOwn(p, g, dep)
+		ownDesc = e.oweOwn(p, g, dep, r.Cost.Set())
 	}
 	if r.Cost.Set() {
 		// The deposit is taken from the lease; the rest of the cost, or
 		// what the deposit holds beyond it, is settled now (a
 		// request_header cost over the deposit) or after the response.
 		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g), win: win, dep: dep}
+		if ownDesc != "" {
+			pc.own, pc.desc = g.own, ownDesc
+		}
 		if r.Cost.AfterResponse() {
 			p.verdict.post.add(pc)
 		} else if g.cost > int64(dep) { // a cost over the rule's limit

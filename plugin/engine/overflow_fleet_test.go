@@ -144,3 +144,45 @@ func TestGlobalOverflowDebtsBoundedPerTick(t *testing.T) {
 		t.Errorf("the values' own descriptors counted %d hits, want %d (8 with a state, %d on the overflow)", own, values+8, values)
 	}
 }
+
+const overflowCostDoc = `{"rules":[{"name":"g","scope":"global","limit":%d,"window":"1m","key":["header:x-client"],"max_keys":9,
+	"cost":{"response_header":"x-used","max":%d}}],"global":{"cluster":"ratelimit","timeout":"50ms"}}`
+
+// A rule charged after the response: the client on the overflow lease at
+// the first Envoy costs 20 units a request, the clients with a state
+// there 1, so the Envoy's deposit (what its requests have been costing)
+// is well under the client's cost. What the client's responses cost beyond
+// the deposit is owed to its own descriptor too, so across the two Envoys
+// it is charged at most its limit plus max - 1 (the bound of requests one
+// after another) plus the requests of one tick and a round trip at the
+// first Envoy. Owing the deposit alone, it got its own limit in full at
+// the second Envoy on top of the overflow's.
+func TestGlobalOverflowClientCostWithinItsLimit(t *testing.T) {
+	const limit, cost = 1000, 20
+	f := newCostFleet(t, fmt.Sprintf(overflowCostDoc, limit, cost), 2, 1, limit, time.Minute, 5)
+	a, b := f.workers[0], f.workers[1]
+	f.fillShare(a, 8)
+	charged := 0
+	for i := 0; i < 4*limit/cost; i++ {
+		f.advance(5 * time.Millisecond)
+		if v := f.decide(a, fmt.Sprint("filler-", i%8)); v.Outcome == Allow {
+			a.e.Settle(&v, resp("200", "x-used", "1"), f.now)
+		}
+		for _, wk := range []*costWorker{a, b} {
+			if v := f.decide(wk, "x"); v.Outcome == Allow {
+				wk.e.Settle(&v, resp("200", "x-used", itoa(cost)), f.now)
+				charged += cost
+			}
+		}
+	}
+	f.advance(time.Second)
+	// The client's requests at the first Envoy are 5 ms apart (one worker).
+	bound := limit + cost - 1 + cost*int((prefetchTick+2*time.Millisecond+5*time.Millisecond-1)/(5*time.Millisecond))
+	t.Logf("the client was charged %d units; the service counted %v", charged, f.svc.counts)
+	if charged > bound {
+		t.Errorf("the client was charged %d units across the two Envoys, want at most %d (its limit %d, max - 1, a tick and a round trip of its requests on the overflow)", charged, bound, limit)
+	}
+	if charged < limit*9/10 {
+		t.Errorf("the client was charged %d units, want about its limit %d", charged, limit)
+	}
+}

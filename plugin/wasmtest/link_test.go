@@ -46,8 +46,9 @@ import (
 // docs/design/request-cost.md): 3,564,172 bytes then. Raised for a global
 // rule's client on the overflow lease owing its own descriptor and barred
 // from the overflow once over its limit (3.7 KB: the bars 1.8 KB, the
-// debts 1.6 KB): 3,567,333 bytes then, main 3,563,609.
-const moduleCeiling = 3_569_000
+// debts 1.6 KB) and, for a rule charged after the response, the settled
+// cost owed there too (2.6 KB): 3,569,950 bytes then, main 3,563,609.
+const moduleCeiling = 3_571_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
