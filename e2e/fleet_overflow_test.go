@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,9 +130,20 @@ func checkOverflowBound(t *testing.T, f *fleet, rr roundRobin, ov0 uint64) {
 // the status.
 func getAs(t *testing.T, e *envoytest.Envoy, client string) (bool, int) {
 	t.Helper()
+	return getCosting(t, e, "/", client, 0)
+}
+
+// getCosting is getAs on path, for a request whose response (from the
+// token upstream) says it cost tokens (none if 0).
+func getCosting(t *testing.T, e *envoytest.Envoy, path, client string, tokens int) (bool, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, _, err := e.Get(ctx, "/", http.Header{"X-Client": {client}})
+	h := http.Header{"X-Client": {client}}
+	if tokens > 0 {
+		h.Set("X-Want-Tokens", strconv.Itoa(tokens))
+	}
+	resp, _, err := e.Get(ctx, path, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,4 +161,108 @@ func statOf(t *testing.T, e *envoytest.Envoy, name string) uint64 {
 		t.Fatalf("stat %s: %v", name, err)
 	}
 	return n
+}
+
+// overflowCostConfig: a global rule of 200 tokens a minute per client,
+// charged from the response (max 20), with the same share as overflowConfig.
+const overflowCostConfig = `{
+  "rules": [
+    {"name": "ovcost", "scope": "global", "limit": 200, "window": "1m", "key": ["header:x-client"], "max_keys": 9,
+     "cost": {"response_header": "x-tokens-used", "max": 20}}
+  ],
+  "global": {"cluster": "ratelimit", "domain": "sluice", "timeout": "500ms"},
+  "on_error": "deny"
+}`
+
+const (
+	overflowCostLimit = 200
+	overflowCost      = 20 // the client's requests; the fillers' cost 1
+	// overflowCostGap is overflowGap for the cost rule: a response at the
+	// first Envoy is held until the service counted its debt, so the
+	// client's slowest answer there is a round trip of the service, which
+	// on a loaded machine reached 320 ms.
+	overflowCostGap = 400 * time.Millisecond
+)
+
+// TestFleetOverflowCostWithinItsLimit is TestFleetOverflowClientWithinItsLimit
+// for a rule charged after the response: the client's requests cost 20
+// tokens, and before each of them at the first Envoy a client with a state
+// there sends one that costs 1, so that the Envoy's deposit (what its
+// requests have been costing) stays well under 20. The client is charged
+// across the fleet at most its limit plus max - 1 (requests one after
+// another) plus, for each worker of the first Envoy, the cost of what it
+// sent there between a tick and the answer to that tick's debt. Owing its
+// own descriptor only the deposits, it was charged well over that; counting
+// the overflow apart, about twice its limit.
+func TestFleetOverflowCostWithinItsLimit(t *testing.T) {
+	_, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	up := startTokenUpstream(t)
+	f := startFleetOn(t, rls, overflowCostConfig, up.addr)
+	a := f.members[0]
+	oneWindow(t, 40*time.Second, func(attempt string) func() {
+		run := fmt.Sprint(time.Now().UnixNano(), attempt)
+		for i := 0; i < 8; i++ {
+			if ok, _ := getCosting(t, a, "/", fmt.Sprint(run, "-filler-", i), 1); !ok {
+				t.Fatalf("filler %d refused", i)
+			}
+		}
+		time.Sleep(1200 * time.Millisecond) // the plugin publishes its counters every second
+		ov0 := statOf(t, a, "wasmcustom.sluice.rule.ovcost.overflow")
+		got := spendCostRoundRobin(t, f, run, 3*overflowCostLimit/overflowCost)
+		return func() { checkOverflowCostBound(t, f, got, ov0) }
+	})
+}
+
+// spendCostRoundRobin is spendRoundRobin for the cost rule: n requests of
+// the client (run + "-client") costing overflowCost, each at the first
+// Envoy overflowCostGap after the previous one there and after a filler's
+// request costing 1.
+func spendCostRoundRobin(t *testing.T, f *fleet, run string, n int) roundRobin {
+	t.Helper()
+	var rr roundRobin
+	var lastA time.Time
+	for i := 0; i < n; i++ {
+		m := i % len(f.members)
+		if m == 0 {
+			getCosting(t, f.members[0], "/", fmt.Sprint(run, "-filler-", i%8), 1)
+			if !lastA.IsZero() {
+				time.Sleep(overflowCostGap - time.Since(lastA))
+				if gap := time.Since(lastA); rr.minGap == 0 || gap < rr.minGap {
+					rr.minGap = gap
+				}
+			}
+			lastA = time.Now()
+			rr.sentToA++
+		}
+		start := time.Now()
+		ok, _ := getCosting(t, f.members[m], "/", run+"-client", overflowCost)
+		rr.slowest = max(rr.slowest, time.Since(start))
+		if ok {
+			rr.admitted[m]++
+		}
+	}
+	return rr
+}
+
+// checkOverflowCostBound checks the tokens the client was charged across
+// the fleet (ov0: the first Envoy's overflow decisions before).
+func checkOverflowCostBound(t *testing.T, f *fleet, rr roundRobin, ov0 uint64) {
+	time.Sleep(1200 * time.Millisecond) // the plugin publishes its counters every second
+	ov := statOf(t, f.members[0], "wasmcustom.sluice.rule.ovcost.overflow") - ov0
+	denied := f.sum(t, "wasmcustom.sluice.on_error.denied")
+	charged := overflowCost * (rr.admitted[0] + rr.admitted[1] + rr.admitted[2])
+	perWorker := int((tickPeriod + rr.slowest + rr.minGap - 1) / rr.minGap)
+	bound := overflowCostLimit + overflowCost - 1 + 2*perWorker*overflowCost
+	t.Logf("charged %d tokens (admitted %v) of %d sent, %d to the first Envoy (%d decisions on its overflow lease), smallest gap there %v, slowest answer %v; on_error denied %d; bound %d",
+		charged, rr.admitted, 3*overflowCostLimit/overflowCost, rr.sentToA, ov, rr.minGap.Round(time.Millisecond), rr.slowest.Round(time.Millisecond), denied, bound)
+	if ov < uint64(rr.sentToA) {
+		t.Fatalf("%d of the client's %d requests at the first Envoy were decided on its overflow lease: the test does not set up what it checks", ov, rr.sentToA)
+	}
+	if charged > bound {
+		t.Errorf("the client was charged %d tokens across the fleet (admitted %v), want at most %d (its limit %d, max - 1, and %d of its requests per worker of the first Envoy)",
+			charged, rr.admitted, bound, overflowCostLimit, perWorker)
+	}
+	if denied == 0 && charged < overflowCostLimit*8/10 {
+		t.Errorf("the client was charged %d tokens, want about its limit %d", charged, overflowCostLimit)
+	}
 }
