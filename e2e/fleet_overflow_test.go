@@ -180,14 +180,14 @@ const (
 	// overflowCostGap is overflowGap for the cost rule: a response at the
 	// first Envoy is held until the service counted its debt, so the
 	// client's slowest answer there is a round trip of the service, which
-	// on a loaded machine reached 320 ms.
-	overflowCostGap = 400 * time.Millisecond
+	// on a loaded machine reached 400 ms.
+	overflowCostGap = 600 * time.Millisecond
 )
 
 // TestFleetOverflowCostWithinItsLimit is TestFleetOverflowClientWithinItsLimit
 // for a rule charged after the response: the client's requests cost 20
-// tokens, and before each of them at the first Envoy a client with a state
-// there sends one that costs 1, so that the Envoy's deposit (what its
+// tokens, and before each of them at the first Envoy clients with a state
+// there send two that cost 1, so that the Envoy's deposit (what its
 // requests have been costing) stays well under 20. The client is charged
 // across the fleet at most its limit plus max - 1 (requests one after
 // another) plus, for each worker of the first Envoy, the cost of what it
@@ -215,8 +215,8 @@ func TestFleetOverflowCostWithinItsLimit(t *testing.T) {
 
 // spendCostRoundRobin is spendRoundRobin for the cost rule: n requests of
 // the client (run + "-client") costing overflowCost, each at the first
-// Envoy overflowCostGap after the previous one there and after a filler's
-// request costing 1.
+// Envoy overflowCostGap after the previous one there and after two
+// fillers' requests costing 1.
 func spendCostRoundRobin(t *testing.T, f *fleet, run string, n int) roundRobin {
 	t.Helper()
 	var rr roundRobin
@@ -224,7 +224,9 @@ func spendCostRoundRobin(t *testing.T, f *fleet, run string, n int) roundRobin {
 	for i := 0; i < n; i++ {
 		m := i % len(f.members)
 		if m == 0 {
-			getCosting(t, f.members[0], "/", fmt.Sprint(run, "-filler-", i%8), 1)
+			for j := 0; j < 2; j++ {
+				getCosting(t, f.members[0], "/", fmt.Sprint(run, "-filler-", (i+j)%8), 1)
+			}
 			if !lastA.IsZero() {
 				time.Sleep(overflowCostGap - time.Since(lastA))
 				if gap := time.Since(lastA); rr.minGap == 0 || gap < rr.minGap {
