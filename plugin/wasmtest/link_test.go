@@ -43,8 +43,12 @@ import (
 // every function (docs/design/memory.md, "The static data and the function
 // count"). Raised for the rejected path's reuse of its last body and
 // headers (7.7k fewer instructions per rejected request;
-// docs/design/request-cost.md): 3,564,172 bytes then.
-const moduleCeiling = 3_566_000
+// docs/design/request-cost.md): 3,564,172 bytes then. Raised for a global
+// rule's client on the overflow lease owing its own descriptor and barred
+// from the overflow once over its limit (3.7 KB: the bars 1.8 KB, the
+// debts 1.6 KB) and, for a rule charged after the response, the settled
+// cost owed there too (2.6 KB): 3,569,950 bytes then, main 3,563,609.
+const moduleCeiling = 3_571_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
