@@ -179,8 +179,8 @@ func duration(field string, raw *jsonlite.Value) (time.Duration, error) {
 	if err := str(raw, &s); err != nil {
 		return 0, errf(field, "must be a duration string like \"1s\", \"1m\" or \"250ms\"")
 	}
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
+	d, ok := parseDuration(strings.TrimSpace(s))
+	if !ok {
 		return 0, errf(field, "%q is not a duration (use a Go duration like \"1s\", \"1m\", \"250ms\")", s)
 	}
 	return d, nil
