@@ -70,7 +70,15 @@ func known(field string, m *jsonlite.Value, allowed ...string) error {
 	if field != "" {
 		name = field + "." + name
 	}
-	return errf(name, "unknown field (known: %s)", strings.Join(allowed, ", "))
+	// The list appended here rather than by strings.Join (2.7 KB of module).
+	list := make([]byte, 0, 16*len(allowed))
+	for i, a := range allowed {
+		if i > 0 {
+			list = append(list, ", "...)
+		}
+		list = append(list, a...)
+	}
+	return errf(name, "unknown field (known: %s)", string(list))
 }
 
 // errType is a value of the wrong JSON type (the callers name the field and
