@@ -46,7 +46,7 @@ func decimalParts(n string) (digits string, exp int, ok bool) {
 		n, exp = n[:i], max(-1<<20, min(e, 1<<20)) // past these, the result is fixed
 	}
 	whole, frac, _ := strings.Cut(n, ".")
-	if whole == "" || strings.Trim(whole+frac, "0123456789") != "" {
+	if whole == "" || !allDigits(whole) || !allDigits(frac) {
 		return "", 0, false
 	}
 	digits = strings.TrimLeft(whole+frac, "0")
@@ -63,7 +63,10 @@ func nearest(digits string, k int) float64 {
 	var num nat
 	for len(digits) > 0 {
 		c := min(len(digits), 19)
-		chunk, _ := strconv.ParseUint(digits[:c], 10, 64)
+		var chunk uint64
+		for _, d := range []byte(digits[:c]) {
+			chunk = chunk*10 + uint64(d-'0')
+		}
 		num = num.mulAdd(pow10u64(c), chunk)
 		digits = digits[c:]
 	}
@@ -98,6 +101,15 @@ func nearest(digits string, k int) float64 {
 	// m holds the implicit bit (2^52): adding it steps the exponent field
 	// to e2 + 1023, or one more when the rounding carried to 2^53.
 	return math.Float64frombits(uint64(e2+1022)<<52 + m)
+}
+
+func allDigits(s string) bool {
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // nat is a natural number in 64-bit words, least significant first.
