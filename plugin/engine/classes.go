@@ -296,22 +296,10 @@ func (e *Engine) remaining(i int, lim *limit.Limit, inFlight int64) int64 {
 }
 
 // noteUse counts, for an adaptive rule with classes, the share of the
-// limit lim in flight (inFlight, all classes) at an admission of key fp:
-// the Gauge estimates the upstream's capacity from what was really in
-// flight (see limit.Gauge.Use). An admission that fills its class's cap
-// (e.op.free, just decided) under the limit used the round's limit as far
-// as the reserves let it: the round is saturated, as a queued or refused
-// request makes it. The Gauge takes Use only from saturated rounds: in
-// any other, a low share is little demand, not the reserves' doing.
+// limit lim in flight at an admission of key fp (flight.Adaptive.NoteUse,
+// with what the request's class may still take, e.op.free, just decided).
 func (e *Engine) noteUse(i int, fp uint64, inFlight int64, lim *limit.Limit) {
-	if e.cidx[i] < 0 || !IsAdaptive(&e.cfg.Rules[i]) {
-		return
-	}
-	if l := e.learners[learnKey{rule: i, fp: fp}]; l != nil {
-		l.useSum += min(float64(inFlight)/float64(max(lim.Limit(), 1)), 1)
-		l.useN++
-		if e.op.free <= 0 {
-			l.smp.Ready.Saturated = true
-		}
+	if e.cidx[i] >= 0 {
+		e.adaptive.NoteUse(i, fp, inFlight, lim, e.op.free)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -26,25 +27,8 @@ import (
 //     last ticket could not start within max_delay.
 
 // SlotRef is a concurrency slot held by a request, to be released when its
-// stream ends.
-type SlotRef struct {
-	Rule     int
-	FP       uint64
-	Overflow bool  // the slot is the rule's overflow slot of the bucket
-	Since    int64 // when it was acquired (ns)
-	// Saturated: an adaptive rule's slot taken at its learnt limit (or
-	// after a wait in its queue): see limit.Gauge.AtLimit.
-	Saturated bool
-	// Waited is how long the request waited in the rule's queue for the
-	// slot (0: taken at once); counted once the request is admitted.
-	Waited time.Duration
-	// Ticket is an adaptive rule's limit.Sampler ticket for the request's
-	// sample (0: no sample, see admitSamples, or given already: Engine.Sample
-	// uses it up).
-	Ticket uint32
-	// Class is the slot's priority class (rules with classes).
-	Class uint8
-}
+// stream ends (flight.SlotRef).
+type SlotRef = flight.SlotRef
 
 type holdKey struct {
 	rule     int
@@ -139,6 +123,9 @@ type concurrencyRules struct {
 	blocked  map[holdKey]bool
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
+	// lastSlots is each rule's slots as this worker last saw them (the
+	// metrics: LastSlots).
+	lastSlots []slotsSeen
 }
 
 func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, int64, bool) {
@@ -173,9 +160,7 @@ func (o *concOp) Modify(st limit.State, now int64, overflow bool) (limit.State, 
 }
 
 // IsConcurrency reports whether rule r limits requests in flight.
-func IsConcurrency(r *config.Rule) bool {
-	return r.Limit.Algorithm() == limit.Concurrency || IsAdaptive(r)
-}
+func IsConcurrency(r *config.Rule) bool { return flight.IsConcurrency(r) }
 
 // HasConcurrency reports whether any rule of c is a concurrency rule (the
 // plugin then ticks often enough to renew its slots every epoch).
@@ -235,7 +220,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 	e.renewDue(now)
 	for k, p := range pending {
 		r := &e.cfg.Rules[p.rule]
-		lim := e.slotLimit(p.rule, p.fp, now)
+		lim := e.adaptive.SlotLimit(p.rule, p.fp, now)
 		op := e.acquireOp(p, lim)
 		if err := e.concModify(p.fp, p.rule, false, now, op); err != nil {
 			if e.acquireFailed(v, p.rule, err, now) {
@@ -256,18 +241,18 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 			e.holdSlot(v, hk, lim, &d, now)
 		case d.Queued:
 			e.trace(StepQueue, p.rule)
-			e.overLimit(p.rule, p.fp)
+			e.adaptive.OverLimit(p.rule, p.fp)
 			e.enqueue(id, v, hk, d.Ticket, pending[k+1:], c, now)
 			return -1
 		case r.Shadow:
-			e.overLimit(p.rule, p.fp)
+			e.adaptive.OverLimit(p.rule, p.fp)
 			st.ShadowRejected++
 			if v.Shadow == nil {
 				v.Shadow, v.ShadowRetryAfter = r, e.waitEstimate(p.rule, lim.Limit(), d.Waiting)
 			}
 		default:
 			e.trace(StepSlotRefuse, p.rule)
-			e.overLimit(p.rule, p.fp)
+			e.adaptive.OverLimit(p.rule, p.fp)
 			e.classRefuse(p.rule, p.class)
 			st.Rejected++
 			e.rejectFull(v, p.rule, lim, d.Waiting, now)
@@ -323,8 +308,8 @@ func (e *Engine) holdSlot(v *Verdict, hk holdKey, lim *limit.Limit, d *limit.Con
 	r := &e.cfg.Rules[hk.rule]
 	e.hold1(hk, d.Epoch)
 	v.Slots = append(v.Slots, SlotRef{Rule: hk.rule, FP: hk.fp, Overflow: hk.overflow, Since: now, Class: hk.class,
-		Saturated: e.atLimit(hk.rule, hk.fp, d.InFlight)})
-	e.learnerTakes(hk.rule, hk.fp)
+		Saturated: e.adaptive.AtLimit(hk.rule, hk.fp, d.InFlight)})
+	e.adaptive.Takes(hk.rule, hk.fp)
 	e.noteUse(hk.rule, hk.fp, d.InFlight, lim)
 	rem := e.remaining(hk.rule, lim, d.InFlight)
 	// A shadow rule reports nothing but x-ratelimit-shadow (when it would
@@ -402,14 +387,14 @@ func (e *Engine) Release(slots []SlotRef, now int64) {
 	e.renewDue(now)
 	for _, s := range slots {
 		e.trace(StepRelease, s.Rule)
-		e.learnerReleases(&s)
+		e.adaptive.Releases(&s)
 		hk := holdKey{rule: s.Rule, fp: s.FP, overflow: s.Overflow, class: s.Class}
 		h := e.holdings[hk]
 		if h == nil {
 			continue
 		}
 		op := &e.op
-		*op = concOp{kind: opRelease, lim: e.releaseLimit(s.Rule, s.FP), held: 1, epoch: h.epoch, class: s.Class}
+		*op = concOp{kind: opRelease, lim: e.adaptive.ReleaseLimit(s.Rule, s.FP), held: 1, epoch: h.epoch, class: s.Class}
 		if err := e.concModify(s.FP, s.Rule, s.Overflow, now, op); err != nil {
 			// The slot is dropped with its lease at the latest (2 epochs)
 			// once this worker stops renewing it, which it does now.
@@ -483,7 +468,7 @@ func (e *Engine) refund(w *Waiter, now int64) {
 // can then be dropped).
 func (e *Engine) leave(w *Waiter, now int64) bool {
 	op := &e.op
-	*op = concOp{kind: opLeave, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket, class: w.class}
+	*op = concOp{kind: opLeave, lim: e.adaptive.SlotLimit(w.rule, w.fp, now), ticket: w.ticket, class: w.class}
 	if err := e.concModify(w.fp, w.rule, w.overflow, now, op); err != nil {
 		return false
 	}
@@ -568,10 +553,10 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	v := w.verdict
 	e.refund(w, now)
 	e.releaseAll(&w.verdict, now)
-	wait := e.waitEstimate(w.rule, e.slotLimit(w.rule, w.fp, now).Limit(), 0)
+	wait := e.waitEstimate(w.rule, e.adaptive.SlotLimit(w.rule, w.fp, now).Limit(), 0)
 	v.Outcome, v.Delay, v.Slots = Reject, 0, nil
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = &e.cfg.Rules[w.rule], 0, wait, wait
-	v.ReportLimit = e.slotLimit(w.rule, w.fp, now).Limit()
+	v.ReportLimit = e.adaptive.SlotLimit(w.rule, w.fp, now).Limit()
 	v.violate(w.rule)
 	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.carry.since)})
 }
@@ -581,7 +566,7 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 // (or shared data failed: it tries again on the next tick).
 func (e *Engine) claim(w *Waiter, now int64) *concOp {
 	op := &e.op
-	*op = concOp{kind: opClaim, lim: e.slotLimit(w.rule, w.fp, now), ticket: w.ticket, class: w.class}
+	*op = concOp{kind: opClaim, lim: e.adaptive.SlotLimit(w.rule, w.fp, now), ticket: w.ticket, class: w.class}
 	h := e.holdings[holdKey{rule: w.rule, fp: w.fp, overflow: w.overflow, class: w.class}]
 	if h != nil {
 		op.held, op.epoch = h.n, h.epoch
@@ -609,7 +594,7 @@ func (e *Engine) resume(w *Waiter, op *concOp, now int64, out []ConcEvent) []Con
 	v := &w.verdict
 	v.Slots = append(v.Slots, SlotRef{Rule: w.rule, FP: w.fp, Overflow: w.overflow, Since: now, Saturated: IsAdaptive(r), Class: w.class,
 		Waited: time.Duration(max(now-w.arrived, 1))})
-	e.learnerTakes(w.rule, w.fp)
+	e.adaptive.Takes(w.rule, w.fp)
 	e.noteUse(w.rule, w.fp, op.out.InFlight, op.lim)
 	e.lastSlots[w.rule] = slotsSeen{op.out.InFlight, op.out.Waiting, w.fp, w.overflow, true}
 	if rem := e.remaining(w.rule, op.lim, op.out.InFlight); v.Report == nil || rem < v.Remaining {

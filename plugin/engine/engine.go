@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/plugin/engine/global"
 	"github.com/sluicehq/sluice/plugin/engine/match"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
@@ -130,13 +131,8 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
-	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
-	// that failed (the worker learnt on its own copy meanwhile).
-	GaugeErrors uint64
-	// LateWindows counts the sample windows of adaptive rules dropped
-	// because this worker's loop ran late while their requests were out
-	// (see loopLag).
-	LateWindows uint64
+	// GaugeErrors and LateWindows: the adaptive rules' learning.
+	flight.AdaptiveStats
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's call carrying a charge
 	// failed).
@@ -173,8 +169,9 @@ type Engine struct {
 	localRules       // the request's rules and what they charged (engine.go)
 	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
 	concurrencyRules // slots, their leases and the queue (concurrency.go)
-	adaptiveRules    // learnt limits (adaptive.go)
-	classRules       // priority classes of concurrency rules (classes.go)
+	// adaptive: the learnt limits of adaptive rules (package inflight).
+	adaptive   flight.Adaptive
+	classRules // priority classes of concurrency rules (classes.go)
 	// Now is the engine's clock (nanoseconds since the epoch), given to
 	// New: the clock of answers to calls and of the tick's work. Decide
 	// and the other entry points take their time as an argument.
@@ -190,10 +187,6 @@ type Engine struct {
 	Redirected bool
 	// tracer, when set, is told each step of a request's route (trace.go).
 	tracer Tracer
-	// RoundEnded, when set, is told each decision of an adaptive rule's
-	// Gauge this worker made: rule i's Gauge went from prev (its last
-	// round's samples, without the batch that ended it) to next.
-	RoundEnded func(i int, prev, next limit.Gauge)
 }
 
 // localRules is what a decision keeps between rules: what each charged
@@ -245,17 +238,13 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			costs: global.NewCosts(len(cfg.Rules), store),
 		},
 		concurrencyRules: concurrencyRules{
-			holdings: map[holdKey]*holding{},
-			hold:     make([]int64, len(cfg.Rules)),
-		},
-		adaptiveRules: adaptiveRules{
-			learners:    map[learnKey]*learner{},
-			gaugeRegion: gaugeRegions(cfg),
-			lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
-			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
+			holdings:  map[holdKey]*holding{},
+			hold:      make([]int64, len(cfg.Rules)),
+			lastSlots: make([]slotsSeen, len(cfg.Rules)),
 		},
 		classRules: newClassRules(cfg),
 	}
+	e.adaptive = flight.NewAdaptive(cfg, e.table, &e.Stats.AdaptiveStats)
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
 	}
@@ -286,7 +275,7 @@ func Regions(cfg *config.Config) []Region {
 		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay), Spill: cfg.Pool > 0 && r.MaxKeys == 0}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
-			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
+			rs = append(rs, Region{ID: r.ID ^ flight.GaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
 		}
 	}
 	return rs

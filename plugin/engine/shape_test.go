@@ -14,10 +14,12 @@ import (
 // took the caller, the circuit, the round trip and the call buffer; the
 // route's tracer added one; Debts and Costs took the debts, their count
 // per rule and cap, and the cost averages; match.Matcher took the path
-// buffers, what the rules need, the index and the matched rules).
+// buffers, what the rules need, the index and the matched rules; package
+// flight's Adaptive took the learnt limits, their Gauge exchanges, the
+// loop's lag and RoundEnded).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 46
+	engineFieldsNow  = 39
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

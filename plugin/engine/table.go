@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -385,13 +386,9 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 	return limit.Decision{}, 0, ErrContention
 }
 
-// Modifier computes the new state of a slot for Table.Modify. It may be
-// called several times for one Modify (once per CAS attempt), each time
-// with the state as it is then, and whether it is the rule's overflow
-// state; it reports write false to leave the slot as it is.
-type Modifier interface {
-	Modify(st limit.State, now int64, overflow bool) (next limit.State, expiry int64, write bool)
-}
+// Modifier computes the new state of a slot for Table.Modify
+// (flight.Modifier: the in-flight rules' transitions).
+type Modifier = flight.Modifier
 
 // Modify updates the state of client fp of rule with m under the same CAS
 // loop as Update (the concurrency rules' transitions, which need more than

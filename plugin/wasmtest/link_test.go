@@ -43,8 +43,11 @@ import (
 // every function (docs/design/memory.md, "The static data and the function
 // count"). Raised for the rejected path's reuse of its last body and
 // headers (7.7k fewer instructions per rejected request;
-// docs/design/request-cost.md): 3,564,172 bytes then.
-const moduleCeiling = 3_566_000
+// docs/design/request-cost.md): 3,564,172 bytes then. Raised for the
+// engine's in-flight rules in a package of their own (plugin/engine/flight:
+// code 99 bytes less, static data 3.5 KB more, the names and types of a
+// package and of what its callers inline): 3,567,055 bytes then.
+const moduleCeiling = 3_570_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
