@@ -253,7 +253,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 		default:
 			e.trace(StepSlotRefuse, p.rule)
 			e.adaptive.OverLimit(p.rule, p.fp)
-			e.classRefuse(p.rule, p.class)
+			e.classes.Refuse(p.rule, p.class)
 			st.Rejected++
 			e.rejectFull(v, p.rule, lim, d.Waiting, now)
 			return p.rule
@@ -549,7 +549,7 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 	}
 	w.gone = true
 	e.Stats.Rules[w.rule].Rejected++
-	e.classRefuse(w.rule, w.class)
+	e.classes.Refuse(w.rule, w.class)
 	v := w.verdict
 	e.refund(w, now)
 	e.releaseAll(&w.verdict, now)

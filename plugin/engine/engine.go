@@ -169,9 +169,10 @@ type Engine struct {
 	localRules       // the request's rules and what they charged (engine.go)
 	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
 	concurrencyRules // slots, their leases and the queue (concurrency.go)
-	// adaptive: the learnt limits of adaptive rules (package inflight).
-	adaptive   flight.Adaptive
-	classRules // priority classes of concurrency rules (classes.go)
+	// adaptive: the learnt limits of adaptive rules (package flight).
+	adaptive flight.Adaptive
+	// classes: the priority classes of concurrency rules (package flight).
+	classes flight.Classes
 	// Now is the engine's clock (nanoseconds since the epoch), given to
 	// New: the clock of answers to calls and of the tick's work. Decide
 	// and the other entry points take their time as an argument.
@@ -242,9 +243,9 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			hold:      make([]int64, len(cfg.Rules)),
 			lastSlots: make([]slotsSeen, len(cfg.Rules)),
 		},
-		classRules: newClassRules(cfg),
 	}
 	e.adaptive = flight.NewAdaptive(cfg, e.table, &e.Stats.AdaptiveStats)
+	e.classes = flight.NewClasses(cfg, e.table, SlotsPerBucket)
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
 	}

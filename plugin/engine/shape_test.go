@@ -16,10 +16,11 @@ import (
 // per rule and cap, and the cost averages; match.Matcher took the path
 // buffers, what the rules need, the index and the matched rules; package
 // flight's Adaptive took the learnt limits, their Gauge exchanges, the
-// loop's lag and RoundEnded).
+// loop's lag and RoundEnded; its Classes the class regions and their
+// buffers).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 39
+	engineFieldsNow  = 34
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

@@ -46,8 +46,11 @@ import (
 // docs/design/request-cost.md): 3,564,172 bytes then. Raised for the
 // engine's in-flight rules in a package of their own (plugin/engine/flight:
 // code 99 bytes less, static data 3.5 KB more, the names and types of a
-// package and of what its callers inline): 3,567,055 bytes then.
-const moduleCeiling = 3_570_000
+// package and of what its callers inline): 3,567,055 bytes then; and
+// for the priority classes there (code +1.0 KB: the state table's value
+// reads and writes behind flight.Table, the transition behind
+// flight.ClassModifier; static data +2.5 KB): 3,570,603 bytes then.
+const moduleCeiling = 3_574_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

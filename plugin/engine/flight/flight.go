@@ -6,6 +6,7 @@
 package flight
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -21,9 +22,44 @@ type Modifier interface {
 }
 
 // Table is what the in-flight rules need of the engine's state table: a
-// CAS update of one key's state in a region (the engine's Table).
+// CAS update of one key's state in a region, and for the rules with
+// classes, values of their own (the engine's Table).
 type Table interface {
 	Modify(fp uint64, region int, onlyOverflow bool, now int64, m Modifier) (int, error)
+	// LoadValue reads the value of key into buf: size bytes and its CAS;
+	// a missing or damaged value reads as free (zeros, with the CAS that
+	// creates the key).
+	LoadValue(key string, size int, buf []byte) ([]byte, uint32, error)
+	// StoreValue writes val under cas; mismatch: another worker changed
+	// it first (read it again).
+	StoreValue(key string, val []byte, cas uint32) (mismatch bool, err error)
+	// Contended counts an update that ran out of CAS retries.
+	Contended()
+}
+
+// The state table's rules that the in-flight rules' own values follow too.
+const (
+	// MaxCASRetries bounds the compare-and-swap loop of one update.
+	MaxCASRetries = 32
+	// OverflowFP marks the state in a rule's overflow key.
+	OverflowFP = 1
+	overflowFP = OverflowFP
+)
+
+// ErrContention: MaxCASRetries conflicting updates in a row.
+var ErrContention = errors.New("shared data contention: CAS retries exhausted")
+
+// JumpHash is Lamping and Veach's jump consistent hash: the bucket of key
+// among n, such that going from n to m buckets moves only the keys of the
+// buckets added or removed.
+func JumpHash(key, n uint64) uint64 {
+	b, j := int64(-1), int64(0)
+	for j < int64(n) {
+		b = j
+		key = key*2862933555777941757 + 1
+		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64(key>>33+1)))
+	}
+	return uint64(b)
 }
 
 // SlotRef is a concurrency slot held by a request, to be released when its
