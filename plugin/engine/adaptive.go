@@ -10,7 +10,7 @@ import (
 
 // Adaptive concurrency rules (algorithm "adaptive_concurrency") are
 // concurrency rules (concurrency.go: the same slots, leases, queue and
-// release paths) whose limit is learnt: package inflight (Adaptive) keeps
+// release paths) whose limit is learnt: package flight (Adaptive) keeps
 // what this worker knows of each key's shared Gauge and the latency
 // samples of its requests. The engine passes it the slots its requests
 // take and release and the tick.
@@ -40,18 +40,18 @@ func IsAdaptive(r *config.Rule) bool { return flight.IsAdaptive(r) }
 
 // Ticked notes a tick that began at now, of a tick timer of the given
 // period (flight.Adaptive.Ticked: how late this worker's loop runs).
-func (e *Engine) Ticked(now int64, period time.Duration) { e.adaptive.Ticked(now, period) }
+func (e *Engine) Ticked(now int64, period time.Duration) { e.flight.Ticked(now, period) }
 
 // TickDone notes that the tick's work ended at now.
-func (e *Engine) TickDone(now int64) { e.adaptive.TickDone(now) }
+func (e *Engine) TickDone(now int64) { e.flight.TickDone(now) }
 
 // LoopLag returns the loop lag Sample takes out of a latency now.
-func (e *Engine) LoopLag() time.Duration { return e.adaptive.LoopLag() }
+func (e *Engine) LoopLag() time.Duration { return e.flight.LoopLag() }
 
 // OnRoundEnded sets f to be told each decision of an adaptive rule's
 // Gauge this worker made: rule i's Gauge went from prev (its last round's
 // samples, without the batch that ended it) to next.
-func (e *Engine) OnRoundEnded(f func(i int, prev, next limit.Gauge)) { e.adaptive.OnRoundEnded(f) }
+func (e *Engine) OnRoundEnded(f func(i int, prev, next limit.Gauge)) { e.flight.OnRoundEnded(f) }
 
 // admitSamples gives the adaptive rules' slots of v, a request forwarded
 // to the upstream at now, their Sampler tickets (flight.Adaptive.
@@ -60,7 +60,7 @@ func (e *Engine) admitSamples(v *Verdict, now int64) {
 	if v.Outcome != Allow {
 		return
 	}
-	e.adaptive.AdmitSamples(v.Slots, now)
+	e.flight.AdmitSamples(v.Slots, now)
 }
 
 // Sample feeds the Gauges of the adaptive rules among slots with one
@@ -68,41 +68,23 @@ func (e *Engine) admitSamples(v *Verdict, now int64) {
 // after its admission), now when kind happened (flight.Adaptive.Sample).
 // It uses up the slots' tickets.
 func (e *Engine) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
-	e.adaptive.Sample(slots, sent, now, kind)
+	e.flight.Sample(slots, sent, now, kind)
 }
 
 // Learn is the tick's share of the adaptive rules: it adds the samples
 // not yet added, refreshes the views in use and forgets idle ones.
-func (e *Engine) Learn(now int64) { e.adaptive.Learn(now) }
+func (e *Engine) Learn(now int64) { e.flight.Learn(now) }
 
 // LearntGauge returns the Gauge of adaptive rule i as this worker last saw
 // it (any key; the zero Gauge before the first request).
-func (e *Engine) LearntGauge(i int) limit.Gauge { return e.adaptive.LearntGauge(i) }
+func (e *Engine) LearntGauge(i int) limit.Gauge { return e.flight.LearntGauge(i) }
 
 // AnyAdaptive reports whether one of slots belongs to an adaptive rule.
-func (e *Engine) AnyAdaptive(slots []SlotRef) bool { return e.adaptive.AnyAdaptive(slots) }
+func (e *Engine) AnyAdaptive(slots []SlotRef) bool { return e.flight.AnyAdaptive(slots) }
 
 // LastSlots returns the requests in flight and queued of concurrency rule
 // i for the key of this worker's last admission or release of the rule, as
-// shared data holds them at now (every worker then shows the same figures
-// for a rule with one key; what it saw then if shared data fails).
+// shared data holds them at now (flight.Rules.LastSlots).
 func (e *Engine) LastSlots(i int, now int64) (inFlight, queued int64) {
-	ls := e.lastSlots[i]
-	if !ls.known {
-		return 0, 0
-	}
-	op := &e.op
-	*op = concOp{kind: opView, lim: e.adaptive.ReleaseLimit(i, ls.fp)}
-	if err := e.concModify(ls.fp, i, ls.overflow, now, op); err != nil {
-		return ls.inFlight, ls.queued
-	}
-	return op.observed.InFlight(), op.observed.Queued()
-}
-
-// slotsSeen is a rule's slots as this worker's last admission or release
-// left them, and the key's slot (fp, overflow).
-type slotsSeen struct {
-	inFlight, queued int64
-	fp               uint64
-	overflow, known  bool
+	return e.flight.LastSlots(i, now)
 }

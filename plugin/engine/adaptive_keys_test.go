@@ -167,13 +167,13 @@ func TestManyKeysStillLearn(t *testing.T) {
 				if (now-t0)%int64(5*time.Millisecond) == 0 {
 					e.Learn(now)
 				}
-				maxLearners = max(maxLearners, e.adaptive.Views())
+				maxLearners = max(maxLearners, e.flight.Views())
 			}
 			// Another worker reads each key's shared Gauge.
 			o := New(cfg, store, 1, wallClock)
 			cold := 0
 			for i := 0; i < clients; i++ {
-				if g := o.adaptive.Read(0, fps[i], now); g.Base == 0 {
+				if g := o.flight.Read(0, fps[i], now); g.Base == 0 {
 					cold++
 				}
 			}

@@ -84,7 +84,7 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 	if v.Outcome != Allow || v.Slots[0].Saturated {
 		t.Fatalf("first request: %+v", v)
 	}
-	l, ok := e.adaptive.View(0, v.Slots[0].FP)
+	l, ok := e.flight.View(0, v.Slots[0].FP)
 	if !ok || l.Ready.Saturated {
 		t.Fatalf("learner after one admission under the limit: %+v", l)
 	}
@@ -287,7 +287,7 @@ func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
 		}
 		e.Release(s, end)
 	}
-	e.adaptive.CloseWindow(0, fp, end, time.Millisecond)
+	e.flight.CloseWindow(0, fp, end, time.Millisecond)
 	e.Learn(end + int64(LearnEvery))
 	if l := learnt(e, 0, fp); l.Ready.N != 0 || e.LearntGauge(0).N != 0 {
 		t.Fatalf("a window with a request out counted: %+v, %+v", l.Ready, e.LearntGauge(0))
@@ -340,6 +340,6 @@ func TestAdaptiveHeldRequestGivesNoSample(t *testing.T) {
 // learnt returns this worker's view of the Gauge of rule i for key fp (the
 // zero view when it has none).
 func learnt(e *Engine, i int, fp uint64) flight.LearnerView {
-	l, _ := e.adaptive.View(i, fp)
+	l, _ := e.flight.View(i, fp)
 	return l
 }

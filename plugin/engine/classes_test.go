@@ -178,7 +178,7 @@ func TestAdaptiveClassCapSaturatesTheRound(t *testing.T) {
 	if v.Outcome != Allow {
 		t.Fatalf("first buy: %+v", v)
 	}
-	l, ok := e.adaptive.View(0, v.Slots[0].FP)
+	l, ok := e.flight.View(0, v.Slots[0].FP)
 	if !ok || l.Gauge.Current() != 4 || l.Ready.Saturated || l.UseN != 1 {
 		t.Fatalf("learner after one buy under the cap: %+v", l)
 	}

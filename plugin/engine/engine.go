@@ -169,10 +169,10 @@ type Engine struct {
 	localRules       // the request's rules and what they charged (engine.go)
 	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
 	concurrencyRules // slots, their leases and the queue (concurrency.go)
-	// adaptive: the learnt limits of adaptive rules (package flight).
-	adaptive flight.Adaptive
-	// classes: the priority classes of concurrency rules (package flight).
-	classes flight.Classes
+	// flight: the in-flight rules (concurrency, adaptive, classes): the
+	// slots this worker holds, learnt limits, class values (package
+	// flight).
+	flight flight.Rules
 	// Now is the engine's clock (nanoseconds since the epoch), given to
 	// New: the clock of answers to calls and of the tick's work. Decide
 	// and the other entry points take their time as an argument.
@@ -238,14 +238,8 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
 			costs: global.NewCosts(len(cfg.Rules), store),
 		},
-		concurrencyRules: concurrencyRules{
-			holdings:  map[holdKey]*holding{},
-			hold:      make([]int64, len(cfg.Rules)),
-			lastSlots: make([]slotsSeen, len(cfg.Rules)),
-		},
 	}
-	e.adaptive = flight.NewAdaptive(cfg, e.table, &e.Stats.AdaptiveStats)
-	e.classes = flight.NewClasses(cfg, e.table, SlotsPerBucket)
+	e.flight = flight.NewRules(cfg, e.table, SlotsPerBucket, &e.Stats.AdaptiveStats)
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
 	}
@@ -450,9 +444,9 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		if IsConcurrency(r) {
 			// Slots are taken after every rate rule has admitted the
 			// request: a request rejected by a rate never holds one.
-			p := pendingConc{rule: i, fp: fp, class: classOf(r, ri)}
+			p := pendingConc{Rule: i, FP: fp, Class: classOf(r, ri)}
 			if len(r.Classes) > 0 && v.Class == "" {
-				v.Class = r.ClassName(int(p.class))
+				v.Class = r.ClassName(int(p.Class))
 			}
 			e.pending = append(e.pending, p)
 			continue

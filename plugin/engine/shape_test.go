@@ -17,10 +17,11 @@ import (
 // buffers, what the rules need, the index and the matched rules; package
 // flight's Adaptive took the learnt limits, their Gauge exchanges, the
 // loop's lag and RoundEnded; its Classes the class regions and their
-// buffers).
+// buffers; its Rules the slots held, their renewal, the hold times, the
+// transition and the last slots seen, all behind one field).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 34
+	engineFieldsNow  = 28
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

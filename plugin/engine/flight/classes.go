@@ -109,19 +109,10 @@ func (c *Classes) Refuse(i int, k uint8) {
 	}
 }
 
-// ClassModifier is a slot transition of a rule with classes: on the
-// classes ss of a key, with caps at the rule's limit.
-type ClassModifier interface {
-	// ModifyClasses applies the transition to ss and reports whether ss
-	// changed; overflow: ss is the rule's overflow value.
-	ModifyClasses(ss []limit.Slots, caps []int64, now int64, overflow bool) bool
-}
-
-// Modify applies op to the class values of key fp of rule i at now, under
-// the rule's limit lim for the key (the key's value, or the rule's
-// overflow value when onlyOverflow or when the key's bucket is another's):
-// a CAS loop over the value.
-func (c *Classes) Modify(fp uint64, i int, onlyOverflow bool, now int64, op ClassModifier, lim int64) error {
+// modify applies op to the class values of key fp of rule i at now (the
+// key's value, or the rule's overflow value when onlyOverflow or when the
+// key's bucket is another's): a CAS loop over the value.
+func (c *Classes) modify(fp uint64, i int, onlyOverflow bool, now int64, op *slotOp) error {
 	if fp == 0 || fp == overflowFP {
 		fp = 2 // 0 marks a free value, overflowFP the overflow value
 	}
@@ -141,9 +132,9 @@ func (c *Classes) Modify(fp uint64, i int, onlyOverflow bool, now int64, op Clas
 			}
 		}
 		caps := c.caps[:cr.n]
-		limit.ClassCaps(lim, cr.reserves, caps)
+		limit.ClassCaps(op.lim.Limit(), cr.reserves, caps)
 		prev := c.ss
-		write := op.ModifyClasses(ss, caps, now, mark == overflowFP)
+		write := op.modifyClasses(ss, caps, now, mark == overflowFP)
 		noteClasses(cr, ss)
 		if !write || prev == c.ss {
 			return nil
