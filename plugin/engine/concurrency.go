@@ -25,17 +25,14 @@ type SlotRef = flight.SlotRef
 // pendingConc is a concurrency rule still to be acquired by a request.
 type pendingConc = flight.Pending
 
-// Waiter is a request waiting in a concurrency rule's queue.
-type Waiter struct {
-	ID       uint32 // the stream
-	Deadline int64
-	arrived  int64 // in this queue
-	key      flight.Key
-	ticket   uint16
-	gone     bool // abandoned: the ticket must still leave the queue
-	rest     []pendingConc
-	carry    carried
-	verdict  Verdict
+// waiter is a request waiting in a concurrency rule's queue: its ticket
+// (flight.Waiter, whose Request is the waiter itself), its verdict so far
+// and what it carries.
+type waiter struct {
+	flight.Waiter
+	rest    []pendingConc
+	carry   carried
+	verdict Verdict
 }
 
 // carried is what a request takes through the concurrency queues: the
@@ -55,15 +52,6 @@ type ConcEvent struct {
 	Waited  time.Duration
 }
 
-// concurrencyRules is the engine's state for the requests of concurrency
-// rules: the rules being decided, and the requests waiting in queues.
-type concurrencyRules struct {
-	pending  []pendingConc
-	waiters  []*Waiter
-	requeued []*Waiter // Poll's buffer for the waiters that queue again
-	blocked  map[flight.Key]bool
-}
-
 // IsConcurrency reports whether rule r limits requests in flight.
 func IsConcurrency(r *config.Rule) bool { return flight.IsConcurrency(r) }
 
@@ -79,12 +67,10 @@ func HasConcurrency(c *config.Config) bool {
 }
 
 // MaxWaiters bounds the requests one worker keeps waiting in queues.
-const MaxWaiters = 4096
+const MaxWaiters = flight.MaxWaiters
 
-// MaxPollsPerTick bounds the queues (distinct keys) one tick polls: with
-// per-client queues, thousands of waiting keys would otherwise cost
-// thousands of shared-data reads every 5 ms. The oldest waiters go first.
-const MaxPollsPerTick = 256
+// MaxPollsPerTick bounds the queues (distinct keys) one tick polls.
+const MaxPollsPerTick = flight.MaxPollsPerTick
 
 // HoldEstimate returns the mean time requests of concurrency rule i held
 // their slot on this worker (0 until one has ended).
@@ -98,7 +84,7 @@ func (e *Engine) acquire(id uint32, v *Verdict, pending []pendingConc, c carried
 	e.flight.RenewDue(now)
 	for k, p := range pending {
 		r := &e.cfg.Rules[p.Rule]
-		t, err := e.flight.Acquire(p, len(e.waiters) >= MaxWaiters, now)
+		t, err := e.flight.Acquire(p, e.flight.QueueFull(), now)
 		if err != nil {
 			if e.acquireFailed(v, p.Rule, err, now) {
 				return p.Rule
@@ -187,13 +173,14 @@ func (e *Engine) countSlots(v *Verdict) {
 // caller's slices are reused.
 func (e *Engine) enqueue(id uint32, v *Verdict, k flight.Key, ticket uint16, rest []pendingConc, c carried, now int64) {
 	r := &e.cfg.Rules[k.Rule]
-	w := &Waiter{
-		ID: id, Deadline: now + int64(r.MaxDelay), arrived: now, key: k,
-		ticket: ticket, rest: append([]pendingConc(nil), rest...), verdict: *v,
+	w := &waiter{
+		Waiter: flight.Waiter{ID: id, Deadline: now + int64(r.MaxDelay), Arrived: now, Key: k, Ticket: ticket},
+		rest:   append([]pendingConc(nil), rest...), verdict: *v,
 		carry: carried{charges: append([]charge(nil), c.charges...), globals: append([]globalRef(nil), c.globals...),
 			keys: append([]byte(nil), c.keys...), since: c.since},
 	}
-	e.waiters = append(e.waiters, w)
+	w.Request = w
+	e.flight.Enqueue(&w.Waiter)
 	v.Outcome = Queue
 }
 
@@ -232,27 +219,16 @@ func (e *Engine) HeldSlots() int64 { return e.flight.HeldSlots() }
 
 // Waiting returns the number of requests of this worker waiting in queues
 // (abandoned tickets not counted).
-func (e *Engine) Waiting() int {
-	n := 0
-	for _, w := range e.waiters {
-		if !w.gone {
-			n++
-		}
-	}
-	return n
-}
+func (e *Engine) Waiting() int { return e.flight.Waiting() }
 
 // Abandon forgets the waiting request id (its stream ended); its ticket
 // leaves the queue on a later Poll if it cannot at once.
 func (e *Engine) Abandon(id uint32, now int64) {
-	for _, w := range e.waiters {
-		if w.ID == id && !w.gone {
-			w.gone = true
-			e.refund(w, now)
-			e.releaseAll(&w.verdict, now)
-			e.leave(w, now)
-			return
-		}
+	if fw := e.flight.Abandon(id); fw != nil {
+		w := fw.Request.(*waiter)
+		e.refund(w, now)
+		e.releaseAll(&w.verdict, now)
+		e.flight.LeaveQueue(fw, now)
 	}
 }
 
@@ -263,19 +239,9 @@ func (e *Engine) Abandon(id uint32, now int64) {
 // while it waited other requests may have been held behind them; given
 // back at once, the next request would take the last held one's turn, two
 // released together.
-func (e *Engine) refund(w *Waiter, now int64) {
+func (e *Engine) refund(w *waiter, now int64) {
 	e.refundCharges(w.carry.charges, now)
 	w.carry.charges = nil
-}
-
-// leave tries to take w's ticket out of its queue; it reports success (w
-// can then be dropped).
-func (e *Engine) leave(w *Waiter, now int64) bool {
-	left := e.flight.Leave(w.key, w.ticket, now)
-	if left {
-		w.ID = 0
-	}
-	return left
 }
 
 // Poll advances the waiting requests at now: a waiter past its deadline is
@@ -286,52 +252,20 @@ func (e *Engine) leave(w *Waiter, now int64) bool {
 // blocks the younger ones until the next tick. It appends what happened to
 // requests to out.
 func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
-	// A waiter let in may queue again, for a later rule of its request
-	// (resume): that Waiter is appended to e.waiters, here a buffer of its
-	// own, and joins the ones kept at the end (after them: its ticket is
-	// the newest of its queue).
-	waiters := e.waiters
-	e.waiters = e.requeued[:0]
-	keep := waiters[:0]
-	if e.blocked == nil {
-		e.blocked = map[flight.Key]bool{}
-	}
-	clear(e.blocked)
-	polls := 0
-	for _, w := range waiters {
-		key := w.key
-		if now >= w.Deadline {
+	e.flight.PollStart()
+	for {
+		fw, t, admitted := e.flight.PollNext(now)
+		if fw == nil {
+			break
+		}
+		w := fw.Request.(*waiter)
+		if admitted {
+			out = e.resume(w, &t, now, out)
+		} else {
 			out = e.timeOut(w, now, out)
-			continue
 		}
-		if e.blocked[key] || polls >= MaxPollsPerTick {
-			keep = append(keep, w)
-			continue
-		}
-		polls++
-		if w.gone {
-			if w.ID != 0 && !e.leave(w, now) {
-				e.blocked[key] = true
-				keep = append(keep, w)
-			}
-			continue
-		}
-		t, ok := e.flight.Claim(w.key, w.ticket, now)
-		if !ok {
-			// Later tickets of this queue on this worker wait behind it.
-			e.blocked[key] = true
-			keep = append(keep, w)
-			continue
-		}
-		out = e.resume(w, &t, now, out)
 	}
-	keep = append(keep, e.waiters...)
-	if len(keep) < len(waiters) {
-		clear(waiters[len(keep):])
-	}
-	clear(e.waiters)
-	e.waiters, e.requeued = keep, e.waiters[:0]
-	e.flight.RenewDue(now)
+	e.flight.PollEnd(now)
 	return out
 }
 
@@ -339,26 +273,25 @@ func (e *Engine) Poll(now int64, out []ConcEvent) []ConcEvent {
 // leave the queue, its rate charges are refunded and the slots it took are
 // given back. It appends the rejection to out, unless w was abandoned (its
 // stream is gone: nothing to answer).
-func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
+func (e *Engine) timeOut(w *waiter, now int64, out []ConcEvent) []ConcEvent {
 	id := w.ID
 	if w.ID != 0 {
-		e.flight.Expire(w.key, w.ticket, now)
-		w.ID = 0
+		e.flight.ExpireQueue(&w.Waiter, now)
 	}
-	if w.gone {
+	if w.Gone {
 		return out
 	}
-	w.gone = true
-	i := w.key.Rule
+	w.Gone = true
+	i := w.Key.Rule
 	e.Stats.Rules[i].Rejected++
-	e.flight.Refuse(i, w.key.Class)
+	e.flight.Refuse(i, w.Key.Class)
 	v := w.verdict
 	e.refund(w, now)
 	e.releaseAll(&w.verdict, now)
-	wait := e.flight.WaitEstimate(i, e.flight.SlotLimit(i, w.key.FP, now).Limit(), 0)
+	wait := e.flight.WaitEstimate(i, e.flight.SlotLimit(i, w.Key.FP, now).Limit(), 0)
 	v.Outcome, v.Delay, v.Slots = Reject, 0, nil
 	v.Report, v.Remaining, v.Reset, v.RetryAfter = &e.cfg.Rules[i], 0, wait, wait
-	v.ReportLimit = e.flight.SlotLimit(i, w.key.FP, now).Limit()
+	v.ReportLimit = e.flight.SlotLimit(i, w.Key.FP, now).Limit()
 	v.violate(i)
 	return append(out, ConcEvent{ID: id, Verdict: v, Waited: time.Duration(now - w.carry.since)})
 }
@@ -367,14 +300,14 @@ func (e *Engine) timeOut(w *Waiter, now int64, out []ConcEvent) []ConcEvent {
 // verdict and the wait is counted, then w passes the concurrency rules it
 // has still to (they may reject it, or queue it again). It appends what
 // happened to out.
-func (e *Engine) resume(w *Waiter, t *flight.Taken, now int64, out []ConcEvent) []ConcEvent {
-	r := &e.cfg.Rules[w.key.Rule]
-	e.trace(StepDequeue, w.key.Rule)
+func (e *Engine) resume(w *waiter, t *flight.Taken, now int64, out []ConcEvent) []ConcEvent {
+	r := &e.cfg.Rules[w.Key.Rule]
+	e.trace(StepDequeue, w.Key.Rule)
 	v := &w.verdict
-	s, rem := e.flight.Take(t, time.Duration(max(now-w.arrived, 1)), now)
+	s, rem := e.flight.Take(t, time.Duration(max(now-w.Arrived, 1)), now)
 	v.Slots = append(v.Slots, s)
 	if v.Report == nil || rem < v.Remaining {
-		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.key.Rule), t.Lim.Limit(), 0
+		v.Report, v.Remaining, v.Reset, v.ReportLimit, v.measured = r, rem, e.HoldEstimate(w.Key.Rule), t.Lim.Limit(), 0
 	}
 	if v.Delayer == nil {
 		v.Delayer = r // it waited in r's queue

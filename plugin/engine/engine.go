@@ -166,9 +166,8 @@ type Engine struct {
 	Stats   Stats
 	// Each kind of rule keeps its own working state; the methods that use
 	// it live in the kind's file.
-	localRules       // the request's rules and what they charged (engine.go)
-	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
-	concurrencyRules // slots, their leases and the queue (concurrency.go)
+	localRules  // the request's rules and what they charged (engine.go)
+	globalRules // calls to the rate-limit service, leases (global.go, cost.go)
 	// flight: the in-flight rules (concurrency, adaptive, classes): the
 	// slots this worker holds, learnt limits, class values (package
 	// flight).
@@ -373,15 +372,15 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 	e.charged = e.charged[:0]
 	e.globals = e.globals[:0]
 	e.gkeys = e.gkeys[:0]
-	e.pending = e.pending[:0]
+	e.flight.ClearPending()
 	rejected := e.chargeLocal(&v, &ri, now)
-	if rejected < 0 && len(e.pending) > 0 {
+	if rejected < 0 && len(e.flight.Pending()) > 0 {
 		var id uint32
 		if sr, ok := req.(StreamRequest); ok {
 			id = sr.StreamID()
 		}
 		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.pending, carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now)
+		rejected = e.acquire(id, &v, e.flight.Pending(), carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now)
 		if v.Outcome == Queue {
 			return v
 		}
@@ -418,7 +417,7 @@ func (e *Engine) exempt(ri *requestInfo) bool {
 }
 
 // chargeLocal charges the matched local rate rules in order and sets
-// aside the concurrency (e.pending) and global (e.globals) rules for
+// aside the concurrency (flight.Rules.AddPending) and global (e.globals) rules for
 // later phases. It returns the index of the rule that rejected, or -1.
 func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 	for _, i := range e.matcher.Matched() {
@@ -448,7 +447,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			if len(r.Classes) > 0 && v.Class == "" {
 				v.Class = r.ClassName(int(p.Class))
 			}
-			e.pending = append(e.pending, p)
+			e.flight.AddPending(p)
 			continue
 		}
 		d, n, err := e.decideLocal(v, r, i, fp, ri, now)

@@ -18,10 +18,11 @@ import (
 // flight's Adaptive took the learnt limits, their Gauge exchanges, the
 // loop's lag and RoundEnded; its Classes the class regions and their
 // buffers; its Rules the slots held, their renewal, the hold times, the
-// transition and the last slots seen, all behind one field).
+// transition and the last slots seen, all behind one field; then the
+// queue's waiters, the poll's buffers and the decision's concurrency rules).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 28
+	engineFieldsNow  = 24
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

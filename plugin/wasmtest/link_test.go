@@ -49,8 +49,11 @@ import (
 // package and of what its callers inline): 3,567,055 bytes then; and
 // for the priority classes there (code +1.0 KB: the state table's value
 // reads and writes behind flight.Table, the transition behind
-// flight.ClassModifier; static data +2.5 KB): 3,570,603 bytes then.
-const moduleCeiling = 3_574_000
+// flight.ClassModifier; static data +2.5 KB): 3,570,603 bytes then; and
+// for the concurrency rules' slots and queue there (the poll in steps,
+// PollNext and PollEnd, the waiter's request behind an interface: code
+// +2.2 KB, static data +3.3 KB): 3,575,904 bytes then.
+const moduleCeiling = 3_578_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

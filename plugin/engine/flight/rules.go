@@ -20,9 +20,8 @@ import (
 //     estimates Retry-After, Reset and how long a queue may grow before its
 //     last ticket could not start within max_delay.
 //
-// The requests waiting in a rule's queue are the engine's (they carry its
-// verdict): it asks Rules for their tickets' transitions (Claim, Leave,
-// Expire).
+// The requests waiting in a rule's queue are kept here (wait.go) with what
+// the engine decided of them so far (Waiter.Request).
 
 // Key is one slot of a concurrency rule: the rule, the key's fingerprint,
 // whether it is the rule's overflow slot of the bucket, and the class.
@@ -59,6 +58,7 @@ type slotsSeen struct {
 type Rules struct {
 	Adaptive
 	Classes
+	queue
 	cfg      *config.Config
 	table    Table
 	op       slotOp
