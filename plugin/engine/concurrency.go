@@ -234,7 +234,7 @@ func (e *Engine) Abandon(id uint32, now int64) {
 
 // refund gives back the rate charges of a waiter that will not be served
 // (its client left, its max_delay passed, a later rule refused it). They
-// go back as a held request's do (refundHeld), not at once: a waiter's
+// go back as a held request's do (RefundHeld), not at once: a waiter's
 // charges are reservations too (a rate rule may have delayed it), and
 // while it waited other requests may have been held behind them; given
 // back at once, the next request would take the last held one's turn, two

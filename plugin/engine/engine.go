@@ -6,6 +6,7 @@ import (
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/plugin/engine/global"
+	"github.com/sluicehq/sluice/plugin/engine/local"
 	"github.com/sluicehq/sluice/plugin/engine/match"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/shared/limit"
@@ -140,20 +141,9 @@ type Stats struct {
 }
 
 // charge is a rule that admitted the request being decided, with the
-// client's fingerprint under it (for a refund if a later rule rejects).
-type charge struct {
-	rule int
-	fp   uint64
-	n    int64 // units charged (a request_header cost)
-	// release is, for a local rule, when the request was to go out as far
-	// as the rule was concerned: charged at plus the rule's delay (see
-	// limit.RefundHeld).
-	release int64
-	// win is, for a global rule, the start of the window whose lease gave
-	// the hit: the service counted it in that window, so only that
-	// window's lease may get it back.
-	win int64
-}
+// client's fingerprint under it (local.Charge: for a refund if a later
+// rule rejects).
+type charge = local.Charge
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
@@ -164,9 +154,12 @@ type Engine struct {
 	table   *Table
 	seed    uint64
 	Stats   Stats
-	// Each kind of rule keeps its own working state; the methods that use
-	// it live in the kind's file.
-	localRules  // the request's rules and what they charged (engine.go)
+	// Each kind of rule keeps its own working state: the local and the
+	// in-flight rules in packages of their own, the global rules in a group
+	// whose methods are in global*.go and cost.go.
+	// local: what the request's rules charged, the key being built, the
+	// reservations kept (package local).
+	local       local.Rules
 	globalRules // calls to the rate-limit service, leases (global.go, cost.go)
 	// flight: the in-flight rules (concurrency, adaptive, classes): the
 	// slots this worker holds, learnt limits, class values (package
@@ -188,22 +181,6 @@ type Engine struct {
 	// tracer, when set, is told each step of a request's route (trace.go).
 	tracer Tracer
 }
-
-// localRules is what a decision keeps between rules: what each charged
-// (refunded if a later rule rejects), the key being built.
-type localRules struct {
-	charged []charge
-	keyBuf  []byte
-	// kept are the reservations given back (Unhold, a waiter's or a
-	// refused request's refund) while later ones were held behind them
-	// (limit.RefundHeld): they are given back once those are, or
-	// forgotten at their release time.
-	kept []charge
-}
-
-// maxKept bounds Engine.kept: past it, a reservation that cannot be given
-// back is spent.
-const maxKept = 64
 
 // Clock returns the time in nanoseconds since the epoch. The engine never
 // reads the time itself (lint refuses time.Now here): the plugin passes
@@ -228,16 +205,13 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 		table:   NewTable(store, Regions(cfg)),
 		seed:    seed,
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
-		localRules: localRules{
-			charged: make([]charge, 0, len(cfg.Rules)),
-			keyBuf:  make([]byte, 0, 256),
-		},
 		globalRules: globalRules{
 			calls: map[callKey]*inflight{},
 			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
 			costs: global.NewCosts(len(cfg.Rules), store),
 		},
 	}
+	e.local = local.New(cfg, e.table)
 	e.flight = flight.NewRules(cfg, e.table, SlotsPerBucket, &e.Stats.AdaptiveStats)
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
@@ -369,7 +343,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		v.Exempt = true
 		return v
 	}
-	e.charged = e.charged[:0]
+	e.local.Begin()
 	e.globals = e.globals[:0]
 	e.gkeys = e.gkeys[:0]
 	e.flight.ClearPending()
@@ -380,14 +354,14 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			id = sr.StreamID()
 		}
 		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.flight.Pending(), carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now)
+		rejected = e.acquire(id, &v, e.flight.Pending(), carried{charges: e.local.Charged(), globals: e.globals, keys: e.gkeys, since: now}, now)
 		if v.Outcome == Queue {
 			return v
 		}
 	}
 	if rejected < 0 && len(e.globals) > 0 {
 		v.Client = ri.client
-		return e.askGlobal(v, carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now, true)
+		return e.askGlobal(v, carried{charges: e.local.Charged(), globals: e.globals, keys: e.gkeys, since: now}, now, true)
 	}
 	if rejected < 0 {
 		e.admit(&v, &ri)
@@ -436,8 +410,8 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			// descriptor of a call; most requests are served from the lease
 			// and never need it.
 			off := len(e.gkeys)
-			e.gkeys = append(e.gkeys, e.keyBuf...)
-			e.globals = append(e.globals, e.newGlobalRef(i, fp, off, len(e.keyBuf), e.requestCost(r, ri)))
+			e.gkeys = append(e.gkeys, e.local.Key()...)
+			e.globals = append(e.globals, e.newGlobalRef(i, fp, off, len(e.local.Key()), e.requestCost(r, ri)))
 			continue
 		}
 		if IsConcurrency(r) {
@@ -481,7 +455,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 				v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 			}
 		} else if n > 0 {
-			e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
+			e.local.Add(charge{Rule: i, FP: fp, N: n, Release: now + int64(d.Delay)})
 		}
 		return false
 	}
@@ -494,7 +468,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 	}
 	e.trace(StepLocal, i)
 	if n > 0 {
-		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
+		e.local.Add(charge{Rule: i, FP: fp, N: n, Release: now + int64(d.Delay)})
 	}
 	if d.Delay > v.Delay {
 		v.Delay, v.Delayer = d.Delay, r
@@ -518,7 +492,7 @@ func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdi
 	e.inDecide = false
 	v = p.verdict
 	if inStream {
-		e.charged = p.charged[:0] // the scratch, as it may have grown
+		e.local.Reuse(p.charged) // the scratch, as it may have grown
 	}
 	if waiting {
 		v.Pending = p.persisted
@@ -528,7 +502,7 @@ func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdi
 
 // admit counts an admitted (or delayed) request in its rules' stats.
 func (e *Engine) admit(v *Verdict, ri *requestInfo) {
-	e.countAdmitted(v, e.charged)
+	e.countAdmitted(v, e.local.Charged())
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
@@ -549,14 +523,14 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 		v.held = append(v.held[:0:0], charged...)
 	}
 	for _, c := range charged {
-		r := &e.cfg.Rules[c.rule]
+		r := &e.cfg.Rules[c.Rule]
 		if !r.Cost.AfterResponse() {
-			e.Stats.Rules[c.rule].Charged += uint64(c.n)
+			e.Stats.Rules[c.Rule].Charged += uint64(c.N)
 		}
 		if v.Delay > 0 && !r.Shadow {
-			e.Stats.Rules[c.rule].Delayed++
+			e.Stats.Rules[c.Rule].Delayed++
 		} else {
-			e.Stats.Rules[c.rule].Allowed++
+			e.Stats.Rules[c.Rule].Allowed++
 		}
 	}
 	e.countPost(v)
@@ -569,7 +543,7 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 // given back, as a concurrency queue's waiter's charges are when it
 // leaves (Abandon), so that the client's next request is not held behind
 // it. A reservation that requests were held behind since is given back
-// only once they are (refundHeld): given back at once, it let the next
+// only once they are (RefundHeld): given back at once, it let the next
 // request take the last one's turn, and the two were released together.
 // Its stats stay: the request was delayed. Unhold is a no-op for any
 // other verdict, and the second time.
@@ -614,7 +588,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	// held a request of the client behind a reservation made here
 	// (TestRefuseDoesNotFreeAnotherWorkersHeldTurn); with nothing behind
 	// it, a charge comes back at once.
-	e.refundCharges(e.charged, now)
+	e.refundCharges(e.local.Charged(), now)
 	after := false
 	for _, i := range e.matcher.Matched() {
 		if i == rejected {

@@ -19,10 +19,12 @@ import (
 // loop's lag and RoundEnded; its Classes the class regions and their
 // buffers; its Rules the slots held, their renewal, the hold times, the
 // transition and the last slots seen, all behind one field; then the
-// queue's waiters, the poll's buffers and the decision's concurrency rules).
+// queue's waiters, the poll's buffers and the decision's concurrency rules;
+// package local's Rules the charges, the key buffer and the kept
+// reservations).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 24
+	engineFieldsNow  = 22
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

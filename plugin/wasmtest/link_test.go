@@ -52,8 +52,10 @@ import (
 // flight.ClassModifier; static data +2.5 KB): 3,570,603 bytes then; and
 // for the concurrency rules' slots and queue there (the poll in steps,
 // PollNext and PollEnd, the waiter's request behind an interface: code
-// +2.2 KB, static data +3.3 KB): 3,575,904 bytes then.
-const moduleCeiling = 3_578_000
+// +2.2 KB, static data +3.3 KB): 3,575,904 bytes then; and for the local
+// rules in plugin/engine/local (the held refund behind local.Table: code
+// +1.0 KB, static data +1.9 KB): 3,578,848 bytes then.
+const moduleCeiling = 3_582_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
