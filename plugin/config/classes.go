@@ -104,8 +104,8 @@ func parseClass(field string, raw *jsonlite.Value, ignoreCase bool) (Class, erro
 		if rraw.Kind != jsonlite.Number {
 			return c, errf(f.name("reserve"), "must be a number, 0 <= reserve < 1")
 		}
-		r, err := strconv.ParseFloat(rraw.Text, 64)
-		if err != nil || math.IsNaN(r) || r < 0 || r >= 1 {
+		r, ok := fraction(rraw.Text)
+		if !ok {
 			return c, errf(f.name("reserve"), "%s is out of range: 0 <= reserve < 1 (the share of the limit lower classes may never take)", rraw.Text)
 		}
 		c.Reserve = r

@@ -117,6 +117,7 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{`{"rules":[{` + ok + `}],"client_ip":{"ipv6_prefix":129}}`, "client_ip.ipv6_prefix:"},
 		{`{"rules":[{` + ok + `}],"client_ip":{"hops":1}}`, "client_ip.hops: unknown field"},
 		{`{"rules":[{` + ok + `}],"exempt_cidrs":["10.0.0.0/33"]}`, "exempt_cidrs[0]:"},
+		{`{"rules":[{` + ok + `}],"exempt_cidrs":["10.0.0.0/8","fe80::%eth0/64"]}`, "exempt_cidrs[1]: \"fe80::%eth0/64\": IPv6 zones are not allowed"},
 		{`{"rules":[{` + ok + `}],"headers":"all"}`, "headers:"},
 		{`{"rules":[{` + ok + `}],"status":200}`, "status:"},
 		{`{"rules":[{` + ok + `}],"max_keys":0}`, "max_keys:"},

@@ -53,6 +53,11 @@ type PostCharge struct {
 	win int64
 	// dep is a global rule's deposit: the hits taken from the lease.
 	dep uint32
+	// own is, for a request admitted on a global rule's overflow lease,
+	// the client's own fingerprint (desc is then its own descriptor: the
+	// overflow's is a constant): the settled cost's difference from the
+	// deposit is owed there too (settleOwn).
+	own uint64
 }
 
 // newGlobalRef is the global rule i of a request: its client fp, its key
@@ -303,6 +308,9 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64, sc *settling) {
 	w := r.Limit.Window()
 	end := lease.WindowEnd(now, w)
 	dep := int64(max(c.dep, 1))
+	if c.own != 0 {
+		e.settleOwn(c, n, dep)
+	}
 	if n < dep {
 		if lease.WindowStart(now, w) != c.win {
 			return // the deposit's window has ended: it is spent
@@ -337,6 +345,20 @@ func (e *Engine) debitGlobal(c *PostCharge, n int64, now int64, sc *settling) {
 	e.owe(c, owed, sc)
 }
 
+// settleOwn settles, on the client's own descriptor, the charge of n
+// units of a request admitted on the rule's overflow lease, whose deposit
+// dep it already owes there (oweOwn): what n exceeds it by is owed too
+// (sent from the tick), what the deposit held beyond n is taken off what
+// is still owed (if the tick has sent it, the service keeps it: the limit
+// errs on the side of holding).
+func (e *Engine) settleOwn(c *PostCharge, n, dep int64) {
+	if n > dep {
+		e.keepOwed(&PostCharge{rule: c.rule, fp: c.own, desc: c.desc}, uint32(min(n-dep, lease.MaxK)))
+		return
+	}
+	e.debts.Paid(callKey{Rule: c.rule, FP: c.own}, uint32(dep-max(n, 0)))
+}
+
 // owe records that c's client owes the service hits (a charge the lease
 // could not cover) and sends them at once when it can (sendDebt);
 // otherwise they wait for the client's next call or the tick.
@@ -353,7 +375,11 @@ func (e *Engine) owe(c *PostCharge, hits uint32, sc *settling) {
 // dropping its hits would let the client have them free. Beyond the rule's
 // part of global.MaxDebts the hits are dropped and counted (nil).
 func (e *Engine) keepOwed(ref *PostCharge, hits uint32) *debt {
-	d, full := e.debts.Keep(callKey{Rule: ref.rule, FP: ref.fp}, ref.desc, hits)
+	desc := ref.desc
+	if ref.fp == OverflowLease {
+		desc = overflowDescriptor
+	}
+	d, full := e.debts.Keep(callKey{Rule: ref.rule, FP: ref.fp}, desc, hits)
 	if full {
 		e.Stats.ChargeErrors++
 	}
@@ -380,9 +406,21 @@ func (e *Engine) sendCharges(now int64) {
 	if e.debts.Len() == 0 || !e.link.Ready() || e.CircuitOpen() {
 		return
 	}
-	// A debt that could not be sent stays owed for the next tick.
-	e.debts.Each(func(d *debt) { e.sendDebt(d, nil) })
+	// A debt that could not be sent stays owed for the next tick, and so
+	// do those beyond maxChargeCalls.
+	n := 0
+	e.debts.Each(func(d *debt) bool {
+		e.sendDebt(d, nil)
+		n++
+		return n < maxChargeCalls
+	})
 }
+
+// maxChargeCalls bounds the calls a tick sends for debts (one per client
+// and rule): a flood on a rule's overflow lease owes a hit to each value's
+// own descriptor (oweOwn), and those wait for later ticks rather than
+// leave the worker as a storm of calls.
+const maxChargeCalls = 64
 
 // DetachedCaller is a Caller that can send a call no request waits for
 // (global.DetachedCaller).
@@ -423,10 +461,16 @@ func (e *Engine) sendDebt(d *debt, sc *settling) bool {
 		}
 		e.Global.OverLimit++
 		t := e.now()
-		e.table.Lease(fp, rule, t, lease.WindowEnd(t, w), func(s *lease.State) bool {
+		end := lease.WindowEnd(t, w)
+		_, lerr := e.table.Lease(fp, rule, t, end, func(s *lease.State) bool {
 			s.Exhausted, s.Known, s.Remaining, s.Tokens = true, true, 0, 0
 			return true
 		})
+		if lerr != nil {
+			// No lease of its own here (the rule's share is full): the
+			// client is barred from the rule's overflow lease instead.
+			e.debts.Bar(callKey{Rule: rule, FP: fp}, end, t)
+		}
 	})
 	if err != nil {
 		e.Global.CallFailures++

@@ -55,7 +55,7 @@ func debtAcrossFailure(t *testing.T, viaLease bool) {
 		t.Fatalf("%d debts after a charge of 1000 whose call failed, want 1", e.PendingCharges())
 	}
 	var owed uint32
-	e.debts.Each(func(d *debt) { owed = d.Hits() })
+	e.debts.Each(func(d *debt) bool { owed = d.Hits(); return true })
 	// The next call carrying the debt fails too.
 	if viaLease {
 		// Drain the lease so that the next admission calls the service,

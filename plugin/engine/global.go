@@ -140,6 +140,10 @@ type globalRef struct {
 	// dep is the request's deposit: the hits it takes from the lease at
 	// admission (cost.go, newGlobalRef).
 	dep uint32
+	// own is the client's fingerprint once fp is the rule's overflow
+	// lease (its share of the table is full): what it takes from the
+	// overflow it owes its own descriptor too (oweOwn).
+	own uint64
 }
 
 // Decided is called by the engine when a request that waited for a call
@@ -294,13 +298,40 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 		// The rule's share is full: this client is counted with the
 		// rule's other new clients, on the rule's overflow lease and
 		// one descriptor at the service (limited together, a call per
-		// lease, not one per request).
-		g.fp = OverflowLease
-		p.globals[p.next].fp = g.fp
+		// lease, not one per request). A client the service said is
+		// over its own limit is refused (oweOwn).
+		g.own, g.fp = g.fp, OverflowLease
+		p.globals[p.next].fp, p.globals[p.next].own = g.fp, g.own
 		e.table.countOverflow(g.rule, SlotOverflow)
+		if e.debts.Barred(callKey{Rule: g.rule, FP: g.own}, now) {
+			return lease.State{Known: true, Exhausted: true}, false, true, nil
+		}
 		st, err = e.table.Lease(g.fp, g.rule, now, end, take)
 	}
 	return st, admitted, exhausted, err
+}
+
+// oweOwn records that p's client, admitted by global rule g on the rule's
+// overflow lease, owes its own descriptor the hits it took (sent from the
+// tick, one call per client for all it took meanwhile: sendCharges).
+// Otherwise a client on the overflow at one Envoy and on its own lease at
+// another would be counted against two budgets, up to twice its limit
+// across the fleet; with it, its own descriptor counts every admission,
+// and the service's answer over the limit bars it from this worker's
+// overflow until the window ends (sendDebt). Bound: its limit plus what it
+// is admitted on the overflow between a tick and the answer, per worker
+// where it is on the overflow (docs/fleet.md).
+// The client's descriptor is hashed only for a client that owes nothing
+// yet, or when withDesc (a rule with a cost keeps it to settle the cost
+// there too); it is returned then.
+func (e *Engine) oweOwn(p *Pending, g globalRef, hits uint32, withDesc bool) string {
+	k := callKey{Rule: g.rule, FP: g.own}
+	desc := ""
+	if withDesc || e.debts.Owed(k) == 0 {
+		desc = descriptorKey(p.keys[g.off : g.off+g.n])
+	}
+	e.keepOwed(&PostCharge{rule: g.rule, fp: g.own, desc: desc}, hits)
+	return desc
 }
 
 // callService makes p wait for a call for g's client: the one in flight on
@@ -604,11 +635,18 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	win := lease.WindowStart(now, r.Limit.Window())
 	dep := max(g.dep, 1)
 	p.charged = append(p.charged, charge{Rule: g.rule, FP: g.fp, N: int64(dep), Win: win})
+	ownDesc := ""
+	if g.fp == OverflowLease && g.own != 0 {
+		ownDesc = e.oweOwn(p, g, dep, r.Cost.Set())
+	}
 	if r.Cost.Set() {
 		// The deposit is taken from the lease; the rest of the cost, or
 		// what the deposit holds beyond it, is settled now (a
 		// request_header cost over the deposit) or after the response.
 		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g), win: win, dep: dep}
+		if ownDesc != "" {
+			pc.own, pc.desc = g.own, ownDesc
+		}
 		if r.Cost.AfterResponse() {
 			p.verdict.post.add(pc)
 		} else if g.cost > int64(dep) { // a cost over the rule's limit

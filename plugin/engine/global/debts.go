@@ -10,6 +10,12 @@ import (
 // flood of clients on one rule never drops another rule's charges.
 const MaxDebts = 4096
 
+// MaxBarred bounds the clients a worker keeps barred (Bar). A client
+// barred beyond it takes the place of the one barred longest ago, which is
+// admitted again on the overflow until its next debt's answer bars it
+// again: within the overflow's own budget.
+const MaxBarred = 64
+
 // Key is a client of a global rule on this worker: the rule's index and
 // the client's fingerprint.
 type Key struct {
@@ -43,6 +49,13 @@ type Debts struct {
 	of        []int // debts per rule, made on first use
 	rules     int
 	costRules int
+	// barred are the clients the service said are over their limit, that
+	// this worker cannot mark exhausted in a lease of their own (they are
+	// on their rule's overflow lease), each until its window ends: a
+	// short list scanned on the overflow path only (a map of its own
+	// costs the module 2 KB).
+	barred []bar
+	next   int // the entry of barred the next bar replaces when full
 }
 
 // NewDebts returns the debts of a configuration of rules rules, costRules
@@ -52,10 +65,12 @@ func NewDebts(rules, costRules int) Debts { return Debts{rules: rules, costRules
 // Len is the number of clients that owe.
 func (b *Debts) Len() int { return len(b.m) }
 
-// Each calls f with each debt; f may Drop it.
-func (b *Debts) Each(f func(d *Debt)) {
+// Each calls f with each debt while f returns true; f may Drop it.
+func (b *Debts) Each(f func(d *Debt) bool) {
 	for _, d := range b.m {
-		f(d)
+		if !f(d) {
+			return
+		}
 	}
 }
 
@@ -118,4 +133,38 @@ func (b *Debts) Drop(k Key) {
 		delete(b.m, k)
 		b.of[k.Rule]--
 	}
+}
+
+// bar is a client barred until the end of its window.
+type bar struct {
+	key   Key
+	until int64
+}
+
+// Bar records that client k is over its limit at the service until the
+// end of its window (until): Barred then says so. It takes the entry of a
+// bar that has ended, else a new one up to MaxBarred, else the oldest.
+func (b *Debts) Bar(k Key, until, now int64) {
+	for i := range b.barred {
+		if x := &b.barred[i]; x.key == k || x.until <= now {
+			x.key, x.until = k, until
+			return
+		}
+	}
+	if len(b.barred) < MaxBarred {
+		b.barred = append(b.barred, bar{k, until})
+		return
+	}
+	b.barred[b.next] = bar{k, until}
+	b.next = (b.next + 1) % MaxBarred
+}
+
+// Barred reports whether client k is barred at now (Bar).
+func (b *Debts) Barred(k Key, now int64) bool {
+	for i := range b.barred {
+		if x := &b.barred[i]; x.key == k {
+			return x.until > now
+		}
+	}
+	return false
 }

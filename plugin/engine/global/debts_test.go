@@ -43,9 +43,10 @@ func TestDebts(t *testing.T) {
 		t.Fatal("rule 2 is not full")
 	}
 	n := 0
-	b.Each(func(d *Debt) {
+	b.Each(func(d *Debt) bool {
 		b.Drop(d.Key())
 		n++
+		return true
 	})
 	if n != part+1 || b.Len() != 0 {
 		t.Fatalf("dropped %d, %d left", n, b.Len())
@@ -53,5 +54,35 @@ func TestDebts(t *testing.T) {
 	b.Keep(Key{1, 1}, "c", 1<<32-1)
 	if got := b.Owed(Key{1, 1}); got != 1<<32-1-lease.MaxK {
 		t.Fatalf("owed %d, want what a call may carry beside a lease", got)
+	}
+}
+
+// A barred client stays barred until its window's end; beyond MaxBarred,
+// a bar that has ended makes room, else the oldest.
+func TestBarredUntilWindowEnd(t *testing.T) {
+	var b Debts
+	if b.Barred(Key{1, 1}, 0) {
+		t.Fatal("nobody is barred at first")
+	}
+	b.Bar(Key{1, 1}, 100, 0)
+	if !b.Barred(Key{1, 1}, 99) || b.Barred(Key{1, 2}, 99) || b.Barred(Key{2, 1}, 99) {
+		t.Fatal("only the client barred is, until its window ends")
+	}
+	if b.Barred(Key{1, 1}, 100) {
+		t.Fatal("barred after its window's end")
+	}
+	for i := 0; i < MaxBarred; i++ {
+		b.Bar(Key{0, uint64(i)}, 200, 150)
+	}
+	if len(b.barred) != MaxBarred || !b.Barred(Key{0, 0}, 150) {
+		t.Fatalf("%d barred, want %d (the ended bar's entry reused)", len(b.barred), MaxBarred)
+	}
+	b.Bar(Key{1, 7}, 300, 160)
+	if !b.Barred(Key{1, 7}, 160) || b.Barred(Key{0, 0}, 160) || !b.Barred(Key{0, 1}, 160) {
+		t.Fatal("a new bar beyond MaxBarred did not replace the oldest")
+	}
+	b.Bar(Key{1, 8}, 300, 250)
+	if !b.Barred(Key{1, 8}, 250) || len(b.barred) != MaxBarred {
+		t.Fatalf("an ended bar did not make room: %d kept", len(b.barred))
 	}
 }
