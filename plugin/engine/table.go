@@ -474,21 +474,24 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 	return t.loadInto(key, size, &t.fresh)
 }
 
-// loadInto is loadValue reading into buf.
-func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
-	var (
-		val   []byte
-		cas   uint32
-		found bool
-		err   error
-	)
+// fetch reads key's value into buf when the store can (BufferStore),
+// counting a failed read (StoreErrors).
+func (t *Table) fetch(key string, buf []byte) (val []byte, cas uint32, found bool, err error) {
 	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, buf[:])
+		val, cas, found, err = bs.GetInto(key, buf)
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}
 	if err != nil {
 		t.Stats.StoreErrors++
+	}
+	return val, cas, found, err
+}
+
+// loadInto is loadValue reading into buf.
+func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
+	val, cas, found, err := t.fetch(key, buf[:])
+	if err != nil {
 		return nil, 0, err
 	}
 	switch {
@@ -546,19 +549,8 @@ func (t *Table) setCounted(key string, val []byte, cas uint32) (mismatch bool, e
 // the store's own (the class values of flight.Classes): a missing or
 // damaged one reads as free, with createCAS.
 func (t *Table) LoadValue(key string, size int, buf []byte) ([]byte, uint32, error) {
-	var (
-		val   []byte
-		cas   uint32
-		found bool
-		err   error
-	)
-	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, buf)
-	} else {
-		val, cas, found, err = t.store.Get(key)
-	}
+	val, cas, found, err := t.fetch(key, buf)
 	if err != nil {
-		t.Stats.StoreErrors++
 		return nil, 0, err
 	}
 	if !found || len(val) != size {
