@@ -76,22 +76,36 @@ type roundRobin struct {
 // overflowGap after the previous one there.
 func spendRoundRobin(t *testing.T, f *fleet, client string, n int) roundRobin {
 	t.Helper()
+	return roundRobinBy(t, f, n, overflowGap, nil, func(e *envoytest.Envoy) bool {
+		ok, _ := getAs(t, e, client)
+		return ok
+	})
+}
+
+// roundRobinBy sends n requests one after another with send, round robin
+// over the fleet's members, each to the first at least gap after the
+// previous one there (and after beforeFirst(i), when set).
+func roundRobinBy(t *testing.T, f *fleet, n int, gap time.Duration, beforeFirst func(i int), send func(*envoytest.Envoy) bool) roundRobin {
+	t.Helper()
 	var rr roundRobin
 	var lastA time.Time
 	for i := 0; i < n; i++ {
 		m := i % len(f.members)
 		if m == 0 {
+			if beforeFirst != nil {
+				beforeFirst(i)
+			}
 			if !lastA.IsZero() {
-				time.Sleep(overflowGap - time.Since(lastA))
-				if gap := time.Since(lastA); rr.minGap == 0 || gap < rr.minGap {
-					rr.minGap = gap
+				time.Sleep(gap - time.Since(lastA))
+				if g := time.Since(lastA); rr.minGap == 0 || g < rr.minGap {
+					rr.minGap = g
 				}
 			}
 			lastA = time.Now()
 			rr.sentToA++
 		}
 		start := time.Now()
-		ok, _ := getAs(t, f.members[m], client)
+		ok := send(f.members[m])
 		rr.slowest = max(rr.slowest, time.Since(start))
 		if ok {
 			rr.admitted[m]++
@@ -219,31 +233,15 @@ func TestFleetOverflowCostWithinItsLimit(t *testing.T) {
 // fillers' requests costing 1.
 func spendCostRoundRobin(t *testing.T, f *fleet, run string, n int) roundRobin {
 	t.Helper()
-	var rr roundRobin
-	var lastA time.Time
-	for i := 0; i < n; i++ {
-		m := i % len(f.members)
-		if m == 0 {
-			for j := 0; j < 2; j++ {
-				getCosting(t, f.members[0], "/", fmt.Sprint(run, "-filler-", (i+j)%8), 1)
-			}
-			if !lastA.IsZero() {
-				time.Sleep(overflowCostGap - time.Since(lastA))
-				if gap := time.Since(lastA); rr.minGap == 0 || gap < rr.minGap {
-					rr.minGap = gap
-				}
-			}
-			lastA = time.Now()
-			rr.sentToA++
-		}
-		start := time.Now()
-		ok, _ := getCosting(t, f.members[m], "/", run+"-client", overflowCost)
-		rr.slowest = max(rr.slowest, time.Since(start))
-		if ok {
-			rr.admitted[m]++
+	fillers := func(i int) {
+		for j := 0; j < 2; j++ {
+			getCosting(t, f.members[0], "/", fmt.Sprint(run, "-filler-", (i+j)%8), 1)
 		}
 	}
-	return rr
+	return roundRobinBy(t, f, n, overflowCostGap, fillers, func(e *envoytest.Envoy) bool {
+		ok, _ := getCosting(t, e, "/", run+"-client", overflowCost)
+		return ok
+	})
 }
 
 // checkOverflowCostBound checks the tokens the client was charged across
