@@ -77,28 +77,67 @@ func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
 // RoundEnded moves the bases at the end of a round of the Gauge, which
 // went from prev to next (as this worker saw them), and starts gathering
 // the next round's samples.
+//
+// A round the Gauge backed off from moves nothing (its samples hold the
+// queue it backed off from), unless a class was clearly faster. The round
+// after a backoff measures the no-queue latency, as it does for a rule
+// without classes (see Gauge.measured): each class's base takes its
+// samples' mean there, at once if it moved by half or more. Without
+// that, a base learnt while the upstream (or the Envoy timing it) was
+// fast moved back up only a step per round, and every round meanwhile
+// read a rise: the limit backed off again and again (a median of 5 for 8
+// slots in TestClassBasesShift).
+//
+// Any other round: each class follows its mean, weighted by its samples
+// (a memory of followMemory samples, each clipped to twice the base). Not
+// gated on the round's own ratio: a class's few samples move that ratio,
+// and following only the rounds that read low drifts the base under the
+// class's mean (in a model of the demo's store, by a fifth: every round
+// then read a rise).
 func (b *ClassBases) RoundEnded(prev, next Gauge) {
-	// Not gated on the round's own ratio: a class's few samples in a
-	// round move that ratio, and following only the rounds that read low
-	// drifts the base under the class's mean (in a model of the demo's
-	// store, by a fifth: every round then read a rise).
 	calm := next.Limit >= prev.Limit
 	for c := range b.cnt {
 		if b.cnt[c] == 0 || b.n[c] < firstSamples {
 			continue
 		}
-		m := b.sum[c] / time.Duration(b.cnt[c])
+		m, n := b.sum[c]/time.Duration(b.cnt[c]), time.Duration(b.cnt[c])
 		switch {
-		case m*3/2 < b.base[c] && b.cnt[c] >= firstSamples:
+		case m*3/2 < b.base[c] && n >= firstSamples:
 			// Clearly faster, in more than a sample or two (one of a
 			// class's quick endpoints is not the class getting faster).
 			b.base[c] = m
+		case calm && prev.Measure:
+			b.base[c] = measuredBase(b.base[c], m, n)
 		case calm:
 			m = min(max(m, b.base[c]/2), 2*b.base[c])
-			b.base[c] += (m - b.base[c]) * time.Duration(b.cnt[c]) / time.Duration(b.cnt[c]+firstSamples)
+			b.base[c] += (m - b.base[c]) * n / (n + followMemory)
 		}
 	}
 	b.sum, b.cnt = [maxClassBases]time.Duration{}, [maxClassBases]int32{}
+}
+
+// followMemory is how many samples a class's base remembers when it
+// follows a round (see RoundEnded). Every round that does not back off is
+// followed, a held limit's mild rises too: with a memory of firstSamples
+// (16), a queue of one or two, taken in at a third of the way per round
+// at a limit of 8, raised the bases by the queue, the next probe queued
+// more, and the limit drifted to 2-4x the knee in a model of the e2e test
+// whose upstream's latency moved by a third (shared/limit
+// TestClassBasesShift). Real changes are taken by the round that measures
+// after a backoff, and by a clearly faster round, at once.
+const followMemory = 4 * firstSamples
+
+// measuredBase returns a class's base b after a round that measured the
+// no-queue latency (see RoundEnded) found n samples of the class at a mean
+// m: m if it moved by half or more in a few samples (the upstream, or the
+// machine timing it, changed: what the Gauge's own Base does), else a
+// step towards it weighted by the samples (a memory of MinRound/4: a
+// round of a few samples is as likely off as the base).
+func measuredBase(b, m, n time.Duration) time.Duration {
+	if n >= MinRound/4 && (m > b*3/2 || m*3/2 < b) {
+		return m
+	}
+	return b + (m-b)*n/(n+MinRound/4)
 }
 
 // Timing returns how long a Sampler's windows stay open and how long it
