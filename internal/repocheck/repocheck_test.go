@@ -25,8 +25,13 @@ func walk(t *testing.T, f func(rel string)) {
 			return err
 		}
 		rel, _ := filepath.Rel(r, p)
-		if d.IsDir() && (rel == ".venv" || rel == "build" || rel == ".git" || strings.HasSuffix(rel, "/target")) {
-			return filepath.SkipDir
+		// Skipped whether folders or not: in a git worktree .git is a file,
+		// and a checkout may link .venv or build from another.
+		if rel == ".venv" || rel == "build" || rel == ".git" || strings.HasSuffix(rel, "/target") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if !d.IsDir() {
 			f(filepath.ToSlash(rel))
