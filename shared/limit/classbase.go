@@ -17,9 +17,10 @@ import "time"
 //
 // A class's base is learnt from its first samples (their mean), then
 // follows the mean of its samples in each round the Gauge did not back
-// off from, weighted by their number (a memory of about firstSamples
-// samples, each taken at most at twice the base); at once when clearly
-// faster. Each worker keeps its own: they are the upstream's service
+// off from, weighted by their number (a memory of followMemory samples,
+// each taken at most at twice the base); at once when clearly faster,
+// and in the round that measures after a backoff (see RoundEnded). Each
+// worker keeps its own: they are the upstream's service
 // times, which every worker sees alike, and they need no compare-and-swap.
 // Endpoints of very different service times should be in different
 // classes: a class's base is one latency, and a change in its mix (a
