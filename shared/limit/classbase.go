@@ -82,8 +82,11 @@ func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
 // A round the Gauge backed off from moves nothing (its samples hold the
 // queue it backed off from), unless a class was clearly faster. The round
 // after a backoff measures the no-queue latency, as it does for a rule
-// without classes (see Gauge.measured): each class's base takes its
-// samples' mean there, at once if it moved by half or more. Without
+// without classes (see Gauge.measured): when the Gauge takes that
+// measurement (it ends measuring; a round at 1.5x it measures once more
+// before taking it, and a base moved in the first would leave the second
+// nothing to see: no slow start), each class's base takes its samples'
+// mean there, at once if it moved by half or more. Without
 // that, a base learnt while the upstream (or the Envoy timing it) was
 // fast moved back up only a step per round, and every round meanwhile
 // read a rise: the limit backed off again and again (a median of 5 for 8
@@ -107,7 +110,7 @@ func (b *ClassBases) RoundEnded(prev, next Gauge) {
 			// Clearly faster, in more than a sample or two (one of a
 			// class's quick endpoints is not the class getting faster).
 			b.base[c] = m
-		case calm && prev.Measure:
+		case calm && prev.Measure && !next.Measure:
 			b.base[c] = measuredBase(b.base[c], m, n)
 		case calm:
 			m = min(max(m, b.base[c]/2), 2*b.base[c])
