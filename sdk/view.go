@@ -212,7 +212,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 	rejected := status == 429 || status == 503
 	v.shape.learn(in)
 	if t.held && !rejected {
-		v.spent.add(now, in, v.shape.capacity(), v.shape.window())
+		v.spent.add(now, t, in, v.shape.capacity(), v.shape.window())
 	}
 	if in.Has == 0 {
 		v.settleLocked(now, others, t.held)
