@@ -266,8 +266,15 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	// at all is in flight to the host (see settleLocked), so that no answer
 	// can arrive after it. Without it, a policy's first crowd (sent before
 	// the route was known to be the policy's) leaves only the budget its
-	// answers lowered, to 0 when the lowest Remaining came first.
-	if !t.held || v.stray.open() {
+	// answers lowered, to 0 when the lowest Remaining came first. Nothing
+	// in flight is read outside this lock too: two answers of one crowd
+	// may both find nothing else in flight, and settle it twice. The
+	// answer of a request sent before the set was last taken belongs to
+	// the crowd settled then, and may only lower the budget (above): made
+	// a crowd of its own, its Remaining, read by the server before those
+	// of the crowd's last answers, raised the budget of a spent quota
+	// (TestStrayAnswerAfterSettle).
+	if (!t.held && v.stray.since(t.sent)) || v.stray.open() {
 		v.stray.note(in.Remaining, reset)
 	}
 }
@@ -297,13 +304,13 @@ func (v *view) settleLocked(now time.Time, others int, held bool) {
 	if v.flight.count() != 0 || others != 0 {
 		return
 	}
-	if r, end, ok := v.crowd.take(); ok {
+	if r, end, ok := v.crowd.take(now); ok {
 		v.quota.set(r, now, end, true)
 	}
 	if held {
 		return
 	}
-	if r, end, ok := v.stray.take(); ok {
+	if r, end, ok := v.stray.take(now); ok {
 		v.quota.set(r, now, end, true)
 	}
 }
