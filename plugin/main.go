@@ -104,7 +104,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	// The engine's clock (answers to calls, the tick) is the request
 	// path's: one host call.
 	p.engine = engine.New(cfg, store, seed, nowNanos)
-	p.engine.RoundEnded = p.logRound
+	p.engine.OnRoundEnded(p.logRound)
 	p.census = newCensusWorker(seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt()))
 	p.metrics = newMetrics(cfg)
 	p.metrics.owner = p.census.id()

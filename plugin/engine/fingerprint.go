@@ -9,7 +9,7 @@ import (
 
 // fingerprint hashes the rule and the request's key for that rule.
 func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
-	b := e.keyBuf[:0]
+	b := e.local.KeyBuf()
 	for _, k := range r.Key {
 		switch k.Kind {
 		case config.KeyClientIP:
@@ -36,7 +36,7 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 		}
 		b = append(b, 0)
 	}
-	e.keyBuf = b
+	e.local.KeepKey(b)
 	return hash64(e.seed, r.ID, b)
 }
 

@@ -511,7 +511,7 @@ func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end 
 	r := &e.cfg.Rules[g.rule]
 	win := lease.WindowStart(now, r.Limit.Window())
 	dep := max(g.dep, 1)
-	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: int64(dep), win: win})
+	p.charged = append(p.charged, charge{Rule: g.rule, FP: g.fp, N: int64(dep), Win: win})
 	ownDesc := ""
 	if g.fp == OverflowLease && g.own != 0 {
 		ownDesc = e.oweOwn(p, g, dep, r.Cost.Set())

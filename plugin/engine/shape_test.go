@@ -14,10 +14,17 @@ import (
 // took the caller, the circuit, the round trip and the call buffer; the
 // route's tracer added one; Debts and Costs took the debts, their count
 // per rule and cap, and the cost averages; match.Matcher took the path
-// buffers, what the rules need, the index and the matched rules).
+// buffers, what the rules need, the index and the matched rules; package
+// flight's Adaptive took the learnt limits, their Gauge exchanges, the
+// loop's lag and RoundEnded; its Classes the class regions and their
+// buffers; its Rules the slots held, their renewal, the hold times, the
+// transition and the last slots seen, all behind one field; then the
+// queue's waiters, the poll's buffers and the decision's concurrency rules;
+// package local's Rules the charges, the key buffer and the kept
+// reservations).
 const (
 	engineFieldsGoal = 15
-	engineFieldsNow  = 46
+	engineFieldsNow  = 22
 )
 
 // TestEngineFields: Engine holds at most engineFieldsNow fields, counting

@@ -52,8 +52,14 @@ import (
 // rule's client on the overflow lease owing its own descriptor and barred
 // from the overflow once over its limit (3.7 KB: the bars 1.8 KB, the
 // debts 1.6 KB) and, for a rule charged after the response, the settled
-// cost owed there too (2.6 KB): 3,539,339 bytes then.
-const moduleCeiling = 3_542_000
+// cost owed there too (2.6 KB): 3,539,339 bytes then. Raised for the
+// engine's subsystems in packages of their own (plugin/engine/flight: the
+// in-flight rules; plugin/engine/local: the local rules), which moves the
+// code and costs about 15 KB (code +4 KB: calls through the packages'
+// Table interfaces, the queue's poll in steps; static data +11 KB: each
+// package's function and type names and what its callers inline):
+// 3,554,603 bytes then (main 3,539,339 before).
+const moduleCeiling = 3_558_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
