@@ -210,10 +210,52 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 	case SlidingWindow:
 		return l.slidingWindow(s, now, n)
 	case LeakyBucket:
-		return l.leakyBucket(s, now, n, md)
+		at := decidedAt(s, now)
+		next, d := l.leakyBucket(s, at, n, md)
+		return stamped(next, d, at, now)
 	default:
-		return l.tokenBucket(s, now, n, md)
+		at := decidedAt(s, now)
+		next, d := l.tokenBucket(s, at, n, md)
+		return stamped(next, d, at, now)
 	}
+}
+
+// decidedAt is the time a token or leaky bucket state s is decided at:
+// now, or the time it was last charged at (s.B) if that is later.
+// Workers of one Envoy read the (one) clock when a request arrives and the
+// shared state afterwards: another worker, whose clock read came a moment
+// later, may store its charge in between. The request is then decided
+// after that charge, so as of its time. At now the charge would read as
+// made in the request's future, the bucket as over by the gap: of two
+// requests arriving together under a burst of 2, one held for the gap (a
+// few microseconds), a leaky bucket's queue one longer. Deciding at a time
+// no later than the real time of the decision never admits more than the
+// rate, and a clock that goes backwards is held at the latest charge.
+// States of other algorithms, and the zero state, have no such time.
+func decidedAt(s State, now int64) int64 { return max(now, s.B) }
+
+// stamped gives a token or leaky bucket decision made at at for a request
+// that arrived at now: the new state records at, and the durations count
+// from now, so that a request held for Delay leaves when its reservation
+// comes due (RefundHeld compares the two).
+func stamped(next State, d Decision, at, now int64) (State, Decision) {
+	skew := time.Duration(at - now)
+	if skew == 0 {
+		if d.Allowed {
+			next.B = at
+		}
+		return next, d
+	}
+	d.Reset += skew
+	if d.Allowed {
+		next.B = at
+		if d.Delay > 0 {
+			d.Delay += skew
+		}
+	} else if d.RetryAfter < math.MaxInt64-skew {
+		d.RetryAfter += skew
+	}
+	return next, d
 }
 
 // Reset returns how long until s is fully recovered at now: the time after
@@ -247,6 +289,7 @@ func (l Limit) Reset(s State, now int64) time.Duration {
 // tokenBucket is GCRA. s.A is the theoretical arrival time (TAT): the time
 // at which the bucket will be full again. A request is conforming when,
 // after adding its cost, the TAT is no further than burst*interval ahead.
+// s.B is the time of the last charge (decidedAt).
 func (l Limit) tokenBucket(s State, now, n, maxDelay int64) (State, Decision) {
 	tat := s.A
 	if tat < now {
@@ -271,9 +314,9 @@ func (l Limit) tokenBucket(s State, now, n, maxDelay int64) (State, Decision) {
 	return State{A: newTAT}, d
 }
 
-// leakyBucket: s.A is the departure time of the next request. Each admitted
-// request leaves one interval after the previous one; the queue holds at
-// most burst waiting requests.
+// leakyBucket: s.A is the departure time of the next request, s.B the time
+// of the last charge (decidedAt). Each admitted request leaves one interval
+// after the previous one; the queue holds at most burst waiting requests.
 func (l Limit) leakyBucket(s State, now, n, maxDelay int64) (State, Decision) {
 	depart := s.A
 	if depart < now {
@@ -510,7 +553,7 @@ func (l Limit) Refund(s State, now int64, n int64) State {
 		s.B = packCounts(prev, cur)
 	default:
 		s.A = satSub(s.A, satMul(n, l.interval))
-		if s.A < now-l.tolerance {
+		if s.A < decidedAt(s, now)-l.tolerance {
 			s.A = 0
 		}
 	}
@@ -542,11 +585,11 @@ func (l Limit) RefundHeld(s State, now, n, release int64) State {
 			return s
 		}
 	case LeakyBucket:
-		if s.A > now && s.A != satAdd(release, satMul(n, l.interval)) {
+		if s.A > decidedAt(s, now) && s.A != satAdd(release, satMul(n, l.interval)) {
 			return s
 		}
 	default:
-		if s.A > satAdd(now, l.tolerance) && s.A != satAdd(release, l.tolerance) {
+		if s.A > satAdd(decidedAt(s, now), l.tolerance) && s.A != satAdd(release, l.tolerance) {
 			return s
 		}
 	}
@@ -563,9 +606,10 @@ func (l Limit) RefundHeld(s State, now, n, release int64) State {
 func (l Limit) Balance(s State, now int64) int64 {
 	switch l.algorithm {
 	case TokenBucket:
-		tat := max(s.A, now)
+		at := decidedAt(s, now)
+		tat := max(s.A, at)
 		// Whole units: the unit being refilled does not count yet.
-		return floorDiv(satSub(l.tolerance, satSub(tat, now)), l.interval)
+		return floorDiv(satSub(l.tolerance, satSub(tat, at)), l.interval)
 	case FixedWindow:
 		s = l.rollFixed(s, now)
 		return l.limit - s.B
@@ -605,7 +649,8 @@ func (l Limit) Debit(s State, now int64, n int64) (State, Decision) {
 	}
 	switch l.algorithm {
 	case TokenBucket:
-		s = State{A: satAdd(max(s.A, now), satMul(n, l.interval))}
+		at := decidedAt(s, now)
+		s = State{A: satAdd(max(s.A, at), satMul(n, l.interval)), B: at}
 	case FixedWindow:
 		s = l.rollFixed(s, now)
 		s.B = satAdd(s.B, n)
