@@ -138,6 +138,8 @@ type Stats struct {
 	// (shared data failed, or a global rule's call carrying a charge
 	// failed).
 	ChargeErrors uint64
+	// Global counts what the global rules did.
+	Global GlobalStats
 }
 
 // charge is a rule that admitted the request being decided, with the
@@ -206,7 +208,7 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 		seed:    seed,
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
 		globalRules: globalRules{
-			calls: map[callKey]*inflight{},
+			calls: global.NewCalls(),
 			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
 			costs: global.NewCosts(len(cfg.Rules), store),
 		},
@@ -344,8 +346,7 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		return v
 	}
 	e.local.Begin()
-	e.globals = e.globals[:0]
-	e.gkeys = e.gkeys[:0]
+	e.asked.Begin()
 	e.flight.ClearPending()
 	rejected := e.chargeLocal(&v, &ri, now)
 	if rejected < 0 && len(e.flight.Pending()) > 0 {
@@ -354,14 +355,14 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 			id = sr.StreamID()
 		}
 		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.flight.Pending(), carried{charges: e.local.Charged(), globals: e.globals, keys: e.gkeys, since: now}, now)
+		rejected = e.acquire(id, &v, e.flight.Pending(), carried{charges: e.local.Charged(), globals: e.asked.Refs(), keys: e.asked.Keys(), since: now}, now)
 		if v.Outcome == Queue {
 			return v
 		}
 	}
-	if rejected < 0 && len(e.globals) > 0 {
+	if rejected < 0 && len(e.asked.Refs()) > 0 {
 		v.Client = ri.client
-		return e.askGlobal(v, carried{charges: e.local.Charged(), globals: e.globals, keys: e.gkeys, since: now}, now, true)
+		return e.askGlobal(v, carried{charges: e.local.Charged(), globals: e.asked.Refs(), keys: e.asked.Keys(), since: now}, now, true)
 	}
 	if rejected < 0 {
 		e.admit(&v, &ri)
@@ -391,7 +392,7 @@ func (e *Engine) exempt(ri *requestInfo) bool {
 }
 
 // chargeLocal charges the matched local rate rules in order and sets
-// aside the concurrency (flight.Rules.AddPending) and global (e.globals) rules for
+// aside the concurrency (flight.Rules.AddPending) and global (e.asked) rules for
 // later phases. It returns the index of the rule that rejected, or -1.
 func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 	for _, i := range e.matcher.Matched() {
@@ -409,9 +410,8 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			// The client's key bytes are kept (in a reused buffer) for the
 			// descriptor of a call; most requests are served from the lease
 			// and never need it.
-			off := len(e.gkeys)
-			e.gkeys = append(e.gkeys, e.local.Key()...)
-			e.globals = append(e.globals, e.newGlobalRef(i, fp, off, len(e.local.Key()), e.requestCost(r, ri)))
+			off := e.asked.Key(e.local.Key())
+			e.asked.Add(e.newGlobalRef(i, fp, off, len(e.local.Key()), e.requestCost(r, ri)))
 			continue
 		}
 		if IsConcurrency(r) {
@@ -487,9 +487,9 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdict {
 	p := &e.scratch
 	*p = Pending{verdict: v, charged: c.charges, globals: c.globals, keys: c.keys, Arrival: c.since, Deadline: now + int64(e.cfg.Global.Timeout)}
-	e.inDecide = inStream
+	e.calls.Deciding(inStream)
 	waiting := e.decideGlobal(p, now)
-	e.inDecide = false
+	e.calls.Deciding(false)
 	v = p.verdict
 	if inStream {
 		e.local.Reuse(p.charged) // the scratch, as it may have grown

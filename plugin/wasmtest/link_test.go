@@ -58,8 +58,14 @@ import (
 // code and costs about 15 KB (code +4 KB: calls through the packages'
 // Table interfaces, the queue's poll in steps; static data +11 KB: each
 // package's function and type names and what its callers inline):
-// 3,554,603 bytes then (main 3,539,339 before).
-const moduleCeiling = 3_558_000
+// 3,554,603 bytes then (main 3,539,339 before). Raised for a token or
+// leaky bucket deciding as of its last charge when a worker's clock read
+// came before another worker's charge (limit's decidedAt: 1.3 KB) and the
+// global rules' calls in flight and the decision's global rules in package
+// global (global.Calls, global.Asked, global.Ref; code +2.6 KB, static data
+// +4.5 KB: the package's method names, the types and their map):
+// 3,563,242 bytes then.
+const moduleCeiling = 3_566_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
