@@ -39,7 +39,8 @@ const (
 //     8 to 11 admitted, charged at most limit + max - 1;
 //   - then 50 at once for another client: charged at most the limit plus
 //     max - 1 for each request in flight when the budget ran out (at most
-//     the 50).
+//     the 50), and what the service granted all used (but for waiters
+//     that gave up before their answer came).
 //
 // The window is a fixed hour: a run that crosses the top of the hour is
 // run again with a new client.
@@ -81,16 +82,26 @@ func TestCostFleetBound(t *testing.T) {
 	t.Run("at-once", func(t *testing.T) {
 		const n = 50
 		before := redisCount(t, redis.Addr())
+		granted0, gaveUp0 := publishedSum(t, f, "wasmcustom.sluice.global.granted"), gaveUp(t, f)
 		admitted := inOneHour(t, func(client string) int { return sendCost(t, f, client, n, n) }, run+"once")
 		charged := int64(admitted) * boundCost
 		bound := int64(boundLimit + n*(boundMax-1))
-		t.Logf("%d at once: admitted %d (%d tokens on a budget of %d, bound %d); the service counted %d",
-			n, admitted, charged, boundLimit, bound, redisCount(t, redis.Addr())-before)
+		granted := int64(publishedSum(t, f, "wasmcustom.sluice.global.granted") - granted0)
+		late := int64(gaveUp(t, f) - gaveUp0)
+		t.Logf("%d at once: admitted %d (%d tokens on a budget of %d, bound %d); the service granted %d and counted %d; waiters that gave up %d",
+			n, admitted, charged, boundLimit, bound, granted, redisCount(t, redis.Addr())-before, late)
 		if charged > bound {
 			t.Errorf("charged %d, over the bound %d", charged, bound)
 		}
-		if admitted < 8 {
-			t.Errorf("admitted %d, want at least 8", admitted)
+		// What the fleet admits is what the service granted: the rule
+		// has learnt its cost (10), and with 50 requests waiting every
+		// call asks for the deposits waiting for it, so no lease is left
+		// over, except the deposits of waiters that gave up before their
+		// answer came. What the service did not grant is the documented
+		// under-admission (an OVER_LIMIT for an ask of several deposits
+		// near the limit wastes what was left).
+		if charged > granted || charged < granted-late*boundCost || admitted == 0 {
+			t.Errorf("admitted %d tokens of the %d the service granted, want all but the deposits of the %d waiters that gave up", charged, granted, late)
 		}
 	})
 
@@ -195,6 +206,21 @@ func sendCost(t *testing.T, f *fleet, client string, n, workers int) int {
 	close(start)
 	wg.Wait()
 	return int(admitted.Load())
+}
+
+// publishedSum is the fleet's sum of a counter once the plugin has
+// published it (every second).
+func publishedSum(t *testing.T, f *fleet, name string) uint64 {
+	t.Helper()
+	time.Sleep(1200 * time.Millisecond)
+	return f.sum(t, name)
+}
+
+// gaveUp is how many of the fleet's waiting requests stopped waiting for
+// their call's answer (their timeout ran out, or their stream ended).
+func gaveUp(t *testing.T, f *fleet) uint64 {
+	t.Helper()
+	return f.sum(t, "wasmcustom.sluice.global.expired") + f.sum(t, "wasmcustom.sluice.global.lost_answers")
 }
 
 // redisCount is what the service has counted under hour_tokens (every

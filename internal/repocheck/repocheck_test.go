@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,8 +25,13 @@ func walk(t *testing.T, f func(rel string)) {
 			return err
 		}
 		rel, _ := filepath.Rel(r, p)
-		if d.IsDir() && (rel == ".venv" || rel == "build" || rel == ".git" || strings.HasSuffix(rel, "/target")) {
-			return filepath.SkipDir
+		// Skipped whether folders or not: in a git worktree .git is a file,
+		// and a checkout may link .venv or build from another.
+		if rel == ".venv" || rel == "build" || rel == ".git" || strings.HasSuffix(rel, "/target") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if !d.IsDir() {
 			f(filepath.ToSlash(rel))
@@ -131,4 +137,30 @@ func TestNothingRefersOutsideTheCheckout(t *testing.T) {
 			t.Errorf("%s:%d refers outside the repository: %q", rel, line, src[loc[0]:loc[1]])
 		}
 	})
+}
+
+// TestNoLongFiles: a non-test Go file of the plugin, the SDK, the shared
+// packages, the commands and the internal packages holds one concept, and
+// one concept reads in at most 700 lines; past that, split it by concept so
+// that each file's name says what is in it.
+func TestNoLongFiles(t *testing.T) {
+	const most = 700
+	var long []string
+	walk(t, func(rel string) {
+		top, _, _ := strings.Cut(filepath.ToSlash(rel), "/")
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") ||
+			!slices.Contains([]string{"plugin", "sdk", "shared", "cmd", "internal"}, top) {
+			return
+		}
+		b, err := os.ReadFile(filepath.Join(root(t), rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > most {
+			long = append(long, rel+" ("+strconv.Itoa(n)+")")
+		}
+	})
+	if len(long) > 0 {
+		t.Errorf("non-test Go files over %d lines: %v", most, long)
+	}
 }
