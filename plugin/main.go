@@ -337,7 +337,14 @@ type httpContext struct {
 	// heldResponse: the response waits for the service to count its
 	// charge (cost.go).
 	heldResponse bool
+	// redirected: the request being decided is Envoy's internal redirect
+	// of one this worker admitted (engine.RedirectRequest).
+	redirected bool
 }
+
+// Redirected tells the engine the request is Envoy's internal redirect of
+// one this worker admitted (engine.RedirectRequest).
+func (h *httpContext) Redirected() bool { return h.redirected }
 
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
 	// A bug must never take traffic down with it: a panic lets the request
@@ -347,23 +354,23 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
 		}
-		h.plugin.engine.Redirected = false
+		h.redirected = false
 	}()
 	p := h.plugin
 	now := nowNanos()
 	h.bodyless = endOfStream
-	p.engine.HoldsFull = p.held.len() >= maxHeld
+	p.engine.SetHoldsFull(p.held.len() >= maxHeld)
 	p.pairs.reset() // read again by the first header key (HeaderFields)
 	carried, next := p.redirect.take()
 	if next {
 		// Envoy's internal redirect of the request whose stream just ended
 		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
 		// Envoy sets on a redirect and strips from clients' requests.
-		_, p.engine.Redirected = h.Header("x-envoy-original-url")
+		_, h.redirected = h.Header("x-envoy-original-url")
 	}
 	h.verdict = p.pools.verdicts.get()
 	*h.verdict = p.engine.Decide(h, now)
-	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
+	if h.redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
 		h.verdict.Carry(carried)
 	}
 	h.decided = true

@@ -50,6 +50,16 @@ const (
 	Queue // wait in a concurrency rule's queue: Poll decides later
 )
 
+// RedirectRequest is a Request that can tell it is Envoy's internal
+// redirect of one this worker admitted (the plugin knows it from the
+// stream that just ended). Its local rules charged at admission and its
+// global rules were charged for the first request: they decide it without
+// charging it again. A Request without it is no redirect.
+type RedirectRequest interface {
+	Request
+	Redirected() bool
+}
+
 // StreamRequest is a Request that knows its stream: a request that waits in
 // a concurrency queue is identified by it in Poll's events.
 type StreamRequest interface {
@@ -154,12 +164,12 @@ type Engine struct {
 	// owns its buffers and the matched rules).
 	matcher match.Matcher
 	table   *Table
-	seed    uint64
 	Stats   Stats
 	// Each kind of rule keeps its own working state: the local and the
 	// in-flight rules in packages of their own, the global rules in a group
 	// whose methods are in global*.go and cost.go.
-	// local: what the request's rules charged, the key being built, the
+	// local: what the request's rules charged, the key being built and
+	// its fingerprint, whether the worker may hold a request, the
 	// reservations kept (package local).
 	local       local.Rules
 	globalRules // calls to the rate-limit service, leases (global.go, cost.go)
@@ -171,15 +181,6 @@ type Engine struct {
 	// New: the clock of answers to calls and of the tick's work. Decide
 	// and the other entry points take their time as an argument.
 	Now Clock
-	// HoldsFull: the worker holds as many requests as it can (the plugin
-	// sets it before each decision); a rate rule that would hold a
-	// request (max_delay) refuses it instead.
-	HoldsFull bool
-	// Redirected: the request being decided is Envoy's internal redirect of
-	// one this worker admitted (the plugin sets it for one decision). Its
-	// local rules charged at admission and its global rules were charged
-	// for the first request: they decide it without charging it again.
-	Redirected bool
 	// tracer, when set, is told each step of a request's route (trace.go).
 	tracer Tracer
 }
@@ -205,7 +206,6 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 		matcher: match.New(cfg),
 		cfg:     cfg,
 		table:   NewTable(store, Regions(cfg)),
-		seed:    seed,
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
 		globalRules: globalRules{
 			calls: global.NewCalls(),
@@ -213,7 +213,7 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 			costs: global.NewCosts(len(cfg.Rules), store),
 		},
 	}
-	e.local = local.New(cfg, e.table)
+	e.local = local.New(cfg, e.table, seed)
 	e.flight = flight.NewRules(cfg, e.table, SlotsPerBucket, &e.Stats.AdaptiveStats)
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
@@ -264,6 +264,8 @@ type requestInfo struct {
 	// some rule ignores case), the method and the Envoy route (when some
 	// rule needs them).
 	t config.Target
+	// redirected: the request is an internal redirect (RedirectRequest).
+	redirected bool
 	// own is the client's address (after X-Forwarded-For), which
 	// exempt_cidrs are matched against; client is own grouped by
 	// ipv6_prefix, the identity rules key on.
@@ -345,6 +347,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		v.Exempt = true
 		return v
 	}
+	if rr, ok := req.(RedirectRequest); ok {
+		ri.redirected = rr.Redirected()
+	}
 	e.local.Begin()
 	e.asked.Begin()
 	e.flight.ClearPending()
@@ -399,7 +404,7 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, ri)
 		if r.Global {
-			if e.Redirected {
+			if ri.redirected {
 				// The request this redirect follows took its hit (the
 				// service counted it): not asked again, only reported.
 				e.reportRedirected(v, r, i, fp, now)
@@ -605,7 +610,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 		if !r.Cost.AfterResponse() {
 			n = e.requestCost(r, ri)
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, e.maxDelay(r))
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, e.local.MaxDelay(r))
 		if err != nil || d.Allowed {
 			continue
 		}
@@ -624,7 +629,7 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		d, err := e.admitPost(v, i, fp, now)
 		return d, 0, err
 	}
-	if e.Redirected {
+	if ri.redirected {
 		// Admitted, and charged, as the request it is the redirect of: let
 		// through at no cost, never held or refused again; the peek only
 		// gives its headers their numbers.
@@ -633,14 +638,11 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		return d, 0, err
 	}
 	n := e.requestCost(r, ri)
-	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.maxDelay(r))
+	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r))
 	return d, n, err
 }
 
-// maxDelay is how long rule r may hold a request.
-func (e *Engine) maxDelay(r *config.Rule) time.Duration {
-	if r.Shadow || e.HoldsFull {
-		return 0
-	}
-	return r.MaxDelay
-}
+// SetHoldsFull says whether the worker holds as many requests as it can
+// (the plugin sets it before each decision): a rate rule that would hold a
+// request (max_delay) refuses it instead.
+func (e *Engine) SetHoldsFull(full bool) { e.local.SetHoldsFull(full) }

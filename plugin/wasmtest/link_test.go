@@ -64,7 +64,9 @@ import (
 // global rules' calls in flight and the decision's global rules in package
 // global (global.Calls, global.Asked, global.Ref; code +2.6 KB, static data
 // +4.5 KB: the package's method names, the types and their map):
-// 3,563,242 bytes then.
+// 3,563,242 bytes then; the fingerprint seed and the hold check in package
+// local and the redirect told by the request (engine.RedirectRequest, 1.2
+// KB): 3,564,806 bytes.
 const moduleCeiling = 3_566_000
 
 func TestModuleSize(t *testing.T) {

@@ -1,13 +1,15 @@
 // Package local holds the local rate rules' working state of one worker:
 // what the rules charged the request being decided (refunded if a later
-// rule refuses it), the key being built, and the reservations given back
-// while later ones were held behind them. Every subsystem that refunds (a
+// rule refuses it), the key being built and its fingerprint (under the
+// process-wide seed), whether the worker may hold one more request, and
+// the reservations given back while later ones were held behind them. Every subsystem that refunds (a
 // queue's waiter, a global rule's refusal, a held request that leaves)
 // gives a local charge back through RefundHeld.
 package local
 
 import (
 	"slices"
+	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/shared/limit"
@@ -46,6 +48,11 @@ type Rules struct {
 	table   Table
 	charged []Charge
 	key     []byte
+	// seed keys the fingerprint hash (KeepKey): every worker hashes with
+	// the same one.
+	seed uint64
+	// holdsFull: the worker holds as many requests as it can (MaxDelay).
+	holdsFull bool
 	// kept are the reservations given back (Unhold, a waiter's or a
 	// refused request's refund) while later ones were held behind them
 	// (limit.RefundHeld): they are given back once those are, or
@@ -53,11 +60,13 @@ type Rules struct {
 	kept []Charge
 }
 
-// New returns the local rules' state for cfg over table.
-func New(cfg *config.Config, table Table) Rules {
+// New returns the local rules' state for cfg over table, fingerprints
+// keyed by seed.
+func New(cfg *config.Config, table Table, seed uint64) Rules {
 	return Rules{
 		cfg:     cfg,
 		table:   table,
+		seed:    seed,
 		charged: make([]Charge, 0, len(cfg.Rules)),
 		key:     make([]byte, 0, 256),
 	}
@@ -81,8 +90,25 @@ func (l *Rules) Reuse(buf []Charge) { l.charged = buf[:0] }
 // it back (it may have grown). The key is valid until the next KeyBuf.
 func (l *Rules) KeyBuf() []byte { return l.key[:0] }
 
-// KeepKey keeps b, the key just built, as the buffer of the next one.
-func (l *Rules) KeepKey(b []byte) { l.key = b }
+// KeepKey keeps b, the key just built for rule id, as the buffer of the
+// next one, and returns the client's fingerprint under the rule.
+func (l *Rules) KeepKey(b []byte, id uint64) (fp uint64) {
+	l.key = b
+	return hash64(l.seed, id, b)
+}
+
+// SetHoldsFull says whether the worker holds as many requests as it can
+// (the plugin sets it before each decision): a rate rule that would hold a
+// request (max_delay) refuses it instead.
+func (l *Rules) SetHoldsFull(full bool) { l.holdsFull = full }
+
+// MaxDelay is how long rule r may hold the request being decided.
+func (l *Rules) MaxDelay(r *config.Rule) time.Duration {
+	if r.Shadow || l.holdsFull {
+		return 0
+	}
+	return r.MaxDelay
+}
 
 // Key returns the key built last.
 func (l *Rules) Key() []byte { return l.key }
@@ -127,4 +153,23 @@ func (l *Rules) RefundHeld(c Charge, now int64) {
 		clear(l.kept[k:])
 		l.kept = l.kept[:k]
 	}
+}
+
+// hash64 is a seeded 64-bit hash (FNV-1a over the seed, id and data, with
+// a final avalanche so that nearby keys spread over all buckets).
+func hash64(seed, id uint64, data []byte) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) ^ seed
+	for i := 0; i < 8; i++ {
+		h = (h ^ (id >> (8 * i) & 0xff)) * prime
+	}
+	for _, c := range data {
+		h = (h ^ uint64(c)) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
 }
