@@ -337,14 +337,7 @@ type httpContext struct {
 	// heldResponse: the response waits for the service to count its
 	// charge (cost.go).
 	heldResponse bool
-	// redirected: the request being decided is Envoy's internal redirect
-	// of one this worker admitted (engine.RedirectRequest).
-	redirected bool
 }
-
-// Redirected tells the engine the request is Envoy's internal redirect of
-// one this worker admitted (engine.RedirectRequest).
-func (h *httpContext) Redirected() bool { return h.redirected }
 
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
 	// A bug must never take traffic down with it: a panic lets the request
@@ -354,25 +347,13 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
 		}
-		h.redirected = false
 	}()
 	p := h.plugin
 	now := nowNanos()
 	h.bodyless = endOfStream
 	p.engine.SetHoldsFull(p.held.len() >= maxHeld)
 	p.pairs.reset() // read again by the first header key (HeaderFields)
-	carried, next := p.redirect.take()
-	if next {
-		// Envoy's internal redirect of the request whose stream just ended
-		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
-		// Envoy sets on a redirect and strips from clients' requests.
-		_, h.redirected = h.Header("x-envoy-original-url")
-	}
-	h.verdict = p.pools.verdicts.get()
-	*h.verdict = p.engine.Decide(h, now)
-	if h.redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
-		h.verdict.Carry(carried)
-	}
+	p.decide(h, now)
 	h.decided = true
 	v := h.verdict
 	h.sent = now + int64(v.Delay)
@@ -407,6 +388,29 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 		return types.ActionPause
 	}
 	return types.ActionContinue
+}
+
+// decide decides h's request at now into h.verdict. Envoy's internal
+// redirect of the request whose stream just ended (see OnHttpStreamDone)
+// is decided as one (engine.DecideRedirect) and carries what that request
+// left to settle.
+func (p *pluginContext) decide(h *httpContext, now int64) {
+	carried, next := p.redirect.take()
+	redirected := false
+	if next {
+		// The redirect carries x-envoy-original-url, which Envoy sets on a
+		// redirect and strips from clients' requests.
+		_, redirected = h.Header("x-envoy-original-url")
+	}
+	h.verdict = p.pools.verdicts.get()
+	if !redirected {
+		*h.verdict = p.engine.Decide(h, now)
+		return
+	}
+	*h.verdict = p.engine.DecideRedirect(h, now)
+	if h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay {
+		h.verdict.Carry(carried)
+	}
 }
 
 // hold holds the current stream h (verdict v) for d, when a rate rule

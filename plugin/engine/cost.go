@@ -135,7 +135,7 @@ type Carried struct{ post postList }
 
 // Redirecting returns v's global charges after the response: v's stream
 // ended without a response because Envoy follows the upstream's redirect
-// itself, and the next decision (a RedirectRequest) is that redirect, which its
+// itself, and the next decision (DecideRedirect) is that redirect, which its
 // global rules do not charge again: the deposits taken for v are settled
 // on the redirect's response (Carry).
 func (e *Engine) Redirecting(v *Verdict) (c Carried) {

@@ -50,16 +50,6 @@ const (
 	Queue // wait in a concurrency rule's queue: Poll decides later
 )
 
-// RedirectRequest is a Request that can tell it is Envoy's internal
-// redirect of one this worker admitted (the plugin knows it from the
-// stream that just ended). Its local rules charged at admission and its
-// global rules were charged for the first request: they decide it without
-// charging it again. A Request without it is no redirect.
-type RedirectRequest interface {
-	Request
-	Redirected() bool
-}
-
 // StreamRequest is a Request that knows its stream: a request that waits in
 // a concurrency queue is identified by it in Poll's events.
 type StreamRequest interface {
@@ -264,7 +254,7 @@ type requestInfo struct {
 	// some rule ignores case), the method and the Envoy route (when some
 	// rule needs them).
 	t config.Target
-	// redirected: the request is an internal redirect (RedirectRequest).
+	// redirected: the request is an internal redirect (DecideRedirect).
 	redirected bool
 	// own is the client's address (after X-Forwarded-For), which
 	// exempt_cidrs are matched against; client is own grouped by
@@ -335,9 +325,19 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 // The phases: match the rules, exempt clients, charge the local rate
 // rules, then take concurrency slots and ask the global rules (each only
 // for a request every rule before it admitted), then admit or refuse.
-func (e *Engine) Decide(req Request, now int64) Verdict {
+func (e *Engine) Decide(req Request, now int64) Verdict { return e.decide(req, now, false) }
+
+// DecideRedirect decides req, Envoy's internal redirect of a request this
+// worker admitted (the plugin knows it from the stream that just ended),
+// at now: its local rules charged at admission and its global rules were
+// charged for the first request, so they decide it without charging it
+// again (they give its headers their numbers).
+func (e *Engine) DecideRedirect(req Request, now int64) Verdict { return e.decide(req, now, true) }
+
+func (e *Engine) decide(req Request, now int64, redirected bool) Verdict {
 	v := Verdict{measured: now} // the rate rules' numbers are now's
 	ri := e.matchRules(req)
+	ri.redirected = redirected
 	if len(e.matcher.Matched()) == 0 {
 		return v
 	}
@@ -346,9 +346,6 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		e.trace(StepExempt, -1)
 		v.Exempt = true
 		return v
-	}
-	if rr, ok := req.(RedirectRequest); ok {
-		ri.redirected = rr.Redirected()
 	}
 	e.local.Begin()
 	e.asked.Begin()

@@ -30,7 +30,7 @@ func TestRedirectNotChargedByGlobalRule(t *testing.T) {
 			t.Fatalf("request %d: outcome %v, want admitted", i, v.Outcome)
 		}
 		counted, calls := svc.count, len(svc.calls)
-		v := e.Decide(redirectOf{r}, *now)
+		v := e.DecideRedirect(r, *now)
 		svc.deliver()
 		if svc.count != counted || len(svc.calls) != calls {
 			t.Fatalf("redirect of request %d: the service counted %d more hits in %d more calls, want none",
@@ -74,7 +74,7 @@ func TestRedirectSettlesTheFirstDeposit(t *testing.T) {
 		t.Fatalf("request: outcome %v, want admitted and charged after its response", v.Outcome)
 	}
 	c := e.Redirecting(&v) // its stream ended for Envoy's internal redirect
-	w := e.Decide(redirectOf{r}, now)
+	w := e.DecideRedirect(r, now)
 	if w.Outcome == Call {
 		svc.deliver()
 		w = decided[len(decided)-1]
@@ -96,8 +96,3 @@ func TestRedirectSettlesTheFirstDeposit(t *testing.T) {
 			svc.count, svc.calls, e.Stats.Rules[0].Charged)
 	}
 }
-
-// redirectOf is Envoy's internal redirect of a request (RedirectRequest).
-type redirectOf struct{ *fakeRequest }
-
-func (redirectOf) Redirected() bool { return true }

@@ -17,8 +17,8 @@ import (
 // package match the matching). The engine keeps the configuration, the
 // state table, the stats, the clock, the tracer and the waiting request it
 // reuses (scratch), and routes a request through the subsystems. What the
-// plugin tells about one decision comes with the request
-// (RedirectRequest) or through a subsystem (SetHoldsFull).
+// plugin tells about one decision comes with the call
+// (DecideRedirect) or through a subsystem (SetHoldsFull).
 const engineFields = 15
 
 // TestEngineFields: Engine holds at most engineFields fields.
