@@ -10,6 +10,7 @@ import "time"
 type lowest struct {
 	remaining int       // -1: no answer yet
 	end       time.Time // the latest reset among the answers
+	taken     time.Time // when the set was last taken (see since)
 }
 
 // newLowest returns an empty set of answers.
@@ -30,12 +31,17 @@ func (l *lowest) note(remaining int, reset time.Time) {
 }
 
 // take returns the lowest Remaining and the latest reset, and empties the
-// set; ok false when it had no answer.
-func (l *lowest) take() (remaining int, end time.Time, ok bool) {
+// set, now; ok false when it had no answer.
+func (l *lowest) take(now time.Time) (remaining int, end time.Time, ok bool) {
 	if l.remaining < 0 {
 		return 0, time.Time{}, false
 	}
 	remaining, end = l.remaining, l.end
-	*l = newLowest()
+	l.remaining, l.end, l.taken = -1, time.Time{}, now
 	return remaining, end, true
 }
+
+// since reports whether a request sent at sent went out after the set was
+// last taken: the answer of one sent before belongs to a set already
+// taken (see view.remainingLocked).
+func (l *lowest) since(sent time.Time) bool { return !sent.Before(l.taken) }

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,8 @@ type host struct {
 	// retries is the host's retry budget, guarded by all.mu.
 	retries  retryBudget
 	budgeted bool
+
+	tickets atomic.Uint64 // the latest ticket a request took (see line)
 
 	mu       sync.Mutex
 	policies map[string]*view
@@ -122,6 +125,23 @@ type governing struct {
 	tk [maxViews]ticket
 }
 
+// behind reports whether a request that came before the request with
+// places pl waits in the line of a view of g (see places.behindLocked).
+func (g *governing) behind(pl *places) bool {
+	for _, v := range g.vs[:g.n] {
+		if pl.free || !v.line.busy() {
+			continue // no lock
+		}
+		v.mu.Lock()
+		ahead := pl.behindLocked(v)
+		v.mu.Unlock()
+		if ahead {
+			return true
+		}
+	}
+	return false
+}
+
 // govern fills g with the views that hold a request of route k to h, and
 // reports whether the route is known.
 func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
@@ -150,46 +170,99 @@ func (h *host) govern(rs *routes, k routeKey, g *governing) (known bool) {
 	return true
 }
 
-// acquire admits one request now into every view of g (wait == 0), which
-// the caller must then report to observe, or says how long to wait before
-// asking again (the longest any view asks), which view asks it, whether
-// that view's limit refills continuously (a token bucket, see
-// shape.tokenEvery), and a channel closed if an answer ends the hold early
-// (see view.wakeLocked). first says whether this is the request's first
-// attempt, which earns the host's retry budget its share. A view that
-// would hold the request longer than maxWait lets it through if its probe
-// is due (see ProbeEvery).
-func (h *host) acquire(g *governing, now time.Time, first bool, maxWait time.Duration) (wait time.Duration, holder *view, refills bool, woken <-chan struct{}) {
+// held is acquire's answer for a request it did not admit.
+type held struct {
+	wait   time.Duration // the longest hold of the views (0: none), and
+	holder *view         // the view that asks it
+	// refills: the holder's limit refills continuously (a token bucket,
+	// see shape.tokenEvery).
+	refills bool
+	// queued: requests that came first wait in a view's line (see line):
+	// woken is closed when its front leaves. The wait in line lasts at
+	// least lineWait, the turns of the requests ahead at the slowest of
+	// those views' paces (see view.lineWaitLocked); strict says that pace
+	// is learned from bare 429s, and moved is closed if it changes.
+	queued   bool
+	strict   bool
+	lineWait time.Duration
+	moved    <-chan struct{}
+	woken    <-chan struct{} // closed if the hold ends early (see view.wakeLocked)
+}
+
+// inLine notes that v's line has requests that came before the request
+// with places pl. v.mu must be held.
+func (hd *held) inLine(v *view, now time.Time, pl *places) {
+	if !hd.queued {
+		hd.queued, hd.woken = true, v.line.changed()
+		hd.holder = cmp.Or(hd.holder, v)
+	}
+	if d, strict, moved := v.lineWaitLocked(now, pl.ticket); d > hd.lineWait {
+		hd.lineWait, hd.strict, hd.moved = d, strict, moved
+	}
+}
+
+// acquire admits one request now into every view of g (ok), which the
+// caller must then report to observe, or says how long to wait before
+// asking again (see held), and puts the request in the line of every view
+// that holds it (see line); pl are its places. first says whether this is
+// the request's first attempt, which earns the host's retry budget its
+// share. A view that would hold the request longer than maxWait lets it
+// through if its probe is due (see ProbeEvery).
+func (h *host) acquire(g *governing, pl *places, now time.Time, first bool, maxWait time.Duration) (hd held, ok bool) {
 	vs := g.vs[:g.n]
 	for _, v := range vs {
 		v.mu.Lock()
 	}
-	var probes [maxViews]bool
+	var probes, holds [maxViews]bool
 	for i, v := range vs {
 		w := v.waitLocked(now)
-		if probes[i] = v.probeDueLocked(now, w, maxWait); !probes[i] && w > wait {
-			wait, holder = w, v
+		if pl.behindLocked(v) {
+			hd.inLine(v, now, pl)
+		}
+		probes[i] = v.probeDueLocked(now, w, maxWait)
+		if holds[i] = !probes[i] && w > 0; holds[i] && w > hd.wait {
+			hd.wait, hd.holder = w, v
 		}
 	}
-	if holder != nil {
-		refills = holder.refillsLocked()
-		woken = holder.holdLocked(now.Add(wait))
+	switch {
+	case hd.queued:
+	case hd.holder != nil:
+		hd.refills = hd.holder.refillsLocked()
+		hd.woken = hd.holder.holdLocked(now.Add(hd.wait))
+	default:
+		h.admitLocked(g, pl, now, first, probes)
+		ok = true
 	}
-	if wait <= 0 {
-		for i, v := range vs {
-			g.tk[i] = v.admitLocked(now)
-			if g.tk[i].probe = probes[i]; probes[i] {
-				v.probedLocked(now) // the next probe is due an interval from now
-			}
+	for i, v := range vs {
+		switch {
+		case ok:
+		case holds[i] || pl.behindLocked(v):
+			pl.joinLocked(v)
+		default:
+			// It may go here: it does not hold up the requests behind
+			// it meanwhile, and takes its place back (its ticket) if
+			// held again.
+			pl.leaveLocked(v)
 		}
-		if first && h.budgeted {
-			h.retries.deposit(now) // guarded by all.mu, vs[0]
-		}
-	}
-	for _, v := range vs {
 		v.mu.Unlock()
 	}
-	return wait, holder, refills, woken
+	return hd, ok
+}
+
+// admitLocked admits the request into every view of g and takes it out of
+// their lines; probes says which views let it through as their probe.
+// Every view's mutex must be held.
+func (h *host) admitLocked(g *governing, pl *places, now time.Time, first bool, probes [maxViews]bool) {
+	for i, v := range g.vs[:g.n] {
+		g.tk[i] = v.admitLocked(now)
+		if g.tk[i].probe = probes[i]; probes[i] {
+			v.probedLocked(now) // the next probe is due an interval from now
+		}
+		pl.leaveLocked(v)
+	}
+	if first && h.budgeted {
+		h.retries.deposit(now) // guarded by all.mu, vs[0]
+	}
 }
 
 // holdLocked registers a request held by the view until until, and returns

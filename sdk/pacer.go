@@ -103,6 +103,20 @@ func (p *pacer) reserve(now time.Time, first bool) (*turn, time.Duration) {
 	return t, due.Sub(now)
 }
 
+// after says how long, at least, until a turn is due for the request
+// behind k others that each take one (see view.lineWaitLocked): the turns
+// in line are theirs (a request that waits for a turn waits in the view's
+// line), the others take the next turns.
+func (p *pacer) after(now time.Time, k int) time.Duration {
+	p.trim(now)
+	next := p.tat.Add(-p.tau())
+	if next.Before(now) {
+		next = now
+	}
+	k = max(k-len(p.line), 0)
+	return next.Add(time.Duration(k) * p.every).Sub(now)
+}
+
 // delay says how long until t is due.
 func (p *pacer) delay(t *turn, now time.Time) time.Duration {
 	if i := p.index(t); i >= 0 {

@@ -64,6 +64,15 @@ func (p *pacing) delay(tk *turn, now time.Time) (pt paceTurn) {
 	return pt
 }
 
+// after says how long until the turn after k more turns is due (see
+// view.lineWaitLocked).
+func (p *pacing) after(now time.Time, k int) (d time.Duration, learned bool, moved <-chan struct{}) {
+	if d = p.pacer.after(now, k); d > 0 {
+		moved = p.pacer.changed()
+	}
+	return d, p.adapt.learning(), moved
+}
+
 // cancel gives back tk, if the pacer that handed it out is still in use.
 func (p *pacing) cancel(tk *turn, now time.Time) {
 	if p.pacer != nil {

@@ -20,17 +20,28 @@ const maxSpent = 256
 type spentLog struct {
 	at     []time.Time // when the latest admitted answers stop counting, oldest first from oldest
 	oldest int         // the oldest entry of at, once it is full
+	newest uint64      // the highest ticket (see flight) of a request remembered
 }
 
-// add remembers when a request answered now with in stops counting: at
-// the reset its answer announced (the quota, this request and every one
-// answered before it included, is fully restored then), or a window after
-// the answer when it announced none (a status 0: the answer named another
-// policy, or never came). The times are kept in order: an earlier one
-// past a later announcement is that announcement. capacity and window are
-// the view's (see shape): with either unknown, or a quota over maxSpent,
-// there is nothing to remember the requests by.
-func (l *spentLog) add(now time.Time, in header.Info, capacity int, window time.Duration) {
+// add remembers when the request admitted with t, answered now with in,
+// stops counting: at the reset its answer announced (the quota, with
+// every request the server counted before this one, is fully restored
+// then), or a window after the answer when it announced none (a status 0:
+// the answer named another policy, or never came). capacity and window
+// are the view's (see shape): with either unknown, or a quota over
+// maxSpent, there is nothing to remember the requests by.
+//
+// The times are kept in order. An answer that the server is known to have
+// counted after every request remembered (t.ordered, and sent after each
+// of them) speaks for them too: an earlier time past its reset becomes its
+// reset. Any other answer speaks for its own request only, and takes its
+// place in the order: a crowd released at once reaches the server in any
+// order, and a token bucket tells each of its requests a different reset
+// (the time until it is full again, after that request). The request the
+// server counted first, answered last, says the shortest; made the reset
+// of the whole crowd, it freed the crowd a second after it was sent, when
+// the bucket had refilled a fifth of it (TestSpentLogCrowdOutOfOrder).
+func (l *spentLog) add(now time.Time, t ticket, in header.Info, capacity int, window time.Duration) {
 	if capacity <= 0 || capacity > maxSpent || window <= 0 {
 		l.clear() // nothing to remember them by
 		return
@@ -39,19 +50,33 @@ func (l *spentLog) add(now time.Time, in header.Info, capacity int, window time.
 	if in.Has&header.HasReset != 0 {
 		at = now.Add(in.Reset)
 	}
-	if len(l.at) < maxSpent {
+	last := t.ordered && t.seq > l.newest
+	l.newest = max(l.newest, t.seq)
+	n := len(l.at)
+	switch {
+	case n < maxSpent:
 		l.at = append(l.at, at)
-	} else {
+		n++
+	case !at.After(l.at[l.oldest]) && !last:
+		return // earlier than every time remembered: the latest are kept
+	default:
 		l.at[l.oldest] = at
 		l.oldest = (l.oldest + 1) % maxSpent
 	}
-	for k := 2; k <= len(l.at) && l.recent(k).After(at); k++ {
-		l.at[(l.oldest+len(l.at)-k)%len(l.at)] = at
+	// at is the latest entry (k = 1); move it, or the times it speaks for,
+	// back to keep the order.
+	for k := 2; k <= n && l.recent(k).After(at); k++ {
+		i, j := (l.oldest+n-k)%n, (l.oldest+n-k+1)%n
+		if last {
+			l.at[i] = at
+		} else {
+			l.at[i], l.at[j] = at, l.at[i]
+		}
 	}
 }
 
 // clear forgets every request.
-func (l *spentLog) clear() { l.at, l.oldest = l.at[:0], 0 }
+func (l *spentLog) clear() { l.at, l.oldest, l.newest = l.at[:0], 0, 0 }
 
 // recent is when the k-th latest request add remembers stops counting
 // (k >= 1, at most len(l.at)).

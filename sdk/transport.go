@@ -7,7 +7,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -122,105 +121,20 @@ type call struct {
 	err     error
 	info    header.Info // its rate-limit headers
 	g       governing
-	reason  Reason // why it is retried, if it is
-	known   bool   // the route's policies are known
-	attempt int    // attempts sent so far
+	reason  Reason    // why it is retried, if it is
+	known   bool      // the route's policies are known
+	pl      places    // its ticket, and the lines it waits in (see line)
+	inLine  time.Time // when its wait in line began (see sleepHeld); zero: not in line
+	attempt int       // attempts sent so far
 }
 
 func (t *Transport) newCall(req *http.Request) *call {
 	c := &call{t: t, req: req, ctx: req.Context(), now: t.cfg.clock.Now()}
 	c.h = t.hosts.get(req.URL.Host, c.now, t.cfg.budget, t.cfg.adaptive)
+	c.pl.ticket = c.h.tickets.Add(1)
 	c.rk = routeOf(c.h.id, req.Method, req.URL.Path)
 	c.replayable = req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	return c
-}
-
-// hold waits until every view that governs the next attempt lets it go,
-// and admits it into them. Pacing turns are reserved first (see pace);
-// then the views' holds (a cool-down, an exhausted quota) are waited out.
-// stop says the call ends here with resp and err: the wait would exceed
-// MaxWait or pass the deadline, or the context ended.
-func (c *call) hold() (resp *http.Response, err error, stop bool) {
-	t := c.t
-	// The views are looked up again before every attempt: the answer to
-	// the last one may have taught the route its policy.
-	c.known = c.h.govern(&t.routes, c.rk, &c.g)
-	var paced turns // the views whose pace this attempt has reserved
-	for fresh := c.attempt == 0; ; fresh = false {
-		if !fresh { // after any wait, and before a retry
-			c.now = t.cfg.clock.Now()
-		}
-		if pt, v, again, strict, ok := t.pace(c.ctx, &c.g, &paced, c.now, c.attempt > 0); ok {
-			ev := c.holdEvent(pt.d, v)
-			if strict {
-				paced.giveBack(c.now)
-				return c.giveUpHold(ev, t.tooLong(c.ctx, c.now, pt.d))
-			}
-			if !again { // a turn re-timed is the same wait
-				t.emit(c.ctx, ev)
-			}
-			if e := t.sleepWake(c.ctx, pt.d, pt.moved); e != nil {
-				paced.giveBack(t.cfg.clock.Now())
-				return c.interrupted(e)
-			}
-			continue
-		}
-		wait, holder, refills, woken := c.h.acquire(&c.g, c.now, c.attempt == 0, t.cfg.maxWait)
-		if wait <= 0 {
-			return nil, nil, false
-		}
-		if refills {
-			// Held by a token bucket until its next token: the turns
-			// reserved before the hold are given back and taken again
-			// after it, in the pacer's order. Kept, they would release
-			// the whole crowd of waiters at once when the hold ends, to
-			// empty the server's bucket again. (A window restores its
-			// whole quota at the reset: there, the crowd that the budget
-			// releases at once is what the server admits.)
-			paced.giveBack(c.now)
-		}
-		ev := c.holdEvent(wait, holder)
-		if why := t.tooLong(c.ctx, c.now, wait); why != "" {
-			paced.giveBack(c.now)
-			return c.giveUpHold(ev, why)
-		}
-		t.emit(c.ctx, ev)
-		if e := t.sleepWake(c.ctx, wait, woken); e != nil {
-			paced.giveBack(t.cfg.clock.Now())
-			return c.interrupted(e)
-		}
-		c.known = c.h.govern(&t.routes, c.rk, &c.g) // a concurrent answer may have taught the route
-		paced.keep(&c.g, t.cfg.clock.Now())
-	}
-}
-
-func (c *call) holdEvent(d time.Duration, v *view) RetryEvent {
-	ev := RetryEvent{Request: c.req, Attempt: c.attempt, Reason: HostLimit, Delay: d, Limit: fromInfo(c.info), Policy: v.name}
-	if c.resp != nil {
-		ev.StatusCode = c.resp.StatusCode
-	}
-	return ev
-}
-
-// giveUpHold ends the call because a hold cannot be waited out: the first
-// attempt is not sent at all (a *RateLimitError), a retry leaves the last
-// outcome standing.
-func (c *call) giveUpHold(ev RetryEvent, why string) (*http.Response, error, bool) {
-	ev.GiveUp = why
-	c.t.emit(c.ctx, ev)
-	if c.attempt > 0 {
-		return c.resp, c.err, true
-	}
-	closeBody(c.req)
-	return nil, &RateLimitError{RetryAfter: ev.Delay, Host: c.req.URL.Host}, true
-}
-
-func (c *call) interrupted(e error) (*http.Response, error, bool) {
-	if c.attempt == 0 {
-		closeBody(c.req)
-	}
-	discard(c.resp)
-	return nil, e, true
 }
 
 // send makes the attempt that hold admitted, reports its outcome to the
@@ -404,99 +318,6 @@ func retryClass(r Reason, hint time.Duration) int {
 	return transientRetry
 }
 
-// pace reserves the attempt's turn at the rate of each view of g that
-// paces (see view), in order, and returns the first wait to make, with the
-// view that asks for it; again says the turn was reserved before (its
-// time has moved, or its holder was woken to look). paced holds the turns
-// the attempt has reserved. Pacing at an announced rate is advice: a wait
-// that would exceed MaxWait or pass the deadline is given back and
-// skipped, never a reason to fail. Pacing at a rate learned from bare
-// 429s (WithAdaptiveRate) is not: the host has shown it refuses requests
-// sent faster, so such a wait is returned with strict set, for the caller
-// to give up.
-//
-// A retry takes the first turn in line: it has waited its backoff, after
-// a refusal that cut a learned rate. Sent soon after the cut, the host's
-// bucket refilling, it is admitted; queued behind the callers' first
-// attempts (seconds, with dozens of callers), it meets the next probe
-// past the rate, and a request refused at every attempt is lost.
-func (t *Transport) pace(ctx context.Context, g *governing, paced *turns, now time.Time, retry bool) (pt paceTurn, v *view, again, strict, ok bool) {
-	for _, v := range g.vs[:g.n] {
-		i := paced.find(v)
-		if again = i >= 0; again {
-			pt = v.turnDelay(paced.ts[i], now)
-		} else {
-			var reserved bool
-			if pt, reserved = v.pace(now, retry); !reserved {
-				continue
-			}
-			i = paced.add(v, pt.tk)
-		}
-		if pt.d <= 0 {
-			continue
-		}
-		if t.tooLong(ctx, now, pt.d) != "" {
-			v.cancelTurn(pt.tk, now)
-			paced.vs[i], paced.ts[i] = nil, nil
-			if pt.learned {
-				return pt, v, again, true, true
-			}
-			continue
-		}
-		return pt, v, again, false, true
-	}
-	return paceTurn{}, nil, false, false, false
-}
-
-// turns are the pacing turns one attempt has reserved, one per view (a
-// nil turn: due when reserved).
-type turns struct {
-	vs [maxViews]*view
-	ts [maxViews]*turn
-}
-
-// find returns the index of v's turn, or -1.
-func (p *turns) find(v *view) int {
-	for i, u := range p.vs {
-		if u == v {
-			return i
-		}
-	}
-	return -1
-}
-
-// add records v's turn tk and returns its index.
-func (p *turns) add(v *view, tk *turn) int {
-	i := p.find(nil) // there is room: one turn per view of a request
-	p.vs[i], p.ts[i] = v, tk
-	return i
-}
-
-// keep gives back the turns of the views that no longer govern the
-// attempt (g changed: the route learned its policies meanwhile). Kept,
-// such a turn would hold its place in a line the attempt no longer waits
-// in, and the turns of a server that names a new policy in every answer
-// would outgrow the one slot per view (a panic).
-func (p *turns) keep(g *governing, now time.Time) {
-	for i, v := range p.vs {
-		if v != nil && !slices.Contains(g.vs[:g.n], v) {
-			v.cancelTurn(p.ts[i], now)
-			p.vs[i], p.ts[i] = nil, nil
-		}
-	}
-}
-
-// giveBack cancels the reserved turns (those not yet due go back to their
-// pacer) and forgets them, so that the attempt reserves new ones.
-func (p *turns) giveBack(now time.Time) {
-	for i, v := range p.vs {
-		if v != nil {
-			v.cancelTurn(p.ts[i], now)
-		}
-		p.vs[i], p.ts[i] = nil, nil
-	}
-}
-
 // fit checks a wait of d, of which hint is what the server asked for,
 // against MaxWait and the context's deadline. A server's hint that does
 // not fit gives up; the jitter on top of it shrinks to fit.
@@ -538,12 +359,13 @@ func (t *Transport) emit(ctx context.Context, ev RetryEvent) {
 
 // sleep waits for d on the Transport's clock, or until ctx is done.
 func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
-	return t.sleepWake(ctx, d, nil)
+	return t.sleepWake(ctx, d, nil, nil)
 }
 
-// sleepWake waits for d on the Transport's clock, until wake is closed (a
-// hold that ended early; nil: never), or until ctx is done.
-func (t *Transport) sleepWake(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+// sleepWake waits for d on the Transport's clock, until wake or moved is
+// closed (a hold that ended early, a pace that changed; nil: never), or
+// until ctx is done.
+func (t *Transport) sleepWake(ctx context.Context, d time.Duration, wake, moved <-chan struct{}) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -553,6 +375,8 @@ func (t *Transport) sleepWake(ctx context.Context, d time.Duration, wake <-chan 
 	case <-tm.C():
 		return nil
 	case <-wake:
+		return nil
+	case <-moved:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -57,6 +57,7 @@ type view struct {
 	stray    lowest     // the answers not held, and every one after them (see remainingLocked)
 	spent    spentLog   // when the admitted answers stop counting against the quota
 	pacing   pacing     // the rate requests are spaced at: announced, or learned
+	line     line       // the requests held, first come, first served
 }
 
 // viewIDs numbers policy views across every host and Transport, so that
@@ -112,7 +113,10 @@ func (v *view) waitLocked(now time.Time) time.Duration {
 	v.quota.restoreDue(now, c, v.shape.window())
 	v.quota.refill(now, per, c)
 	w, slide := v.quota.wait(now, per)
-	if !slide {
+	if !slide || per > 0 {
+		// A token bucket's reset is when it is full again, not when
+		// the requests it counted stop counting: slid, a late answer's
+		// reset freed a crowd at once, that the bucket refused.
 		return w
 	}
 	if free, at, ok := v.spent.slide(now, c, per, v.flight.count(), v.quota.readAt()); ok {
@@ -158,8 +162,8 @@ func (v *view) wakeLocked(now time.Time, blockedBefore time.Time) {
 }
 
 // idle reports whether the view has nothing left to enforce: nothing in
-// flight, no hold, no quota to wait for, no request waiting in its pacer's
-// line and no rate learned from bare 429s. (The requests in line are not
+// flight, no hold, no quota to wait for, no request waiting in its line
+// (see line) or its pacer's, and no rate learned from bare 429s. (The requests in line are not
 // in flight: counted idle, a host whose callers all waited their turns was
 // the first to be forgotten when the table filled, and the next request
 // to it went out at once, past the line, to be refused; and a learned
@@ -170,7 +174,7 @@ func (v *view) idle(now time.Time) bool {
 	if v.pacing.busy(now) {
 		return false
 	}
-	return v.flight.count() == 0 && v.cooldown.left(now) <= 0 && v.quota.restored(now)
+	return v.flight.count() == 0 && !v.line.busy() && v.cooldown.left(now) <= 0 && v.quota.restored(now)
 }
 
 // observe records the outcome of the request that acquire admitted with t:
@@ -208,7 +212,7 @@ func (v *view) observe(t ticket, now time.Time, status int, in header.Info, othe
 	rejected := status == 429 || status == 503
 	v.shape.learn(in)
 	if t.held && !rejected {
-		v.spent.add(now, in, v.shape.capacity(), v.shape.window())
+		v.spent.add(now, t, in, v.shape.capacity(), v.shape.window())
 	}
 	if in.Has == 0 {
 		v.settleLocked(now, others, t.held)
@@ -262,8 +266,15 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	// at all is in flight to the host (see settleLocked), so that no answer
 	// can arrive after it. Without it, a policy's first crowd (sent before
 	// the route was known to be the policy's) leaves only the budget its
-	// answers lowered, to 0 when the lowest Remaining came first.
-	if !t.held || v.stray.open() {
+	// answers lowered, to 0 when the lowest Remaining came first. Nothing
+	// in flight is read outside this lock too: two answers of one crowd
+	// may both find nothing else in flight, and settle it twice. The
+	// answer of a request sent before the set was last taken belongs to
+	// the crowd settled then, and may only lower the budget (above): made
+	// a crowd of its own, its Remaining, read by the server before those
+	// of the crowd's last answers, raised the budget of a spent quota
+	// (TestStrayAnswerAfterSettle).
+	if (!t.held && v.stray.since(t.sent)) || v.stray.open() {
 		v.stray.note(in.Remaining, reset)
 	}
 }
@@ -293,13 +304,13 @@ func (v *view) settleLocked(now time.Time, others int, held bool) {
 	if v.flight.count() != 0 || others != 0 {
 		return
 	}
-	if r, end, ok := v.crowd.take(); ok {
+	if r, end, ok := v.crowd.take(now); ok {
 		v.quota.set(r, now, end, true)
 	}
 	if held {
 		return
 	}
-	if r, end, ok := v.stray.take(); ok {
+	if r, end, ok := v.stray.take(now); ok {
 		v.quota.set(r, now, end, true)
 	}
 }
@@ -322,22 +333,39 @@ func (v *view) tune(now time.Time) {
 
 // pace reserves the request's turn at the host's announced rate and says
 // how long to wait for it; a retry's turn is the first in line (see
-// Transport.pace). reserved is false when there is no pacing to do (not
+// call.pace). reserved is false when there is no pacing to do (not
 // throttled, rate unknown, or the request must wait for the reset anyway,
-// after which it is paced).
-func (v *view) pace(now time.Time, retry bool) (pt paceTurn, reserved bool) {
+// after which it is paced, or requests that came before it wait in the
+// view's line: it takes its turn when it is at the front). A request given
+// a turn to wait for joins the view's line (pl are its places, see line).
+func (v *view) pace(now time.Time, retry bool, pl *places) (pt paceTurn, reserved bool) {
 	if !v.pacing.active() {
 		return pt, false // most views never pace: no lock
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.pacing.paces() || v.cooldown.left(now) > 0 {
+	if !v.pacing.paces() || v.cooldown.left(now) > 0 || pl.behindLocked(v) {
 		return pt, false
 	}
 	if v.refillLocked(now); v.quota.spentUntilReset(now) {
 		return pt, false
 	}
-	return v.pacing.reserve(now, retry), true
+	if pt = v.pacing.reserve(now, retry); pt.d > 0 {
+		pl.joinLocked(v)
+	}
+	return pt, true
+}
+
+// lineWaitLocked says how long, at least, the request with ticket t waits
+// in the view's line for the turns of the requests that came before it,
+// at the view's pace (0: the view does not pace); strict says the pace is
+// learned from bare 429s (see call.pace), and moved is closed if the
+// pace changes. v.mu must be held.
+func (v *view) lineWaitLocked(now time.Time, t uint64) (d time.Duration, strict bool, moved <-chan struct{}) {
+	if !v.pacing.paces() {
+		return 0, false, nil
+	}
+	return v.pacing.after(now, v.line.before(t))
 }
 
 // turnDelay says how long until tk, a turn pace handed out, is due now:

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // fieldCount counts the fields of struct type t, those of embedded
@@ -73,16 +75,50 @@ func TestQuotaWait(t *testing.T) {
 func TestLowest(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l := newLowest()
-	if _, _, ok := l.take(); ok || l.open() {
+	if _, _, ok := l.take(t0); ok || l.open() {
 		t.Fatal("an empty set has an answer")
 	}
 	l.note(5, t0.Add(time.Second))
 	l.note(2, t0)
 	l.note(7, t0.Add(2*time.Second))
-	if r, end, ok := l.take(); !ok || r != 2 || !end.Equal(t0.Add(2*time.Second)) {
+	if r, end, ok := l.take(t0); !ok || r != 2 || !end.Equal(t0.Add(2*time.Second)) {
 		t.Errorf("take = %d %v %v, want 2 at +2s", r, end, ok)
 	}
 	if l.open() {
 		t.Error("the set is not emptied by take")
+	}
+}
+
+// TestStrayAnswerAfterSettle: two answers of a crowd the view did not
+// hold (sent before the route was known to be its policy's) each find
+// nothing else in flight to the host, as both read the host's count
+// before either reached the view: the first, Remaining 0, settles the
+// crowd; the second, counted earlier by the server, says 11 left. It was
+// sent before the settle, so it may only lower the budget: made a crowd of
+// its own and settled, it raised the budget to 11 of a quota the server
+// had spent, and the requests it let go were refused.
+func TestStrayAnswerAfterSettle(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0.Add(20 * time.Millisecond)
+	v := newView("api", 1, 1, false)
+	answer := func(remaining int) header.Info {
+		return header.Info{Has: header.HasLimit | header.HasRemaining | header.HasReset | header.HasWindow,
+			Limit: 50, Remaining: remaining, Reset: 4 * time.Second, Window: 5 * time.Second}
+	}
+	unheld := ticket{sent: t0}
+	v.observe(unheld, now, 200, answer(0), 0)
+	v.observe(unheld, now, 200, answer(11), 0)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if w := v.waitLocked(now); w <= 0 {
+		t.Errorf("the view lets a request go (budget %d) after the server said none is left", v.quota.budget)
+	}
+	// A request sent after the settle is the server's word on what is
+	// left now.
+	v.mu.Unlock()
+	v.observe(ticket{sent: now}, now.Add(20*time.Millisecond), 200, answer(11), 0)
+	v.mu.Lock()
+	if w := v.waitLocked(now.Add(20 * time.Millisecond)); w > 0 || v.quota.budget != 11 {
+		t.Errorf("after a fresh answer: wait %v, budget %d, want 0 and 11", w, v.quota.budget)
 	}
 }
