@@ -43,7 +43,7 @@ build: $(WASM)
 
 # Exports of the SDK that Sluice does not need: Envoy skips a callback the
 # module does not export, and each one it calls is a C++ -> V8 -> Go entry
-# (thousands of instructions; docs/performance.md, "Callbacks per stream").
+# (thousands of instructions; docs/design/performance.md, "Callbacks per stream").
 # The stream's end (the SDK's proxy_on_log, proxy_on_done, proxy_on_delete)
 # runs in one entry, plugin/streamend_wasip1.go, exported as proxy_on_delete.
 WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstream_data,proxy_on_downstream_connection_close,$\

@@ -104,7 +104,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	// The engine's clock (answers to calls, the tick) is the request
 	// path's: one host call.
 	p.engine = engine.New(cfg, store, seed, nowNanos)
-	p.engine.RoundEnded = p.logRound
+	p.engine.OnRoundEnded(p.logRound)
 	p.census = newCensusWorker(seed ^ uint64(time.Now().UnixNano()) ^ uint64(contextIDSalt()))
 	p.metrics = newMetrics(cfg)
 	p.metrics.owner = p.census.id()
@@ -347,25 +347,13 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
 		}
-		h.plugin.engine.Redirected = false
 	}()
 	p := h.plugin
 	now := nowNanos()
 	h.bodyless = endOfStream
-	p.engine.HoldsFull = p.held.len() >= maxHeld
+	p.engine.SetHoldsFull(p.held.len() >= maxHeld)
 	p.pairs.reset() // read again by the first header key (HeaderFields)
-	carried, next := p.redirect.take()
-	if next {
-		// Envoy's internal redirect of the request whose stream just ended
-		// (see OnHttpStreamDone): it carries x-envoy-original-url, which
-		// Envoy sets on a redirect and strips from clients' requests.
-		_, p.engine.Redirected = h.Header("x-envoy-original-url")
-	}
-	h.verdict = p.pools.verdicts.get()
-	*h.verdict = p.engine.Decide(h, now)
-	if p.engine.Redirected && (h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay) {
-		h.verdict.Carry(carried)
-	}
+	p.decide(h, now)
 	h.decided = true
 	v := h.verdict
 	h.sent = now + int64(v.Delay)
@@ -400,6 +388,29 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 		return types.ActionPause
 	}
 	return types.ActionContinue
+}
+
+// decide decides h's request at now into h.verdict. Envoy's internal
+// redirect of the request whose stream just ended (see OnHttpStreamDone)
+// is decided as one (engine.DecideRedirect) and carries what that request
+// left to settle.
+func (p *pluginContext) decide(h *httpContext, now int64) {
+	carried, next := p.redirect.take()
+	redirected := false
+	if next {
+		// The redirect carries x-envoy-original-url, which Envoy sets on a
+		// redirect and strips from clients' requests.
+		_, redirected = h.Header("x-envoy-original-url")
+	}
+	h.verdict = p.pools.verdicts.get()
+	if !redirected {
+		*h.verdict = p.engine.Decide(h, now)
+		return
+	}
+	*h.verdict = p.engine.DecideRedirect(h, now)
+	if h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay {
+		h.verdict.Carry(carried)
+	}
 }
 
 // hold holds the current stream h (verdict v) for d, when a rate rule

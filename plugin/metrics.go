@@ -282,7 +282,7 @@ func (m *metrics) flushRule(e *engine.Engine, i int) {
 // flushFleet publishes the counters of global rules (the increments since
 // the last flush) and whether this worker's circuit is open.
 func (m *metrics) flushFleet(e *engine.Engine) {
-	f, cur, last := m.fleet, &e.Global, &m.lastFleet
+	f, cur, last := m.fleet, &e.Stats.Global, &m.lastFleet
 	addDelta(f.calls, cur.Calls, &last.Calls)
 	addDelta(f.callFailures, cur.CallFailures, &last.CallFailures)
 	addDelta(f.overLimit, cur.OverLimit, &last.OverLimit)

@@ -58,8 +58,8 @@ func TestKeyedRetryAfterUsesOwnKeysLimit(t *testing.T) {
 	e.Sample(v.Slots, now, now+int64(10*time.Millisecond), SampleResponse)
 	e.Release(v.Slots, now+int64(10*time.Millisecond))
 	now += int64(10 * time.Millisecond)
-	limA := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}].g.Current()
-	limB := e.learners[learnKey{rule: 0, fp: bHeld[0][0].FP}].g.Current()
+	limA := learnt(e, 0, v.Slots[0].FP).Gauge.Current()
+	limB := learnt(e, 0, bHeld[0][0].FP).Gauge.Current()
 	// B's fifth request is refused: its Retry-After.
 	r := e.Decide(req("/buy", "POST", "10.0.0.2:1"), now)
 	if r.Outcome != Reject {
@@ -102,7 +102,7 @@ func TestKeyedQueueBoundUsesOwnKeysLimit(t *testing.T) {
 	e.Sample(v.Slots, now, now+int64(10*time.Millisecond), SampleResponse)
 	e.Release(v.Slots, now+int64(10*time.Millisecond))
 	now += int64(10 * time.Millisecond)
-	limA := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}].g.Current()
+	limA := learnt(e, 0, v.Slots[0].FP).Gauge.Current()
 	hold := e.HoldEstimate(0)
 	bound := int64(100*time.Millisecond) * 4 / int64(hold)
 	queued := 0
@@ -167,13 +167,13 @@ func TestManyKeysStillLearn(t *testing.T) {
 				if (now-t0)%int64(5*time.Millisecond) == 0 {
 					e.Learn(now)
 				}
-				maxLearners = max(maxLearners, len(e.learners))
+				maxLearners = max(maxLearners, e.flight.Views())
 			}
 			// Another worker reads each key's shared Gauge.
 			o := New(cfg, store, 1, wallClock)
 			cold := 0
 			for i := 0; i < clients; i++ {
-				if g := o.learnerFor(0, fps[i], now).g; g.Base == 0 {
+				if g := o.flight.Read(0, fps[i], now); g.Base == 0 {
 					cold++
 				}
 			}

@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 )
 
 const adaptiveDoc = `{"rules":[{"name":"a","algorithm":"adaptive_concurrency","key":["path"]}]}`
@@ -82,8 +84,8 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 	if v.Outcome != Allow || v.Slots[0].Saturated {
 		t.Fatalf("first request: %+v", v)
 	}
-	l := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}]
-	if l == nil || l.smp.Ready.Saturated {
+	l, ok := e.flight.View(0, v.Slots[0].FP)
+	if !ok || l.Ready.Saturated {
 		t.Fatalf("learner after one admission under the limit: %+v", l)
 	}
 	var held [][]SlotRef
@@ -94,7 +96,7 @@ func TestAdaptiveRefusalSaturatesTheRound(t *testing.T) {
 		}
 		held = append(held, w.Slots)
 	}
-	if !l.smp.Ready.Saturated {
+	if l = learnt(e, 0, v.Slots[0].FP); !l.Ready.Saturated {
 		t.Fatalf("a refusal at the limit (%d held) left the round unsaturated", len(held)+1)
 	}
 	for _, s := range append(held, v.Slots) {
@@ -276,7 +278,7 @@ func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
 		}
 		held = append(held, v.Slots)
 	}
-	l := e.learners[learnKey{rule: 0, fp: held[0][0].FP}]
+	fp := held[0][0].FP
 	end := now + int64(20*time.Millisecond)
 	for _, s := range held[:3] {
 		e.Sample(s, now, end, SampleResponse)
@@ -285,10 +287,10 @@ func TestAdaptiveReleaseCompletesTheWindow(t *testing.T) {
 		}
 		e.Release(s, end)
 	}
-	l.smp.Close(end, time.Millisecond)
+	e.flight.CloseWindow(0, fp, end, time.Millisecond)
 	e.Learn(end + int64(LearnEvery))
-	if l.smp.Ready.N != 0 || e.LearntGauge(0).N != 0 {
-		t.Fatalf("a window with a request out counted: %+v, %+v", l.smp.Ready, e.LearntGauge(0))
+	if l := learnt(e, 0, fp); l.Ready.N != 0 || e.LearntGauge(0).N != 0 {
+		t.Fatalf("a window with a request out counted: %+v, %+v", l.Ready, e.LearntGauge(0))
 	}
 	e.Release(held[3], end) // no sample: answered by another filter
 	e.Learn(end + 2*int64(LearnEvery))
@@ -320,7 +322,7 @@ func TestAdaptiveHeldRequestGivesNoSample(t *testing.T) {
 	if first.Outcome != Allow || first.Slots[0].Ticket == 0 || held.Outcome != Delay || held.Slots[0].Ticket != 0 {
 		t.Fatalf("first %v %+v, held %v %+v: want a ticket for the one forwarded only", first.Outcome, first.Slots, held.Outcome, held.Slots)
 	}
-	l := e.learners[learnKey{rule: 1, fp: first.Slots[0].FP}]
+	fp := first.Slots[0].FP
 	end := now + int64(10*time.Millisecond)
 	e.Sample(first.Slots, now, end, SampleResponse)
 	e.Release(first.Slots, end)
@@ -330,7 +332,14 @@ func TestAdaptiveHeldRequestGivesNoSample(t *testing.T) {
 	for tick := end; tick <= end+int64(100*time.Millisecond); tick += int64(10 * time.Millisecond) {
 		e.Learn(tick)
 	}
-	if l.smp.Ready.N != 0 || e.LearntGauge(1).Mean > 12*time.Millisecond {
-		t.Fatalf("ready %+v, gauge %+v: want the 10ms sample added, none of the held request", l.smp.Ready, e.LearntGauge(1))
+	if l := learnt(e, 1, fp); l.Ready.N != 0 || e.LearntGauge(1).Mean > 12*time.Millisecond {
+		t.Fatalf("ready %+v, gauge %+v: want the 10ms sample added, none of the held request", l.Ready, e.LearntGauge(1))
 	}
+}
+
+// learnt returns this worker's view of the Gauge of rule i for key fp (the
+// zero view when it has none).
+func learnt(e *Engine, i int, fp uint64) flight.LearnerView {
+	l, _ := e.flight.View(i, fp)
+	return l
 }

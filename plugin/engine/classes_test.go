@@ -178,14 +178,14 @@ func TestAdaptiveClassCapSaturatesTheRound(t *testing.T) {
 	if v.Outcome != Allow {
 		t.Fatalf("first buy: %+v", v)
 	}
-	l := e.learners[learnKey{rule: 0, fp: v.Slots[0].FP}]
-	if l == nil || l.g.Current() != 4 || l.smp.Ready.Saturated || l.useN != 1 {
+	l, ok := e.flight.View(0, v.Slots[0].FP)
+	if !ok || l.Gauge.Current() != 4 || l.Ready.Saturated || l.UseN != 1 {
 		t.Fatalf("learner after one buy under the cap: %+v", l)
 	}
 	if w := e.Decide(req("/buy", "POST", "10.0.0.2:1"), t0); w.Outcome != Allow || w.Slots[0].Saturated {
 		t.Fatalf("second buy: %+v", w)
 	}
-	if !l.smp.Ready.Saturated {
+	if !learnt(e, 0, v.Slots[0].FP).Ready.Saturated {
 		t.Error("a buy that filled the default class's cap (2 of 4) left the round unsaturated")
 	}
 }

@@ -73,13 +73,13 @@ func (e *Engine) newGlobalRef(i int, fp uint64, off, n int, cost int64) globalRe
 		dep = cost
 	}
 	dep = max(min(dep, r.Limit.Limit(), lease.MaxK), 1)
-	return globalRef{rule: i, fp: fp, off: off, n: n, cost: cost, dep: uint32(dep)}
+	return globalRef{Rule: i, FP: fp, Off: off, N: n, Cost: cost, Dep: uint32(dep)}
 }
 
 // depositOf is the deposit of the waiting request p for global rule i.
 func depositOf(p *Pending, i int) uint32 {
-	if p.next < len(p.globals) && p.globals[p.next].rule == i {
-		return max(p.globals[p.next].dep, 1)
+	if p.next < len(p.globals) && p.globals[p.next].Rule == i {
+		return max(p.globals[p.next].Dep, 1)
 	}
 	return 1
 }
@@ -135,7 +135,7 @@ type Carried struct{ post postList }
 
 // Redirecting returns v's global charges after the response: v's stream
 // ended without a response because Envoy follows the upstream's redirect
-// itself, and the next decision (Redirected) is that redirect, which its
+// itself, and the next decision (DecideRedirect) is that redirect, which its
 // global rules do not charge again: the deposits taken for v are settled
 // on the redirect's response (Carry).
 func (e *Engine) Redirecting(v *Verdict) (c Carried) {
@@ -452,14 +452,14 @@ func (e *Engine) sendDebt(d *debt, sc *settling) bool {
 	err := e.link.Send(e.cfg.Global.Cluster, &req, timeout, true, func(resp rls.Response, err error) {
 		defer h.answered()
 		if err != nil {
-			e.Global.CallFailures++
+			e.Stats.Global.CallFailures++
 			e.keepOwed(&ref, hits) // for the next tick
 			return
 		}
 		if resp.Code != rls.CodeOverLimit {
 			return
 		}
-		e.Global.OverLimit++
+		e.Stats.Global.OverLimit++
 		t := e.now()
 		end := lease.WindowEnd(t, w)
 		_, lerr := e.table.Lease(fp, rule, t, end, func(s *lease.State) bool {
@@ -473,14 +473,14 @@ func (e *Engine) sendDebt(d *debt, sc *settling) bool {
 		}
 	})
 	if err != nil {
-		e.Global.CallFailures++
+		e.Stats.Global.CallFailures++
 		return false
 	}
 	if h != nil {
 		h.n++
 	}
-	e.Global.Calls++
-	e.Global.ChargeCalls++
+	e.Stats.Global.Calls++
+	e.Stats.Global.ChargeCalls++
 	e.debts.Drop(key)
 	return true
 }
@@ -521,7 +521,7 @@ func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
 	if in.tries >= maxTries || !connectFailure(err) || now-in.sentAt > int64(in.timeout)/2 {
 		return false
 	}
-	if _, busy := e.calls[in.key]; busy {
+	if e.call(in.key) != nil {
 		return false
 	}
 	var live, expired []*Pending
@@ -541,10 +541,10 @@ func (e *Engine) retryFailed(in *inflight, err error, now int64) bool {
 	if e.sendOrDefer(next, now, waitDeadline(live, now), false, live...) != nil {
 		return false
 	}
-	r := &e.cfg.Rules[in.ref.rule]
+	r := &e.cfg.Rules[in.ref.Rule]
 	for _, p := range expired {
-		e.Global.Expired++
-		e.afterError(p, r, in.ref.rule, ErrTimeout, now)
+		e.Stats.Global.Expired++
+		e.afterError(p, r, in.ref.Rule, ErrTimeout, now)
 	}
 	return true
 }

@@ -50,7 +50,7 @@ func (e *Engine) SettleHeld(v *Verdict, resp Request, now int64, resume func()) 
 		return false
 	}
 	h.armed = true
-	e.Global.HeldResponses++
+	e.Stats.Global.HeldResponses++
 	return true
 }
 

@@ -4,7 +4,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/plugin/engine/global"
+	"github.com/sluicehq/sluice/plugin/engine/local"
 	"github.com/sluicehq/sluice/plugin/engine/match"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/shared/limit"
@@ -130,34 +132,20 @@ type Stats struct {
 	// ReleaseErrors counts concurrency slots that could not be given back
 	// (shared data failed); their lease drops them within 2 epochs.
 	ReleaseErrors uint64
-	// GaugeErrors counts exchanges with an adaptive rule's shared Gauge
-	// that failed (the worker learnt on its own copy meanwhile).
-	GaugeErrors uint64
-	// LateWindows counts the sample windows of adaptive rules dropped
-	// because this worker's loop ran late while their requests were out
-	// (see loopLag).
-	LateWindows uint64
+	// GaugeErrors and LateWindows: the adaptive rules' learning.
+	flight.AdaptiveStats
 	// ChargeErrors counts charges after the response that were lost
 	// (shared data failed, or a global rule's call carrying a charge
 	// failed).
 	ChargeErrors uint64
+	// Global counts what the global rules did.
+	Global GlobalStats
 }
 
 // charge is a rule that admitted the request being decided, with the
-// client's fingerprint under it (for a refund if a later rule rejects).
-type charge struct {
-	rule int
-	fp   uint64
-	n    int64 // units charged (a request_header cost)
-	// release is, for a local rule, when the request was to go out as far
-	// as the rule was concerned: charged at plus the rule's delay (see
-	// limit.RefundHeld).
-	release int64
-	// win is, for a global rule, the start of the window whose lease gave
-	// the hit: the service counted it in that window, so only that
-	// window's lease may get it back.
-	win int64
-}
+// client's fingerprint under it (local.Charge: for a refund if a later
+// rule rejects).
+type charge = local.Charge
 
 // Engine decides requests for one worker. Not safe for concurrent use.
 type Engine struct {
@@ -166,51 +154,26 @@ type Engine struct {
 	// owns its buffers and the matched rules).
 	matcher match.Matcher
 	table   *Table
-	seed    uint64
 	Stats   Stats
-	// Each kind of rule keeps its own working state; the methods that use
-	// it live in the kind's file.
-	localRules       // the request's rules and what they charged (engine.go)
-	globalRules      // calls to the rate-limit service, leases (global.go, cost.go)
-	concurrencyRules // slots, their leases and the queue (concurrency.go)
-	adaptiveRules    // learnt limits (adaptive.go)
-	classRules       // priority classes of concurrency rules (classes.go)
+	// Each kind of rule keeps its own working state: the local and the
+	// in-flight rules in packages of their own, the global rules in a group
+	// whose methods are in global*.go and cost.go.
+	// local: what the request's rules charged, the key being built and
+	// its fingerprint, whether the worker may hold a request, the
+	// reservations kept (package local).
+	local       local.Rules
+	globalRules // calls to the rate-limit service, leases (global.go, cost.go)
+	// flight: the in-flight rules (concurrency, adaptive, classes): the
+	// slots this worker holds, learnt limits, class values (package
+	// flight).
+	flight flight.Rules
 	// Now is the engine's clock (nanoseconds since the epoch), given to
 	// New: the clock of answers to calls and of the tick's work. Decide
 	// and the other entry points take their time as an argument.
 	Now Clock
-	// HoldsFull: the worker holds as many requests as it can (the plugin
-	// sets it before each decision); a rate rule that would hold a
-	// request (max_delay) refuses it instead.
-	HoldsFull bool
-	// Redirected: the request being decided is Envoy's internal redirect of
-	// one this worker admitted (the plugin sets it for one decision). Its
-	// local rules charged at admission and its global rules were charged
-	// for the first request: they decide it without charging it again.
-	Redirected bool
 	// tracer, when set, is told each step of a request's route (trace.go).
 	tracer Tracer
-	// RoundEnded, when set, is told each decision of an adaptive rule's
-	// Gauge this worker made: rule i's Gauge went from prev (its last
-	// round's samples, without the batch that ended it) to next.
-	RoundEnded func(i int, prev, next limit.Gauge)
 }
-
-// localRules is what a decision keeps between rules: what each charged
-// (refunded if a later rule rejects), the key being built.
-type localRules struct {
-	charged []charge
-	keyBuf  []byte
-	// kept are the reservations given back (Unhold, a waiter's or a
-	// refused request's refund) while later ones were held behind them
-	// (limit.RefundHeld): they are given back once those are, or
-	// forgotten at their release time.
-	kept []charge
-}
-
-// maxKept bounds Engine.kept: past it, a reservation that cannot be given
-// back is spent.
-const maxKept = 64
 
 // Clock returns the time in nanoseconds since the epoch. The engine never
 // reads the time itself (lint refuses time.Now here): the plugin passes
@@ -233,29 +196,15 @@ func New(cfg *config.Config, store Store, seed uint64, now Clock) *Engine {
 		matcher: match.New(cfg),
 		cfg:     cfg,
 		table:   NewTable(store, Regions(cfg)),
-		seed:    seed,
 		Stats:   Stats{Rules: make([]RuleStats, len(cfg.Rules))},
-		localRules: localRules{
-			charged: make([]charge, 0, len(cfg.Rules)),
-			keyBuf:  make([]byte, 0, 256),
-		},
 		globalRules: globalRules{
-			calls: map[callKey]*inflight{},
+			calls: global.NewCalls(),
 			debts: global.NewDebts(len(cfg.Rules), costRules(cfg)),
 			costs: global.NewCosts(len(cfg.Rules), store),
 		},
-		concurrencyRules: concurrencyRules{
-			holdings: map[holdKey]*holding{},
-			hold:     make([]int64, len(cfg.Rules)),
-		},
-		adaptiveRules: adaptiveRules{
-			learners:    map[learnKey]*learner{},
-			gaugeRegion: gaugeRegions(cfg),
-			lastGauge:   make([]limit.Gauge, len(cfg.Rules)),
-			lastSlots:   make([]slotsSeen, len(cfg.Rules)),
-		},
-		classRules: newClassRules(cfg),
 	}
+	e.local = local.New(cfg, e.table, seed)
+	e.flight = flight.NewRules(cfg, e.table, SlotsPerBucket, &e.Stats.AdaptiveStats)
 	if cfg.Pool > 0 {
 		e.table.EnablePool(cfg.Pool)
 	}
@@ -286,7 +235,7 @@ func Regions(cfg *config.Config) []Region {
 		rs[i] = Region{ID: r.ID, Share: r.Share, Life: stateLife(r.Limit.Window(), r.Limit.Limit(), r.Limit.Burst(), r.MaxDelay), Spill: cfg.Pool > 0 && r.MaxKeys == 0}
 		if IsAdaptive(r) {
 			rs[i].Share -= r.Share / 2
-			rs = append(rs, Region{ID: r.ID ^ gaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
+			rs = append(rs, Region{ID: r.ID ^ flight.GaugeSalt, Share: r.Share / 2, Life: rs[i].Life})
 		}
 	}
 	return rs
@@ -305,6 +254,8 @@ type requestInfo struct {
 	// some rule ignores case), the method and the Envoy route (when some
 	// rule needs them).
 	t config.Target
+	// redirected: the request is an internal redirect (DecideRedirect).
+	redirected bool
 	// own is the client's address (after X-Forwarded-For), which
 	// exempt_cidrs are matched against; client is own grouped by
 	// ipv6_prefix, the identity rules key on.
@@ -374,9 +325,19 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 // The phases: match the rules, exempt clients, charge the local rate
 // rules, then take concurrency slots and ask the global rules (each only
 // for a request every rule before it admitted), then admit or refuse.
-func (e *Engine) Decide(req Request, now int64) Verdict {
+func (e *Engine) Decide(req Request, now int64) Verdict { return e.decide(req, now, false) }
+
+// DecideRedirect decides req, Envoy's internal redirect of a request this
+// worker admitted (the plugin knows it from the stream that just ended),
+// at now: its local rules charged at admission and its global rules were
+// charged for the first request, so they decide it without charging it
+// again (they give its headers their numbers).
+func (e *Engine) DecideRedirect(req Request, now int64) Verdict { return e.decide(req, now, true) }
+
+func (e *Engine) decide(req Request, now int64, redirected bool) Verdict {
 	v := Verdict{measured: now} // the rate rules' numbers are now's
 	ri := e.matchRules(req)
+	ri.redirected = redirected
 	if len(e.matcher.Matched()) == 0 {
 		return v
 	}
@@ -386,25 +347,24 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 		v.Exempt = true
 		return v
 	}
-	e.charged = e.charged[:0]
-	e.globals = e.globals[:0]
-	e.gkeys = e.gkeys[:0]
-	e.pending = e.pending[:0]
+	e.local.Begin()
+	e.asked.Begin()
+	e.flight.ClearPending()
 	rejected := e.chargeLocal(&v, &ri, now)
-	if rejected < 0 && len(e.pending) > 0 {
+	if rejected < 0 && len(e.flight.Pending()) > 0 {
 		var id uint32
 		if sr, ok := req.(StreamRequest); ok {
 			id = sr.StreamID()
 		}
 		v.Client = ri.client
-		rejected = e.acquire(id, &v, e.pending, carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now)
+		rejected = e.acquire(id, &v, e.flight.Pending(), carried{charges: e.local.Charged(), globals: e.asked.Refs(), keys: e.asked.Keys(), since: now}, now)
 		if v.Outcome == Queue {
 			return v
 		}
 	}
-	if rejected < 0 && len(e.globals) > 0 {
+	if rejected < 0 && len(e.asked.Refs()) > 0 {
 		v.Client = ri.client
-		return e.askGlobal(v, carried{charges: e.charged, globals: e.globals, keys: e.gkeys, since: now}, now, true)
+		return e.askGlobal(v, carried{charges: e.local.Charged(), globals: e.asked.Refs(), keys: e.asked.Keys(), since: now}, now, true)
 	}
 	if rejected < 0 {
 		e.admit(&v, &ri)
@@ -434,14 +394,14 @@ func (e *Engine) exempt(ri *requestInfo) bool {
 }
 
 // chargeLocal charges the matched local rate rules in order and sets
-// aside the concurrency (e.pending) and global (e.globals) rules for
+// aside the concurrency (flight.Rules.AddPending) and global (e.asked) rules for
 // later phases. It returns the index of the rule that rejected, or -1.
 func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 	for _, i := range e.matcher.Matched() {
 		r := &e.cfg.Rules[i]
 		fp := e.fingerprint(r, ri)
 		if r.Global {
-			if e.Redirected {
+			if ri.redirected {
 				// The request this redirect follows took its hit (the
 				// service counted it): not asked again, only reported.
 				e.reportRedirected(v, r, i, fp, now)
@@ -452,19 +412,18 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			// The client's key bytes are kept (in a reused buffer) for the
 			// descriptor of a call; most requests are served from the lease
 			// and never need it.
-			off := len(e.gkeys)
-			e.gkeys = append(e.gkeys, e.keyBuf...)
-			e.globals = append(e.globals, e.newGlobalRef(i, fp, off, len(e.keyBuf), e.requestCost(r, ri)))
+			off := e.asked.Key(e.local.Key())
+			e.asked.Add(e.newGlobalRef(i, fp, off, len(e.local.Key()), e.requestCost(r, ri)))
 			continue
 		}
 		if IsConcurrency(r) {
 			// Slots are taken after every rate rule has admitted the
 			// request: a request rejected by a rate never holds one.
-			p := pendingConc{rule: i, fp: fp, class: classOf(r, ri)}
+			p := pendingConc{Rule: i, FP: fp, Class: classOf(r, ri)}
 			if len(r.Classes) > 0 && v.Class == "" {
-				v.Class = r.ClassName(int(p.class))
+				v.Class = r.ClassName(int(p.Class))
 			}
-			e.pending = append(e.pending, p)
+			e.flight.AddPending(p)
 			continue
 		}
 		d, n, err := e.decideLocal(v, r, i, fp, ri, now)
@@ -498,7 +457,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 				v.Shadow, v.ShadowRetryAfter = r, d.RetryAfter
 			}
 		} else if n > 0 {
-			e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
+			e.local.Add(charge{Rule: i, FP: fp, N: n, Release: now + int64(d.Delay)})
 		}
 		return false
 	}
@@ -511,7 +470,7 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 	}
 	e.trace(StepLocal, i)
 	if n > 0 {
-		e.charged = append(e.charged, charge{rule: i, fp: fp, n: n, release: now + int64(d.Delay)})
+		e.local.Add(charge{Rule: i, FP: fp, N: n, Release: now + int64(d.Delay)})
 	}
 	if d.Delay > v.Delay {
 		v.Delay, v.Delayer = d.Delay, r
@@ -530,12 +489,12 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdict {
 	p := &e.scratch
 	*p = Pending{verdict: v, charged: c.charges, globals: c.globals, keys: c.keys, Arrival: c.since, Deadline: now + int64(e.cfg.Global.Timeout)}
-	e.inDecide = inStream
+	e.calls.Deciding(inStream)
 	waiting := e.decideGlobal(p, now)
-	e.inDecide = false
+	e.calls.Deciding(false)
 	v = p.verdict
 	if inStream {
-		e.charged = p.charged[:0] // the scratch, as it may have grown
+		e.local.Reuse(p.charged) // the scratch, as it may have grown
 	}
 	if waiting {
 		v.Pending = p.persisted
@@ -545,7 +504,7 @@ func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdi
 
 // admit counts an admitted (or delayed) request in its rules' stats.
 func (e *Engine) admit(v *Verdict, ri *requestInfo) {
-	e.countAdmitted(v, e.charged)
+	e.countAdmitted(v, e.local.Charged())
 	if v.Delay > 0 {
 		v.Outcome = Delay
 	}
@@ -566,14 +525,14 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 		v.held = append(v.held[:0:0], charged...)
 	}
 	for _, c := range charged {
-		r := &e.cfg.Rules[c.rule]
+		r := &e.cfg.Rules[c.Rule]
 		if !r.Cost.AfterResponse() {
-			e.Stats.Rules[c.rule].Charged += uint64(c.n)
+			e.Stats.Rules[c.Rule].Charged += uint64(c.N)
 		}
 		if v.Delay > 0 && !r.Shadow {
-			e.Stats.Rules[c.rule].Delayed++
+			e.Stats.Rules[c.Rule].Delayed++
 		} else {
-			e.Stats.Rules[c.rule].Allowed++
+			e.Stats.Rules[c.Rule].Allowed++
 		}
 	}
 	e.countPost(v)
@@ -586,7 +545,7 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 // given back, as a concurrency queue's waiter's charges are when it
 // leaves (Abandon), so that the client's next request is not held behind
 // it. A reservation that requests were held behind since is given back
-// only once they are (refundHeld): given back at once, it let the next
+// only once they are (RefundHeld): given back at once, it let the next
 // request take the last one's turn, and the two were released together.
 // Its stats stay: the request was delayed. Unhold is a no-op for any
 // other verdict, and the second time.
@@ -631,7 +590,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	// held a request of the client behind a reservation made here
 	// (TestRefuseDoesNotFreeAnotherWorkersHeldTurn); with nothing behind
 	// it, a charge comes back at once.
-	e.refundCharges(e.charged, now)
+	e.refundCharges(e.local.Charged(), now)
 	after := false
 	for _, i := range e.matcher.Matched() {
 		if i == rejected {
@@ -648,7 +607,7 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 		if !r.Cost.AfterResponse() {
 			n = e.requestCost(r, ri)
 		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, e.maxDelay(r))
+		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, e.local.MaxDelay(r))
 		if err != nil || d.Allowed {
 			continue
 		}
@@ -667,7 +626,7 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		d, err := e.admitPost(v, i, fp, now)
 		return d, 0, err
 	}
-	if e.Redirected {
+	if ri.redirected {
 		// Admitted, and charged, as the request it is the redirect of: let
 		// through at no cost, never held or refused again; the peek only
 		// gives its headers their numbers.
@@ -676,14 +635,11 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		return d, 0, err
 	}
 	n := e.requestCost(r, ri)
-	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.maxDelay(r))
+	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r))
 	return d, n, err
 }
 
-// maxDelay is how long rule r may hold a request.
-func (e *Engine) maxDelay(r *config.Rule) time.Duration {
-	if r.Shadow || e.HoldsFull {
-		return 0
-	}
-	return r.MaxDelay
-}
+// SetHoldsFull says whether the worker holds as many requests as it can
+// (the plugin sets it before each decision): a rate rule that would hold a
+// request (max_delay) refuses it instead.
+func (e *Engine) SetHoldsFull(full bool) { e.local.SetHoldsFull(full) }

@@ -9,7 +9,7 @@ import (
 
 // fingerprint hashes the rule and the request's key for that rule.
 func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
-	b := e.keyBuf[:0]
+	b := e.local.KeyBuf()
 	for _, k := range r.Key {
 		switch k.Kind {
 		case config.KeyClientIP:
@@ -36,30 +36,10 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 		}
 		b = append(b, 0)
 	}
-	e.keyBuf = b
-	return hash64(e.seed, r.ID, b)
+	return e.local.KeepKey(b, r.ID)
 }
 
 func appendAddr(b []byte, a ipaddr.Addr) []byte {
 	x := a.As16()
 	return append(b, x[:]...)
-}
-
-// hash64 is a seeded 64-bit hash (FNV-1a over the seed, id and data, with
-// a final avalanche so that nearby keys spread over all buckets).
-func hash64(seed, id uint64, data []byte) uint64 {
-	const prime = 1099511628211
-	h := uint64(14695981039346656037) ^ seed
-	for i := 0; i < 8; i++ {
-		h = (h ^ (id >> (8 * i) & 0xff)) * prime
-	}
-	for _, c := range data {
-		h = (h ^ uint64(c)) * prime
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
 }

@@ -74,21 +74,17 @@ type Pending struct {
 // waiting on it after a failure, the debts of charges after the response,
 // and the request being decided.
 type globalRules struct {
-	// Global counts what the global rules did (exported as metrics).
-	Global  GlobalStats
 	decided Decided
-	calls   map[callKey]*inflight
+	// calls are the calls in flight on this worker and whose stream is
+	// the current proxy-wasm context (package global keeps them).
+	calls global.Calls
 	// link sends the calls, keeps the circuit and measures the service's
 	// round trip (package global owns its state).
 	link    global.Link
 	scratch Pending
-	globals []globalRef
-	gkeys   []byte
-	// ctxOwner is the request whose stream is the current proxy-wasm
-	// context while an answer is handled (nil: the root context); inDecide
-	// is set while Decide runs (the deciding request's stream is current).
-	ctxOwner *Pending
-	inDecide bool
+	// asked are the global rules the request being decided set aside,
+	// with their key bytes (package global keeps them).
+	asked global.Asked
 	// debts are global rules' charges after the response that wait for
 	// a call (cost.go); costs what those rules' requests have been
 	// costing, their deposit. Package global owns their state.
@@ -130,20 +126,33 @@ func (e *Engine) CancelPending(p *Pending, now int64) {
 	p.charged = p.charged[:0]
 }
 
-// globalRef is one global rule of a request: its index, the client's
-// fingerprint in this Envoy's table and its descriptor key at the service.
-type globalRef struct {
-	rule   int
-	fp     uint64
-	off, n int   // the client's key bytes in Pending.keys
-	cost   int64 // the request's cost at admission (request_header; else 1)
-	// dep is the request's deposit: the hits it takes from the lease at
-	// admission (cost.go, newGlobalRef).
-	dep uint32
-	// own is the client's fingerprint once fp is the rule's overflow
-	// lease (its share of the table is full): what it takes from the
-	// overflow it owes its own descriptor too (oweOwn).
-	own uint64
+// globalRef is one global rule of a request (global.Ref): its index, the
+// client's fingerprint in this Envoy's table and its descriptor key at the
+// service; Off and N address Pending.keys.
+type globalRef = global.Ref
+
+// call returns the call in flight on this worker for client k (nil:
+// none).
+func (e *Engine) call(k callKey) *inflight {
+	in, _ := e.calls.Get(k).(*inflight)
+	return in
+}
+
+// ctxOwner is the request whose stream is the current proxy-wasm context
+// while an answer is handled (nil: the root context).
+func (e *Engine) ctxOwner() *Pending {
+	p, _ := e.calls.Owner().(*Pending)
+	return p
+}
+
+// answering makes p's stream the current context while an answer is
+// handled (nil: the root context; never a nil *Pending in the interface).
+func (e *Engine) answering(p *Pending) {
+	if p == nil {
+		e.calls.Answering(nil)
+		return
+	}
+	e.calls.Answering(p)
 }
 
 // Decided is called by the engine when a request that waited for a call
@@ -238,10 +247,10 @@ const overflowDescriptor = "overflow"
 
 // descriptor returns the descriptor key at the service of p's global rule g.
 func (e *Engine) descriptor(p *Pending, g globalRef) string {
-	if g.fp == OverflowLease {
+	if g.FP == OverflowLease {
 		return overflowDescriptor
 	}
-	return descriptorKey(p.keys[g.off : g.off+g.n])
+	return descriptorKey(p.keys[g.Off : g.Off+g.N])
 }
 
 // decideGlobal evaluates the request's global rules from index from, on
@@ -250,26 +259,26 @@ func (e *Engine) descriptor(p *Pending, g globalRef) string {
 func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 	for p.next < len(p.globals) {
 		g := p.globals[p.next]
-		r := &e.cfg.Rules[g.rule]
+		r := &e.cfg.Rules[g.Rule]
 		end := lease.WindowEnd(now, r.Limit.Window())
 		st, admitted, exhausted, err := e.takeLease(p, &g, now, end)
 		switch {
 		case err != nil:
-			if e.onError(p, r, g.rule, err) {
+			if e.onError(p, r, g.Rule, err) {
 				return false
 			}
 		case admitted:
-			e.Global.LeaseAdmits++
+			e.Stats.Global.LeaseAdmits++
 			e.admitGlobal(p, g, &st, now, end)
 			e.prefetch(p, g, &st, now)
 		case exhausted:
-			e.rejectGlobal(p, g.rule, now, end)
+			e.rejectGlobal(p, g.Rule, now, end)
 			return false
 		default:
 			// The lease is empty: this request needs the service.
 			if waiting, done := e.callService(p, g, r, &st, now); done {
 				if waiting {
-					e.trace(StepCall, g.rule)
+					e.trace(StepCall, g.Rule)
 				}
 				return waiting
 			}
@@ -286,27 +295,27 @@ func (e *Engine) decideGlobal(p *Pending, now int64) bool {
 func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.State, admitted, exhausted bool, err error) {
 	take := func(s *lease.State) bool {
 		var ns lease.State
-		ns, admitted, exhausted = lease.TakeN(*s, g.dep)
+		ns, admitted, exhausted = lease.TakeN(*s, g.Dep)
 		if !admitted {
 			return false
 		}
 		*s = ns
 		return true
 	}
-	st, err = e.table.Lease(g.fp, g.rule, now, end, take)
+	st, err = e.table.Lease(g.FP, g.Rule, now, end, take)
 	if errors.Is(err, ErrFull) {
 		// The rule's share is full: this client is counted with the
 		// rule's other new clients, on the rule's overflow lease and
 		// one descriptor at the service (limited together, a call per
 		// lease, not one per request). A client the service said is
 		// over its own limit is refused (oweOwn).
-		g.own, g.fp = g.fp, OverflowLease
-		p.globals[p.next].fp, p.globals[p.next].own = g.fp, g.own
-		e.table.countOverflow(g.rule, SlotOverflow)
-		if e.debts.Barred(callKey{Rule: g.rule, FP: g.own}, now) {
+		g.Own, g.FP = g.FP, OverflowLease
+		p.globals[p.next].FP, p.globals[p.next].Own = g.FP, g.Own
+		e.table.countOverflow(g.Rule, SlotOverflow)
+		if e.debts.Barred(callKey{Rule: g.Rule, FP: g.Own}, now) {
 			return lease.State{Known: true, Exhausted: true}, false, true, nil
 		}
-		st, err = e.table.Lease(g.fp, g.rule, now, end, take)
+		st, err = e.table.Lease(g.FP, g.Rule, now, end, take)
 	}
 	return st, admitted, exhausted, err
 }
@@ -325,12 +334,12 @@ func (e *Engine) takeLease(p *Pending, g *globalRef, now, end int64) (st lease.S
 // yet, or when withDesc (a rule with a cost keeps it to settle the cost
 // there too); it is returned then.
 func (e *Engine) oweOwn(p *Pending, g globalRef, hits uint32, withDesc bool) string {
-	k := callKey{Rule: g.rule, FP: g.own}
+	k := callKey{Rule: g.Rule, FP: g.Own}
 	desc := ""
 	if withDesc || e.debts.Owed(k) == 0 {
-		desc = descriptorKey(p.keys[g.off : g.off+g.n])
+		desc = descriptorKey(p.keys[g.Off : g.Off+g.N])
 	}
-	e.keepOwed(&PostCharge{rule: g.rule, fp: g.own, desc: desc}, hits)
+	e.keepOwed(&PostCharge{rule: g.Rule, fp: g.Own, desc: desc}, hits)
 	return desc
 }
 
@@ -339,12 +348,12 @@ func (e *Engine) oweOwn(p *Pending, g globalRef, hits uint32, withDesc bool) str
 // made (the circuit is open, the send failed), on_error decides. done
 // says the decision stops here: p waits, or on_error refused it.
 func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.State, now int64) (waiting, done bool) {
-	key := callKey{Rule: g.rule, FP: g.fp}
+	key := callKey{Rule: g.Rule, FP: g.FP}
 	// own: the current proxy-wasm context is p's stream (p is deciding, or
 	// the answer being handled is of a call p's stream sent), so a call
 	// sent now is answered to p.
-	own := e.inDecide || (e.ctxOwner != nil && e.ctxOwner == p)
-	if in, ok := e.calls[key]; ok {
+	own := e.calls.Own(p)
+	if in := e.call(key); in != nil {
 		q := e.persist(p)
 		q.verdict.Outcome = Call
 		in.waiters = append(in.waiters, q)
@@ -357,21 +366,21 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 				in.deferred, in.owner = true, nil // the tick tries again
 			}
 		}
-		e.Global.Waited++
+		e.Stats.Global.Waited++
 		p.verdict.Outcome = Call
 		return true, true
 	}
 	if e.CircuitOpen() {
 		// While the circuit is open no request waits: the tick probes
 		// the service (Sweep) and closes the circuit when it answers.
-		e.Global.ShortCircuited++
-		return false, e.onError(p, r, g.rule, errCircuitOpen)
+		e.Stats.Global.ShortCircuited++
+		return false, e.onError(p, r, g.Rule, errCircuitOpen)
 	}
-	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
+	k := e.leaseSize(st, g.Rule, now, g.Dep, g.Dep)
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g)}
 	if err := e.sendOrDefer(in, now, p.Deadline, own); err != nil {
 		e.link.Failed(now)
-		return false, e.onError(p, r, g.rule, err)
+		return false, e.onError(p, r, g.Rule, err)
 	}
 	q := e.persist(p)
 	q.verdict.Outcome = Call
@@ -379,7 +388,7 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 	if own {
 		in.owner = q
 	}
-	e.Global.Waited++
+	e.Stats.Global.Waited++
 	p.verdict.Outcome = Call
 	return true, true
 }
@@ -390,22 +399,22 @@ func (e *Engine) callService(p *Pending, g globalRef, r *config.Rule, st *lease.
 // near the limit. The call is sent from the tick (root context), so that
 // its answer is delivered whatever happens to this request's stream.
 func (e *Engine) prefetch(p *Pending, g globalRef, st *lease.State, now int64) {
-	key := callKey{Rule: g.rule, FP: g.fp}
-	if _, ok := e.calls[key]; ok || e.link.Open() || !e.link.Ready() {
+	key := callKey{Rule: g.Rule, FP: g.FP}
+	if e.call(key) != nil || e.link.Open() || !e.link.Ready() {
 		return
 	}
-	r := &e.cfg.Rules[g.rule]
+	r := &e.cfg.Rules[g.Rule]
 	w := r.Limit.Window()
-	if !lease.PrefetchN(*st, w, now, 2*e.link.RTT()+prefetchTick, g.dep) {
+	if !lease.PrefetchN(*st, w, now, 2*e.link.RTT()+prefetchTick, g.Dep) {
 		return
 	}
-	k := e.leaseSize(st, g.rule, now, g.dep, g.dep)
-	if k <= g.dep {
+	k := e.leaseSize(st, g.Rule, now, g.Dep, g.Dep)
+	if k <= g.Dep {
 		return
 	}
 	in := &inflight{key: key, ref: g, k: k, callAt: now, desc: e.descriptor(p, g), deferred: true}
-	e.calls[key] = in
-	e.Global.Prefetches++
+	e.calls.Put(key, in)
+	e.Stats.Global.Prefetches++
 }
 
 var errCircuitOpen = errors.New("rate-limit service failing: circuit open, not waiting")
@@ -416,27 +425,27 @@ var ErrTimeout = errors.New("rate-limit service did not answer within global.tim
 
 // sendOrDefer sends in now if its answer will be delivered: when the
 // current proxy-wasm context is the stream of the request the call is for
-// (own), the plugin's root context (e.ctxOwner nil), or a request that
+// (own), the plugin's root context (no owner), or a request that
 // waits for this very call. Otherwise (a call started while answering
 // another call, for requests that do not include the answered call's
 // owner) it is sent from the next tick, in the root context (sendDeferred);
 // meanwhile it is registered, so that requests of the same client wait for
 // it.
 func (e *Engine) sendOrDefer(in *inflight, now, deadline int64, own bool, waiters ...*Pending) error {
-	if own || e.ctxOwner == nil {
+	if own || e.ctxOwner() == nil {
 		if !own {
 			in.owner = nil
 		}
 		return e.send(in, now, deadline)
 	}
 	for _, p := range waiters {
-		if p == e.ctxOwner {
+		if p == e.ctxOwner() {
 			in.owner = p
 			return e.send(in, now, deadline)
 		}
 	}
 	in.deferred = true
-	e.calls[in.key] = in
+	e.calls.Put(in.key, in)
 	return nil
 }
 
@@ -459,7 +468,7 @@ func waitDeadline(waiters []*Pending, now int64) int64 {
 
 // send dispatches the call of in, which must answer by deadline.
 func (e *Engine) send(in *inflight, now, deadline int64) error {
-	r := &e.cfg.Rules[in.ref.rule]
+	r := &e.cfg.Rules[in.ref.Rule]
 	g := e.cfg.Global
 	timeout := time.Duration(deadline - now)
 	if timeout < time.Millisecond {
@@ -475,7 +484,7 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 	}
 	in.debt = e.debts.Owed(in.key)
 	req.Hits += in.debt
-	e.Global.Calls++
+	e.Stats.Global.Calls++
 	in.sentAt, in.timeout = now, timeout
 	err := e.link.Send(g.Cluster, &req, timeout, false, func(resp rls.Response, err error) {
 		e.answer(in, resp, err, false)
@@ -483,11 +492,11 @@ func (e *Engine) send(in *inflight, now, deadline int64) error {
 	if err != nil {
 		// Not sent: the debt stays owed, for a later call or the tick.
 		in.debt = 0
-		e.Global.CallFailures++
+		e.Stats.Global.CallFailures++
 		return err
 	}
 	e.debts.Paid(in.key, in.debt)
-	e.calls[in.key] = in
+	e.calls.Put(in.key, in)
 	return nil
 }
 
@@ -502,33 +511,33 @@ func (e *Engine) continueGlobal(p *Pending, now int64) {
 
 // admitGlobal records that global rule g admitted p (lease state st).
 func (e *Engine) admitGlobal(p *Pending, g globalRef, st *lease.State, now, end int64) {
-	e.trace(StepGlobal, g.rule)
-	if p.next < len(p.globals) && p.globals[p.next].rule == g.rule {
+	e.trace(StepGlobal, g.Rule)
+	if p.next < len(p.globals) && p.globals[p.next].Rule == g.Rule {
 		// After an answer g is the call's: p's own reference has p's cost
 		// and the offset of p's key bytes.
 		g = p.globals[p.next]
 	}
-	r := &e.cfg.Rules[g.rule]
+	r := &e.cfg.Rules[g.Rule]
 	win := lease.WindowStart(now, r.Limit.Window())
-	dep := max(g.dep, 1)
-	p.charged = append(p.charged, charge{rule: g.rule, fp: g.fp, n: int64(dep), win: win})
+	dep := max(g.Dep, 1)
+	p.charged = append(p.charged, charge{Rule: g.Rule, FP: g.FP, N: int64(dep), Win: win})
 	ownDesc := ""
-	if g.fp == OverflowLease && g.own != 0 {
+	if g.FP == OverflowLease && g.Own != 0 {
 		ownDesc = e.oweOwn(p, g, dep, r.Cost.Set())
 	}
 	if r.Cost.Set() {
 		// The deposit is taken from the lease; the rest of the cost, or
 		// what the deposit holds beyond it, is settled now (a
 		// request_header cost over the deposit) or after the response.
-		pc := PostCharge{rule: g.rule, fp: g.fp, desc: e.descriptor(p, g), win: win, dep: dep}
+		pc := PostCharge{rule: g.Rule, fp: g.FP, desc: e.descriptor(p, g), win: win, dep: dep}
 		if ownDesc != "" {
-			pc.own, pc.desc = g.own, ownDesc
+			pc.own, pc.desc = g.Own, ownDesc
 		}
 		if r.Cost.AfterResponse() {
 			p.verdict.post.add(pc)
-		} else if g.cost > int64(dep) { // a cost over the rule's limit
-			e.Stats.Rules[g.rule].Charged += uint64(g.cost) - uint64(dep)
-			e.debitGlobal(&pc, g.cost, now, nil)
+		} else if g.Cost > int64(dep) { // a cost over the rule's limit
+			e.Stats.Rules[g.Rule].Charged += uint64(g.Cost) - uint64(dep)
+			e.debitGlobal(&pc, g.Cost, now, nil)
 		}
 	}
 	reportLease(&p.verdict, r, st, now, end)

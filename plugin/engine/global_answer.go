@@ -20,18 +20,17 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 	// Calls sent while handling this answer are registered with the
 	// current proxy-wasm context: the owner of this call's stream, or the
 	// root context on the tick.
-	e.ctxOwner = in.owner
 	if fromTick {
-		e.ctxOwner = nil
+		e.answering(nil)
+	} else {
+		e.answering(in.owner)
 	}
-	defer func() { e.ctxOwner = nil }()
+	defer e.answering(nil)
 	now := e.now()
-	if e.calls[in.key] == in {
-		delete(e.calls, in.key)
-	}
-	w := e.cfg.Rules[in.ref.rule].Limit.Window()
+	e.calls.Forget(in.key, in)
+	w := e.cfg.Rules[in.ref.Rule].Limit.Window()
 	if err != nil {
-		e.Global.CallFailures++
+		e.Stats.Global.CallFailures++
 		// The debt it carried is owed again (see keepOwed), sent with the
 		// client's next call or the tick.
 		e.keepOwed(&PostCharge{rule: in.key.Rule, fp: in.key.FP, desc: in.desc}, in.debt)
@@ -50,16 +49,16 @@ func (e *Engine) answer(in *inflight, resp rls.Response, err error, fromTick boo
 		return
 	}
 	if resp.Code == rls.CodeOverLimit {
-		e.Global.OverLimit++
+		e.Stats.Global.OverLimit++
 	}
-	e.serveAnswer(in, lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining, Min: in.ref.dep}, now)
+	e.serveAnswer(in, lease.Answer{K: in.k, OK: resp.Code == rls.CodeOK, Remaining: resp.Remaining, Min: in.ref.Dep}, now)
 }
 
 // serveAnswer grants the hits of answer a to the lease of in's client and
 // serves in's waiters from them: admitted while hits last, refused when
 // the client is exhausted, the others sent to one more call.
 func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
-	w := e.cfg.Rules[in.ref.rule].Limit.Window()
+	w := e.cfg.Rules[in.ref.Rule].Limit.Window()
 	end := lease.WindowEnd(now, w)
 	order := e.serveOrder(in, a.OK && a.K > 0)
 	// served: how many of order (in order, the cancelled skipped) the
@@ -72,7 +71,7 @@ func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 				served++
 				continue
 			}
-			d := depositOf(p, in.ref.rule)
+			d := depositOf(p, in.ref.Rule)
 			if tokens < d {
 				break
 			}
@@ -82,9 +81,9 @@ func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 		return tokens
 	}
 	if a.OK {
-		e.Global.Granted += uint64(a.K)
+		e.Stats.Global.Granted += uint64(a.K)
 	}
-	st, lerr := e.table.Lease(in.ref.fp, in.ref.rule, now, end, func(s *lease.State) bool {
+	st, lerr := e.table.Lease(in.ref.FP, in.ref.Rule, now, end, func(s *lease.State) bool {
 		var g uint32
 		*s, g = lease.Grant(*s, a, w, now)
 		s.Tokens = cover(s.Tokens + g)
@@ -107,8 +106,8 @@ func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 			e.continueGlobal(p, now)
 			continue
 		}
-		if st.Exhausted || (!a.OK && in.k <= max(in.ref.dep, 1)) {
-			e.rejectGlobal(p, in.ref.rule, now, end)
+		if st.Exhausted || (!a.OK && in.k <= max(in.ref.Dep, 1)) {
+			e.rejectGlobal(p, in.ref.Rule, now, end)
 			e.decided(p, &p.verdict)
 			continue
 		}
@@ -124,7 +123,7 @@ func (e *Engine) serveAnswer(in *inflight, a lease.Answer, now int64) {
 // this call's owner, the owner is kept waiting (served last) so that the
 // next answer is delivered.
 func (e *Engine) serveOrder(in *inflight, granted bool) []*Pending {
-	o := e.ctxOwner
+	o := e.ctxOwner()
 	if o == nil || o.cancelled || !granted || len(in.waiters) < 2 {
 		return in.waiters
 	}
@@ -150,7 +149,7 @@ func (e *Engine) liveWaiters(waiters []*Pending, r *config.Rule, i int, now int6
 			continue
 		}
 		if p.Deadline-now < int64(time.Millisecond) {
-			e.Global.Expired++
+			e.Stats.Global.Expired++
 			e.afterError(p, r, i, ErrTimeout, now)
 			continue
 		}
@@ -162,31 +161,31 @@ func (e *Engine) liveWaiters(waiters []*Pending, r *config.Rule, i int, now int6
 // retry sends one more call for the requests of in still waiting; those
 // whose timeout has run out are decided by on_error.
 func (e *Engine) retry(in *inflight, waiters []*Pending, now int64) {
-	r := &e.cfg.Rules[in.ref.rule]
-	live := e.liveWaiters(waiters, r, in.ref.rule, now)
+	r := &e.cfg.Rules[in.ref.Rule]
+	live := e.liveWaiters(waiters, r, in.ref.Rule, now)
 	if len(live) == 0 {
 		return
 	}
 	deadline := waitDeadline(live, now)
-	if old, ok := e.calls[in.key]; ok {
+	if old := e.call(in.key); old != nil {
 		// Another call for this client started meanwhile: wait for it.
 		old.waiters = append(old.waiters, live...)
 		return
 	}
-	st, _ := e.table.Lease(in.ref.fp, in.ref.rule, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
-	k := in.ref.dep
+	st, _ := e.table.Lease(in.ref.FP, in.ref.Rule, now, lease.WindowEnd(now, r.Limit.Window()), func(*lease.State) bool { return false })
+	k := in.ref.Dep
 	if !in.noLease {
 		need := uint64(0)
 		for _, p := range live {
-			need += uint64(depositOf(p, in.ref.rule))
+			need += uint64(depositOf(p, in.ref.Rule))
 		}
-		k = e.leaseSize(&st, in.ref.rule, now, uint32(min(need, lease.MaxK)), in.ref.dep)
+		k = e.leaseSize(&st, in.ref.Rule, now, uint32(min(need, lease.MaxK)), in.ref.Dep)
 	}
 	next := &inflight{key: in.key, ref: in.ref, k: k, callAt: now, noLease: in.noLease, waiters: live, desc: in.desc}
 	if err := e.sendOrDefer(next, now, deadline, false, live...); err != nil {
 		e.link.Failed(now)
 		for _, p := range live {
-			e.afterError(p, r, in.ref.rule, err, now)
+			e.afterError(p, r, in.ref.Rule, err, now)
 		}
 	}
 }

@@ -139,7 +139,7 @@ func (n *envoy) run(r Request) Verdict {
 		n.svc.deliver()
 		n.e.Sweep(*n.now)
 	}
-	n.t.Fatalf("request never decided: %+v, %d in flight, circuit open %v", n.e.Global, n.e.CallsInFlight(), n.e.CircuitOpen())
+	n.t.Fatalf("request never decided: %+v, %d in flight, circuit open %v", n.e.Stats.Global, n.e.CallsInFlight(), n.e.CircuitOpen())
 	return v
 }
 
@@ -271,7 +271,7 @@ func TestGlobalLateTickSendsPrefetch(t *testing.T) {
 	svc := newWindowService(&now, time.Minute, 100000)
 	n := newEnvoy(t, doc, svc, &now)
 	r := req("/", "GET", "10.0.0.1:1", "x-client", "a")
-	for i := 0; n.e.Global.Prefetches == 0; i++ {
+	for i := 0; n.e.Stats.Global.Prefetches == 0; i++ {
 		if i > 20000 {
 			t.Fatal("no prefetch")
 		}
@@ -287,14 +287,14 @@ func TestGlobalLateTickSendsPrefetch(t *testing.T) {
 	if n.e.CallsInFlight() != 1 || len(svc.pending) != 0 {
 		t.Fatalf("want the prefetch prepared, not sent: %d in flight, %d sent", n.e.CallsInFlight(), len(svc.pending))
 	}
-	calls, failures := svc.calls, n.e.Global.CallFailures
+	calls, failures := svc.calls, n.e.Stats.Global.CallFailures
 	// The worker's tick comes 60 ms late.
 	now += int64(60 * time.Millisecond)
 	n.e.Sweep(now)
 	svc.deliver()
-	if n.e.CircuitOpen() || n.e.Global.CallFailures != failures {
+	if n.e.CircuitOpen() || n.e.Stats.Global.CallFailures != failures {
 		t.Errorf("circuit open %v, call failures %d -> %d, calls sent %d -> %d: no call failed",
-			n.e.CircuitOpen(), failures, n.e.Global.CallFailures, calls, svc.calls)
+			n.e.CircuitOpen(), failures, n.e.Stats.Global.CallFailures, calls, svc.calls)
 	}
 	if v := n.run(req("/", "GET", "10.0.0.1:1", "x-client", "fresh")); v.Outcome != Allow {
 		t.Errorf("a new client with the service healthy: %v (err %v), want admitted", v.Outcome, v.Err)
@@ -636,7 +636,7 @@ func TestGlobalLostAnswerDecidedWithinTimeout(t *testing.T) {
 	if a.Outcome != Call || b.Outcome != Call || len(svc.pending) != 1 {
 		t.Fatalf("%v %v, %d calls", a.Outcome, b.Outcome, len(svc.pending))
 	}
-	if in := n.e.calls[callKey{Rule: 0, FP: a.Pending.globals[0].fp}]; in == nil || in.owner != a.Pending {
+	if in := n.e.call(callKey{Rule: 0, FP: a.Pending.globals[0].FP}); in == nil || in.owner != a.Pending {
 		t.Fatal("the call is not A's")
 	}
 	a.Pending.Cancel()  // A's client hangs up
@@ -658,7 +658,7 @@ func TestGlobalLostAnswerDecidedWithinTimeout(t *testing.T) {
 	if n.e.CircuitOpen() {
 		t.Errorf("the circuit opened though the service answered every call (B: %v, err %v)", n.got[b.Pending].Outcome, n.got[b.Pending].Err)
 	}
-	if g := n.e.Global; g.LostAnswers != 1 || g.CallFailures != 0 || n.e.CallsInFlight() != 0 {
+	if g := n.e.Stats.Global; g.LostAnswers != 1 || g.CallFailures != 0 || n.e.CallsInFlight() != 0 {
 		t.Errorf("lost answers %d (want 1), call failures %d (want 0), %d calls in flight", g.LostAnswers, g.CallFailures, n.e.CallsInFlight())
 	}
 }
@@ -697,7 +697,7 @@ func TestGlobalLateTickExpiresWaiterWithoutFailure(t *testing.T) {
 	if !ok || d.Outcome != Reject || !errors.Is(d.Err, ErrTimeout) {
 		t.Fatalf("B: %v (err %v, decided %v), want on_error deny after its timeout", d.Outcome, d.Err, ok)
 	}
-	if g := n.e.Global; n.e.CircuitOpen() || g.CallFailures != 0 || g.Expired != 1 {
+	if g := n.e.Stats.Global; n.e.CircuitOpen() || g.CallFailures != 0 || g.Expired != 1 {
 		t.Errorf("circuit open %v, call failures %d (want 0), expired %d (want 1)", n.e.CircuitOpen(), g.CallFailures, g.Expired)
 	}
 	svc.deliver()

@@ -4,8 +4,6 @@
 package engine
 
 import (
-	"slices"
-
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 )
 
@@ -14,8 +12,8 @@ import (
 // the lease of the window it was taken from: the service counted it in
 // that window, and a later window's lease holds only hits counted in that
 // window (giving it there would admit one more than the service counted).
-// Local charges go back through the held path (refundHeld): p may have
-// been delayed by a local rate rule, and while its call was in flight (up
+// Local charges go back through the held path (local's RefundHeld): p may
+// have been delayed by a local rate rule, and while its call was in flight (up
 // to global.timeout, longer on a loaded worker) later requests of its
 // client may have been held behind that reservation; given back at once,
 // it would let the next request take the last one's turn, two released
@@ -31,7 +29,7 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 }
 
 // refundCharges gives back charges made for a request that will not be
-// served: a local rule's to its state through refundHeld (a reservation
+// served: a local rule's to its state through RefundHeld (a reservation
 // that others were held behind since waits for them; with nothing held
 // behind it, it comes back at once), a global rule's hit to the lease of
 // the window it was taken from, if that window has not ended (see
@@ -42,65 +40,23 @@ func (e *Engine) refundGlobal(p *Pending, now int64) {
 // worker between its charges and its refund.
 func (e *Engine) refundCharges(charged []charge, now int64) {
 	for _, c := range charged {
-		e.trace(StepRefund, c.rule)
-		r := &e.cfg.Rules[c.rule]
+		e.trace(StepRefund, c.Rule)
+		r := &e.cfg.Rules[c.Rule]
 		if !r.Global {
-			e.refundHeld(c, now)
+			e.local.RefundHeld(c, now)
 			continue
 		}
 		w := r.Limit.Window()
-		if lease.WindowStart(now, w) != c.win {
+		if lease.WindowStart(now, w) != c.Win {
 			continue // the hit's window has ended: it is spent
 		}
-		e.table.Lease(c.fp, c.rule, now, lease.WindowEnd(now, w), func(s *lease.State) bool {
+		e.table.Lease(c.FP, c.Rule, now, lease.WindowEnd(now, w), func(s *lease.State) bool {
 			if !s.Known && s.Tokens == 0 {
 				return false // the lease was lost: nothing to give back to
 			}
-			s.Tokens += uint32(min(c.n, lease.MaxK))
+			s.Tokens += uint32(min(c.N, lease.MaxK))
 			return true
 		})
-	}
-}
-
-// refundHeld gives back local charge c of a request that will not be
-// served, unless requests were held behind it since (limit.RefundHeld):
-// then it is kept until they are given back too (the clients of a line of
-// held requests leave in any order), or its release time passes.
-func (e *Engine) refundHeld(c charge, now int64) {
-	r := &e.cfg.Rules[c.rule]
-	back, err := e.table.UpdateHeld(c.fp, c.rule, &r.Limit, now, c.n, c.release)
-	if err != nil {
-		return
-	}
-	if !back {
-		if len(e.kept) == maxKept { // forget those whose time has passed
-			e.kept = slices.DeleteFunc(e.kept, func(o charge) bool { return o.release <= now })
-		}
-		if c.release > now && len(e.kept) < maxKept {
-			e.kept = append(e.kept, c)
-		}
-		return
-	}
-	// The line behind c's client is one shorter: the reservations kept
-	// before it may now be the latest.
-	for again := true; again; {
-		again = false
-		k := 0
-		for _, o := range e.kept {
-			switch {
-			case o.release <= now:
-				continue // its time has passed: spent
-			case !again && o.rule == c.rule && o.fp == c.fp:
-				if ok, err := e.table.UpdateHeld(o.fp, o.rule, &r.Limit, now, o.n, o.release); err == nil && ok {
-					again = true
-					continue
-				}
-			}
-			e.kept[k] = o
-			k++
-		}
-		clear(e.kept[k:])
-		e.kept = e.kept[:k]
 	}
 }
 

@@ -136,8 +136,8 @@ func TestGlobalLeaseServesWithoutCalls(t *testing.T) {
 			t.Fatalf("lease request %d: %v", i, v.Outcome)
 		}
 	}
-	if len(svc.calls) != 2 || e.Global.LeaseAdmits != uint64(k-3) {
-		t.Fatalf("calls %d, lease admits %d (k %d)", len(svc.calls), e.Global.LeaseAdmits, k)
+	if len(svc.calls) != 2 || e.Stats.Global.LeaseAdmits != uint64(k-3) {
+		t.Fatalf("calls %d, lease admits %d (k %d)", len(svc.calls), e.Stats.Global.LeaseAdmits, k)
 	}
 }
 
@@ -197,7 +197,7 @@ func TestGlobalFailureCircuit(t *testing.T) {
 	}
 	// Open: decided at once, no call.
 	v = e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "b"), *now)
-	if v.Outcome != Reject || len(svc.calls) != 1 || e.Global.ShortCircuited != 1 {
+	if v.Outcome != Reject || len(svc.calls) != 1 || e.Stats.Global.ShortCircuited != 1 {
 		t.Fatalf("open circuit: %v, %d calls", v.Outcome, len(svc.calls))
 	}
 	// The tick sends no probe before the back-off, one after it (no request
@@ -210,8 +210,8 @@ func TestGlobalFailureCircuit(t *testing.T) {
 	*now += int64(global.CircuitMinBackoff)
 	e.Sweep(*now)
 	e.Sweep(*now)
-	if len(svc.calls) != 2 || e.Global.Probes != 1 {
-		t.Fatalf("calls %d, probes %d: want one probe", len(svc.calls), e.Global.Probes)
+	if len(svc.calls) != 2 || e.Stats.Global.Probes != 1 {
+		t.Fatalf("calls %d, probes %d: want one probe", len(svc.calls), e.Stats.Global.Probes)
 	}
 	if v := e.Decide(req("/", "GET", "10.0.0.1:1", "x-client", "d"), *now); v.Outcome != Reject {
 		t.Fatalf("request during the probe: %v, want on_error deny at once", v.Outcome)
@@ -293,13 +293,13 @@ func TestGlobalPrefetch(t *testing.T) {
 			svc.deliver()
 		}
 	}
-	if e.Global.Prefetches == 0 || waited > 2 {
-		t.Fatalf("%d prefetches, %d requests waited (calls %v)", e.Global.Prefetches, waited, svc.calls)
+	if e.Stats.Global.Prefetches == 0 || waited > 2 {
+		t.Fatalf("%d prefetches, %d requests waited (calls %v)", e.Stats.Global.Prefetches, waited, svc.calls)
 	}
 	if svc.count > 100000 || uint64(len(svc.calls)) > 20000/10 {
 		t.Fatalf("service count %d, %d calls", svc.count, len(svc.calls))
 	}
-	t.Logf("%d calls for 20000 requests, %d prefetched, %d waited", len(svc.calls), e.Global.Prefetches, waited)
+	t.Logf("%d calls for 20000 requests, %d prefetched, %d waited", len(svc.calls), e.Stats.Global.Prefetches, waited)
 }
 
 // TestDescriptorKeyUnchanged: the descriptor key is the hex of the first 16
@@ -498,20 +498,20 @@ func TestGlobalCircuitProbeNotStuck(t *testing.T) {
 	}
 	*now += int64(global.CircuitMinBackoff)
 	e.Sweep(*now)
-	if e.Global.Probes != 1 {
-		t.Fatalf("probes %d, want 1", e.Global.Probes)
+	if e.Stats.Global.Probes != 1 {
+		t.Fatalf("probes %d, want 1", e.Stats.Global.Probes)
 	}
 	stuck := svc.pending
 	svc.pending = nil
 	*now += int64(global.CircuitMaxBackoff) - int64(time.Millisecond)
 	e.Sweep(*now)
-	if e.Global.Probes != 1 {
+	if e.Stats.Global.Probes != 1 {
 		t.Fatalf("a second probe before the first waited %v", global.CircuitMaxBackoff)
 	}
 	*now += int64(time.Millisecond)
 	e.Sweep(*now)
-	if e.Global.Probes != 2 {
-		t.Fatalf("probes %d: none sent while the first is stuck", e.Global.Probes)
+	if e.Stats.Global.Probes != 2 {
+		t.Fatalf("probes %d: none sent while the first is stuck", e.Stats.Global.Probes)
 	}
 	svc.down = false
 	svc.deliver()

@@ -16,21 +16,25 @@ import (
 // stream that sent it is gone: the Go SDK drops its answer), and fails
 // calls that should have been answered by now.
 func (e *Engine) Sweep(now int64) {
-	e.ctxOwner = nil // the tick runs in the root context
+	e.answering(nil) // the tick runs in the root context
 	e.peerRecovered(now)
 	if e.link.ProbeDue(now) {
 		e.probe(now)
 	}
 	e.sendCharges(now)
-	for _, in := range e.calls {
-		switch {
-		case in.deferred:
-			e.sendDeferred(in, now)
-		case in.owner != nil && in.owner.cancelled:
-			e.answerLost(in, now)
-		case now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond):
-			e.answer(in, rls.Response{}, ErrTimeout, true)
-		}
+	e.calls.Each(func(c any) { e.sweepCall(c.(*inflight), now) })
+}
+
+// sweepCall is the tick's work on one call in flight: sent if deferred,
+// its requests decided if its answer is lost (its stream ended) or late.
+func (e *Engine) sweepCall(in *inflight, now int64) {
+	switch {
+	case in.deferred:
+		e.sendDeferred(in, now)
+	case in.owner != nil && in.owner.cancelled:
+		e.answerLost(in, now)
+	case now-in.sentAt > int64(in.timeout)+int64(10*time.Millisecond):
+		e.answer(in, rls.Response{}, ErrTimeout, true)
 	}
 }
 
@@ -45,8 +49,8 @@ func (e *Engine) Sweep(now int64) {
 // circuit is open (nothing is prefetched then).
 func (e *Engine) sendDeferred(in *inflight, now int64) {
 	in.deferred = false
-	r := &e.cfg.Rules[in.ref.rule]
-	in.waiters = e.liveWaiters(in.waiters, r, in.ref.rule, now)
+	r := &e.cfg.Rules[in.ref.Rule]
+	in.waiters = e.liveWaiters(in.waiters, r, in.ref.Rule, now)
 	deadline := waitDeadline(in.waiters, now)
 	if len(in.waiters) == 0 {
 		if e.CircuitOpen() {
@@ -72,13 +76,13 @@ var errAnswerLost = errors.New("answer of the rate-limit service lost: the strea
 // (under-admission).
 func (e *Engine) answerLost(in *inflight, now int64) {
 	e.forget(in)
-	r := &e.cfg.Rules[in.ref.rule]
+	r := &e.cfg.Rules[in.ref.Rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
 			continue
 		}
-		e.Global.LostAnswers++
-		e.afterError(p, r, in.ref.rule, errAnswerLost, now)
+		e.Stats.Global.LostAnswers++
+		e.afterError(p, r, in.ref.Rule, errAnswerLost, now)
 	}
 }
 
@@ -86,21 +90,19 @@ func (e *Engine) answerLost(in *inflight, now int64) {
 // is ignored.
 func (e *Engine) forget(in *inflight) {
 	in.done = true
-	if e.calls[in.key] == in {
-		delete(e.calls, in.key)
-	}
+	e.calls.Forget(in.key, in)
 }
 
 // failCall counts a failure of the service (in's call failed or could not
 // be sent) and leaves the decision on in's waiters to on_error.
 func (e *Engine) failCall(in *inflight, err error, now int64) {
 	e.link.FailedCall(in.sentAt, now)
-	r := &e.cfg.Rules[in.ref.rule]
+	r := &e.cfg.Rules[in.ref.Rule]
 	for _, p := range in.waiters {
 		if p.cancelled {
 			continue
 		}
-		e.afterError(p, r, in.ref.rule, err, now)
+		e.afterError(p, r, in.ref.Rule, err, now)
 	}
 }
 
@@ -116,7 +118,7 @@ func (e *Engine) probe(now int64) {
 		Unit:    rls.UnitSecond,
 		Hits:    1,
 	}
-	e.Global.Probes++
+	e.Stats.Global.Probes++
 	err := e.link.Send(g.Cluster, &req, g.Timeout, false, func(resp rls.Response, err error) {
 		t := e.now()
 		if err != nil {
@@ -131,4 +133,4 @@ func (e *Engine) probe(now int64) {
 }
 
 // CallsInFlight returns the number of calls in flight on this worker.
-func (e *Engine) CallsInFlight() int { return len(e.calls) }
+func (e *Engine) CallsInFlight() int { return e.calls.Len() }

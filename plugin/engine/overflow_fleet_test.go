@@ -127,9 +127,9 @@ func TestGlobalOverflowDebtsBoundedPerTick(t *testing.T) {
 		if ticks > values {
 			t.Fatalf("%d debts still owed after %d ticks", wk.e.PendingCharges(), ticks)
 		}
-		calls := wk.e.Global.ChargeCalls
+		calls := wk.e.Stats.Global.ChargeCalls
 		wk.e.Sweep(f.now)
-		if sent := wk.e.Global.ChargeCalls - calls; sent > perTick {
+		if sent := wk.e.Stats.Global.ChargeCalls - calls; sent > perTick {
 			t.Fatalf("one tick sent %d calls for debts, want at most %d", sent, perTick)
 		}
 		f.advance(prefetchTick)

@@ -30,9 +30,7 @@ func TestRedirectNotChargedByGlobalRule(t *testing.T) {
 			t.Fatalf("request %d: outcome %v, want admitted", i, v.Outcome)
 		}
 		counted, calls := svc.count, len(svc.calls)
-		e.Redirected = true
-		v := e.Decide(r, *now)
-		e.Redirected = false
+		v := e.DecideRedirect(r, *now)
 		svc.deliver()
 		if svc.count != counted || len(svc.calls) != calls {
 			t.Fatalf("redirect of request %d: the service counted %d more hits in %d more calls, want none",
@@ -76,9 +74,7 @@ func TestRedirectSettlesTheFirstDeposit(t *testing.T) {
 		t.Fatalf("request: outcome %v, want admitted and charged after its response", v.Outcome)
 	}
 	c := e.Redirecting(&v) // its stream ended for Envoy's internal redirect
-	e.Redirected = true
-	w := e.Decide(r, now)
-	e.Redirected = false
+	w := e.DecideRedirect(r, now)
 	if w.Outcome == Call {
 		svc.deliver()
 		w = decided[len(decided)-1]

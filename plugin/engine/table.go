@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -44,7 +45,7 @@ const (
 	// BucketSize is the size of one shared-data value.
 	BucketSize = SlotsPerBucket * slotSize
 	// MaxCASRetries bounds the compare-and-swap loop of one update.
-	MaxCASRetries = 32
+	MaxCASRetries = flight.MaxCASRetries
 	// createCAS is the CAS passed when creating a missing key. A set on a
 	// missing key succeeds whatever the CAS, but if another worker created
 	// the key in between, a non-zero CAS that the new key does not carry
@@ -52,13 +53,13 @@ const (
 	// with a get. Zero would be unconditional.
 	createCAS = ^uint32(0)
 	// overflowFP marks the state in a rule's overflow key.
-	overflowFP = 1
+	overflowFP = flight.OverflowFP
 )
 
 // Errors of the table.
 var (
 	// ErrContention: MaxCASRetries conflicting updates in a row.
-	ErrContention = errors.New("shared data contention: CAS retries exhausted")
+	ErrContention = flight.ErrContention
 	// ErrFull: a global rule's client found no free slot for its lease in
 	// its bucket (the engine then uses the rule's overflow lease).
 	ErrFull = errors.New("state table full")
@@ -385,13 +386,9 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 	return limit.Decision{}, 0, ErrContention
 }
 
-// Modifier computes the new state of a slot for Table.Modify. It may be
-// called several times for one Modify (once per CAS attempt), each time
-// with the state as it is then, and whether it is the rule's overflow
-// state; it reports write false to leave the slot as it is.
-type Modifier interface {
-	Modify(st limit.State, now int64, overflow bool) (next limit.State, expiry int64, write bool)
-}
+// Modifier computes the new state of a slot for Table.Modify
+// (flight.Modifier: the in-flight rules' transitions).
+type Modifier = flight.Modifier
 
 // Modify updates the state of client fp of rule with m under the same CAS
 // loop as Update (the concurrency rules' transitions, which need more than
@@ -477,21 +474,24 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 	return t.loadInto(key, size, &t.fresh)
 }
 
-// loadInto is loadValue reading into buf.
-func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
-	var (
-		val   []byte
-		cas   uint32
-		found bool
-		err   error
-	)
+// fetch reads key's value into buf when the store can (BufferStore),
+// counting a failed read (StoreErrors).
+func (t *Table) fetch(key string, buf []byte) (val []byte, cas uint32, found bool, err error) {
 	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, buf[:])
+		val, cas, found, err = bs.GetInto(key, buf)
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}
 	if err != nil {
 		t.Stats.StoreErrors++
+	}
+	return val, cas, found, err
+}
+
+// loadInto is loadValue reading into buf.
+func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
+	val, cas, found, err := t.fetch(key, buf[:])
+	if err != nil {
 		return nil, 0, err
 	}
 	switch {
@@ -545,24 +545,40 @@ func (t *Table) setCounted(key string, val []byte, cas uint32) (mismatch bool, e
 	return mismatch, nil
 }
 
+// LoadValue reads the value of key into buf for a value of size bytes of
+// the store's own (the class values of flight.Classes): a missing or
+// damaged one reads as free, with createCAS.
+func (t *Table) LoadValue(key string, size int, buf []byte) ([]byte, uint32, error) {
+	val, cas, found, err := t.fetch(key, buf)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !found || len(val) != size {
+		if found {
+			t.Stats.Corrupt++
+		}
+		val, cas = buf[:size], createCAS
+		clear(val)
+	}
+	return val, cas, nil
+}
+
+// StoreValue writes a value of LoadValue's back under cas (setCounted).
+func (t *Table) StoreValue(key string, val []byte, cas uint32) (mismatch bool, err error) {
+	return t.setCounted(key, val, cas)
+}
+
+// Contended counts an update of the store's that ran out of CAS retries.
+func (t *Table) Contended() { t.Stats.CASExhausted++ }
+
 func (t *Table) bucketKey(rg *region, fp uint64) string {
 	t.key = append(t.key[:0], rg.prefix...)
 	t.key = strconv.AppendUint(t.key, jumpHash(fp, rg.buckets), 10)
 	return unsafeString(t.key)
 }
 
-// jumpHash is Lamping and Veach's jump consistent hash: the bucket of key
-// among n, such that going from n to m buckets moves only the keys of the
-// buckets added or removed.
-func jumpHash(key, n uint64) uint64 {
-	b, j := int64(-1), int64(0)
-	for j < int64(n) {
-		b = j
-		key = key*2862933555777941757 + 1
-		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64(key>>33+1)))
-	}
-	return uint64(b)
-}
+// jumpHash is Lamping and Veach's jump consistent hash (flight.JumpHash).
+func jumpHash(key, n uint64) uint64 { return flight.JumpHash(key, n) }
 
 // putUint64 and getUint64 use encoding/binary's unrolled form, which the
 // compiler turns into one 64-bit store or load (on wasm too); a byte loop

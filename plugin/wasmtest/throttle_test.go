@@ -113,3 +113,55 @@ func TestLeakyBucketPacesThroughTicks(t *testing.T) {
 		t.Error("after 400ms the second queued request should have left")
 	}
 }
+
+// TestBurstAcrossWorkersClockReadFirst: the compiled plugin reads the clock
+// when a request's headers arrive and the shared state afterwards, so a
+// worker can find a charge another worker made at a later clock read.
+// Here the host's clock is stepped 1µs back before each request of worker
+// 0: its requests are decided after worker 1's, at an earlier time. Four
+// requests at once under burst 2 (the e2e TestMetricsAfterKnownTraffic's
+// login rule): 2 forwarded at once, 2 held and released 100ms apart.
+func TestBurstAcrossWorkersClockReadFirst(t *testing.T) {
+	clock := wasmhost.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h := newHost(t, wasmhost.WithClock(clock))
+	vms := workers(t, h, 2, `{"rules":[{"name":"login","limit":10,"window":"1s","burst":2,"max_delay":"1s"}]}`)
+	t0 := clock.Now()
+	var held []*wasmhost.Result
+	for i, w := range []int{1, 0, 1, 0} {
+		clock.Set(t0.Add(time.Duration(w) * time.Microsecond))
+		r := get(vms[w], "/login", "203.0.113.5:1")
+		switch {
+		case r.Paused:
+			held = append(held, r)
+		case r.Status != 200:
+			t.Fatalf("request %d (worker %d): status %d", i+1, w, r.Status)
+		case len(held) > 0:
+			t.Fatalf("request %d forwarded after one was held", i+1)
+		}
+	}
+	if len(held) != 2 {
+		t.Fatalf("%d of 4 held, want 2 (burst 2 forwarded at once)", len(held))
+	}
+	clock.Set(t0.Add(time.Microsecond))
+	released := []time.Duration{0, 0}
+	for step := 10 * time.Millisecond; step <= 300*time.Millisecond; step += 10 * time.Millisecond {
+		if err := h.AdvanceClock(10 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range held {
+			if released[i] == 0 && r.Stream.State() != wasmhost.StreamPaused {
+				released[i] = step
+			}
+		}
+	}
+	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
+		if released[i] < want || released[i] > want+20*time.Millisecond {
+			t.Errorf("held request %d released at %v, want %v (+ one tick)", i+1, released[i], want)
+		}
+	}
+	m := h.Metrics()
+	if a, d := m.Counter("sluice.rule.login.allowed"), m.Counter("sluice.rule.login.delayed"); a != 2 || d != 2 {
+		t.Errorf("login allowed %d delayed %d, want 2 and 2", a, d)
+	}
+	healthy(t, vms...)
+}
