@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Changing a running Envoy's configuration: its listener (file-based LDS) and the plugin's configuration.
@@ -121,10 +122,7 @@ func (e *Envoy) Reconfigure(ctx context.Context, change func(*Options)) error {
 		st, err := e.Stats(`^listener_manager\.(lds\.update_(success|rejected)|total_listeners_warming)$`)
 		if err == nil {
 			if st["listener_manager.lds.update_rejected"] > before["listener_manager.lds.update_rejected"] {
-				logs := e.Logs()
-				if len(logs) >= logLen {
-					logs = logs[logLen:]
-				}
+				logs := e.logsSince(ctx, logLen, "config rejected")
 				return fmt.Errorf("envoytest: LDS version %s: %w\n%s", version, ErrRejected, logDigest(logs, 20))
 			}
 			if st["listener_manager.lds.update_success"] > before["listener_manager.lds.update_success"] &&
@@ -163,4 +161,22 @@ func (e *Envoy) mounted(path string) bool {
 		}
 	}
 	return false
+}
+
+// logsSince returns Envoy's log after its first from bytes, once it holds
+// until (for at most 2 s): Envoy counts a rejected update in its stats
+// before its log lines about it reach the log (a container's log lags
+// further), and the error of a rejection carries those lines.
+func (e *Envoy) logsSince(ctx context.Context, from int, until string) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		logs := e.Logs()
+		if len(logs) >= from {
+			logs = logs[from:]
+		}
+		if strings.Contains(logs, until) || e.pause(ctx) != nil {
+			return logs
+		}
+	}
 }

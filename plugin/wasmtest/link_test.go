@@ -11,7 +11,7 @@ import (
 )
 
 // What the plugin links, and how big the module is: Envoy's V8 keeps about
-// 20 MiB of RSS resident per megabyte of module (docs/performance.md,
+// 20 MiB of RSS resident per megabyte of module (docs/design/performance.md,
 // "Memory"), in every Envoy that loads it.
 
 // moduleCeiling bounds build/sluice.wasm: its size when the ceiling was

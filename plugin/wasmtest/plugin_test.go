@@ -209,7 +209,7 @@ func TestBadConfigFailsStart(t *testing.T) {
 }
 
 // TestHostCallsPerRequest records the host calls of the admit and reject
-// paths (the figures quoted in docs/performance.md) and bounds them.
+// paths (the figures quoted in docs/design/performance.md) and bounds them.
 func TestHostCallsPerRequest(t *testing.T) {
 	h := newHost(t)
 	vm := workers(t, h, 1, burstConfig)[0]

@@ -240,19 +240,14 @@ func decidedAt(s State, now int64) int64 { return max(now, s.B) }
 // comes due (RefundHeld compares the two).
 func stamped(next State, d Decision, at, now int64) (State, Decision) {
 	skew := time.Duration(at - now)
-	if skew == 0 {
-		if d.Allowed {
-			next.B = at
-		}
-		return next, d
-	}
 	d.Reset += skew
-	if d.Allowed {
+	switch {
+	case d.Allowed:
 		next.B = at
 		if d.Delay > 0 {
 			d.Delay += skew
 		}
-	} else if d.RetryAfter < math.MaxInt64-skew {
+	case d.RetryAfter < math.MaxInt64-skew:
 		d.RetryAfter += skew
 	}
 	return next, d
