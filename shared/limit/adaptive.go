@@ -372,6 +372,16 @@ func (l Limit) endRound(g Gauge) Gauge {
 	rise := float64(mean) > float64(g.Base)*(1+tol)
 	mild := float64(mean) <= float64(g.Base)*(1+2*tol)
 	switch {
+	case g.SlowStart && !g.Measure && g.Use > 0 && !g.Saturated:
+		// A rule with classes waiting for demand in slow start (see
+		// calm): a round that did not use the limit built no queue, and
+		// its mean is the mix of a few requests (2-25 ms pages read 1.2x
+		// by the mix alone). Taken as a mild rise, it left Warned set at
+		// random, and the first round of a launch that read its noise
+		// as a rise then ended slow start at 6-9 for the launch (a store
+		// of 20 slots: 27% of its orders, one seed of 20 in the
+		// store-wide model). It decides nothing.
+		g.Warned = false
 	case g.Measure && !g.Warned && !g.Stalled && g.Base > 0 && rise && !mild:
 		// The limit it backed off to still queues: the round it backed
 		// off from ended soon after the limit grew (slow start's), before

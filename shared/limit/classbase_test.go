@@ -140,3 +140,54 @@ func TestGaugeWaitsForDemandInSlowStart(t *testing.T) {
 		t.Errorf("rule without classes after its hold: slow start on a light round")
 	}
 }
+
+// A new class's first samples are neutral: a launch's first buys (100-200
+// ms) come back quickest first, and compared with the mean of the quicker
+// ones before them they read a rise where nothing queued (about 1.2x for
+// latencies spread evenly, quickest first: slow start held at the
+// launch's first round, or ended there). Each of a class's first
+// firstSamples is its own base; the class's base is their mean.
+func TestClassBasesNewClassIsNeutral(t *testing.T) {
+	var cb ClassBases
+	var lat, exp time.Duration
+	for i := range firstSamples {
+		l := time.Duration(100+100*i/(firstSamples-1)) * time.Millisecond // quickest first
+		lat += l
+		exp += cb.Expect(3, l)
+	}
+	if r := float64(lat) / float64(exp); r < 0.999 || r > 1.001 {
+		t.Errorf("a new class's first %d samples, quickest first, read %.3f of their bases, want 1 (neutral)", firstSamples, r)
+	}
+	if b := cb.Base(3); b < 149*time.Millisecond || b > 151*time.Millisecond {
+		t.Errorf("base %v after the first samples, want their mean 150ms", b)
+	}
+	if got := cb.Expect(3, 180*time.Millisecond); got != cb.Base(3) {
+		t.Errorf("a known class's sample compared with %v, want its base %v", got, cb.Base(3))
+	}
+}
+
+// A rule with classes waiting for demand in slow start decides nothing on
+// a round that did not use the limit: its mean is a few requests' mix,
+// no queue. Read as a mild rise, it left Warned set, and the launch's
+// first saturated round with a mild rise (noise, or a new class's first
+// samples) ended slow start at the pre-launch limit (6-9 for a store of
+// 20 slots: 27% of its orders in one seed of the store-wide model).
+func TestGaugeLightRoundsLeaveSlowStartAlone(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	g := Gauge{Limit: 6, Base: 10 * ms, BaseN: 64, SlowStart: true, Use: 0.2, N: 8, Mean: 11500 * time.Microsecond}
+	for i := range 3 {
+		if g = lim.endRound(g); g.Warned || !g.SlowStart || g.Limit != 6 {
+			t.Fatalf("light round %d with a mild rise: warned %v slow start %v limit %.1f, want false true 6", i, g.Warned, g.SlowStart, g.Limit)
+		}
+		g.N, g.Mean = 8, 11500*time.Microsecond
+	}
+	g.Saturated, g.Use = true, 0.9
+	if g = lim.endRound(g); !g.SlowStart || g.Limit != 6 || !g.Warned {
+		t.Errorf("first saturated round with a mild rise: slow start %v limit %.1f warned %v, want slow start held at 6, warned", g.SlowStart, g.Limit, g.Warned)
+	}
+	g.N, g.Mean = 8, 10*ms
+	if g = lim.endRound(g); !g.SlowStart || g.Limit != 9 {
+		t.Errorf("then a calm saturated round: slow start %v limit %.1f, want slow start, 9", g.SlowStart, g.Limit)
+	}
+}
