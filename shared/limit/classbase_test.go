@@ -191,3 +191,33 @@ func TestGaugeLightRoundsLeaveSlowStartAlone(t *testing.T) {
 		t.Errorf("then a calm saturated round: slow start %v limit %.1f, want slow start, 9", g.SlowStart, g.Limit)
 	}
 }
+
+// Slow start's crossing of the knee, for a rule with classes: the backoff
+// keeps at least the limit slow start grew from when that growth was
+// decided on a round of MinRound/2 samples or more that read calm (it had
+// no queue, with the same mix). The demo's launch: 20 read calm, 30 read
+// 1.42x with 93% of it in flight; the estimate alone gives 18.7 (the buys'
+// cap 16), the limit keeps 20. A growth decided on a few samples, or a
+// stall (2x), keeps the estimate, as before.
+func TestGaugeCrossingKeepsTheCalmLimit(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	cross := func(n int64, rise float64) Gauge {
+		g := Gauge{Limit: 20, Base: 130 * ms, BaseN: 63, SlowStart: true, Saturated: true, Use: 0.9, N: n, Mean: 130 * ms}
+		if g = lim.endRound(g); g.Limit != 30 || !g.SlowStart {
+			t.Fatalf("calm saturated round at 20: limit %.1f slow start %v, want 30 and slow start", g.Limit, g.SlowStart)
+		}
+		g.N, g.Mean, g.Saturated, g.Use = 18, time.Duration(rise*float64(130*ms)), true, 0.93
+		return lim.endRound(g)
+	}
+	if g := cross(10, 1.42); g.Limit < 20 || g.Limit > 20.01 || !g.Measure {
+		t.Errorf("crossing after a growth on 10 samples: limit %.2f (measure %v), want 20 (the calm limit) and a measuring round", g.Limit, g.Measure)
+	}
+	want := 30 / 1.42 * Backoff * 0.93
+	if g := cross(4, 1.42); g.Limit < want-0.05 || g.Limit > want+0.05 {
+		t.Errorf("crossing after a growth on 4 samples: limit %.2f, want the estimate %.2f", g.Limit, want)
+	}
+	if g := cross(10, 2.2); g.Limit != 15 || !g.Stalled {
+		t.Errorf("a stall after a growth on 10 samples: limit %.2f stalled %v, want 15 (halved)", g.Limit, g.Stalled)
+	}
+}
