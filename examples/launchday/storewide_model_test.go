@@ -296,7 +296,7 @@ var (
 // a new class's first samples read a rise: slow start ended at 9 on the
 // launch's first round). One Base for the whole rule (each
 // sample compared with it, as without classes) sells a median of about
-// 8% in the same model, as `make demo` did: the first buys read as a
+// 10% in the same model, as `make demo` did: the first buys read as a
 // stall against the logins' latency, and the limit falls to 1-3. Run with
 // -v for each seed's limit every 250 ms of the launch and seed 1's rounds.
 func TestStoreWideLaunchModel(t *testing.T) {
