@@ -66,8 +66,10 @@ import (
 // +4.5 KB: the package's method names, the types and their map):
 // 3,563,242 bytes then; the fingerprint seed and the hold check in package
 // local and a redirect decided by its own entry point
-// (Engine.DecideRedirect), 1.3 KB: 3,564,944 bytes.
-const moduleCeiling = 3_566_000
+// (Engine.DecideRedirect), 1.3 KB: 3,564,944 bytes. Raised for the
+// adaptive rule's no-queue latency per priority class (limit.ClassBases,
+// the Sampler's per-class sums: 9.0 KB): 3,573,968 bytes then.
+const moduleCeiling = 3_575_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
