@@ -330,12 +330,12 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 // counted in the same step, under the host-level view's lock: no request
 // to the host is admitted or answered between the count and what v makes
 // of it. v settles the crowd of the answers it did not hold on that count
-// (see view.settleLocked). Counted before v's lock was taken, two answers
-// of one crowd could each count the other still in flight, and the one
-// that came to v second, after the first had settled the crowd, lowered
-// the budget by a request long answered: the later answers of a crowd
-// that reached v in reverse left a budget of 1 where the server had 10
-// (TestUnheldCrowdCountedInOneStep). Lock order: the host-level view,
+// (see view.settleLocked). Counted before v's lock was taken, an answer
+// could count others still in flight that were answered, and settled the
+// crowd, before it reached v: it then lowered the budget by requests long
+// answered, and a crowd whose answers reached v in the reverse of the
+// order the server counted them left a budget of 1 where the server had
+// 10 (TestUnheldCrowdCountedInOneStep). Lock order: the host-level view,
 // then the policy.
 func (h *host) observeUnheld(v *view, t ticket, now time.Time, status int, in header.Info) {
 	h.all.mu.Lock()

@@ -267,11 +267,11 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	// host's requests in flight are counted under this lock (see
 	// host.observeUnheld), but an answer leaves the host's count before it
 	// reaches this view: two answers of one crowd may both find nothing
-	// else in flight, and settle it twice. The
-	// answer of a request sent before the set was last taken belongs to
-	// the crowd settled then, and may only lower the budget (above): made
-	// a crowd of its own, its Remaining, read by the server before those
-	// of the crowd's last answers, raised the budget of a spent quota
+	// else in flight, and settle it twice. The answer of a request sent
+	// before the set was last taken belongs to the crowd settled then, and
+	// may only lower the budget (above): made a crowd of its own, its
+	// Remaining, read by the server before those of the crowd's last
+	// answers, raised the budget of a spent quota
 	// (TestStrayAnswerAfterSettle).
 	if (!t.held && v.stray.since(t.sent)) || v.stray.open() {
 		v.stray.note(in.Remaining, reset)
