@@ -45,6 +45,11 @@ type host struct {
 
 	tickets atomic.Uint64 // the latest ticket a request took (see line)
 
+	// between, set by tests only, runs in observe after the views that
+	// held the request were answered: where another request's answer may
+	// come between (see observeUnheld).
+	between func()
+
 	mu       sync.Mutex
 	policies map[string]*view
 	multi    atomic.Bool          // the host has named two policies or more
@@ -291,12 +296,8 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		rs.learn(k, nil)
 	}
 	held := g.answer(target, now, status, in)
-	others := -1
-	inflight := func() int {
-		if others < 0 {
-			others = h.all.inflight()
-		}
-		return others
+	if h.between != nil {
+		h.between()
 	}
 	// A view that did not hold the request learns when it was sent (the
 	// host-level view's ticket): a throttle of a request sent before the
@@ -308,7 +309,7 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		// The answer names a policy the request was not held by: its view
 		// learns from it without counting the request, and assumes that
 		// every request in flight to the host may have been counted before.
-		target.observe(unheld, now, status, in, inflight())
+		h.observeUnheld(target, unheld, now, status, in)
 	}
 	// The other policies a problem document says the request violated
 	// hold their routes as the first does.
@@ -319,9 +320,29 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		if v := h.policyView(rs, k, known, g, now, name); v != &h.all && v != target {
 			other := in
 			other.Policy = name
-			v.observe(unheld, now, status, other, inflight())
+			h.observeUnheld(v, unheld, now, status, other)
 		}
 	}
+}
+
+// observeUnheld reports an answer to v, a policy view that did not hold
+// the request, with the host's requests in flight (see view.observe)
+// counted in the same step, under the host-level view's lock: no request
+// to the host is admitted or answered between the count and what v makes
+// of it. v settles the crowd of the answers it did not hold on that count
+// (see view.settleLocked). Counted before v's lock was taken, an answer
+// could count others still in flight that were answered, and settled the
+// crowd, before it reached v: it then lowered the budget by requests long
+// answered, and a crowd whose answers reached v in the reverse of the
+// order the server counted them left a budget of 1 where the server had
+// 10 (TestUnheldCrowdCountedInOneStep). Lock order: the host-level view,
+// then the policy.
+func (h *host) observeUnheld(v *view, t ticket, now time.Time, status int, in header.Info) {
+	h.all.mu.Lock()
+	defer h.all.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.observeLocked(t, now, status, in, h.all.flight.count())
 }
 
 // answer reports an answer to the views of g: the whole answer to target,

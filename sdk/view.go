@@ -87,14 +87,6 @@ func (v *view) retire() { v.retired.Store(true) }
 // isRetired reports whether the view's host has forgotten it.
 func (v *view) isRetired() bool { return v.retired.Load() }
 
-// inflight is how many requests the view admitted and has not had
-// answered yet.
-func (v *view) inflight() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.flight.count()
-}
-
 // blockedFor is how long from now the view holds requests on a wait the
 // server asked for (negative when none).
 func (v *view) blockedFor(now time.Time) time.Duration {
@@ -195,6 +187,11 @@ func (v *view) idle(now time.Time) bool {
 func (v *view) observe(t ticket, now time.Time, status int, in header.Info, others int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.observeLocked(t, now, status, in, others)
+}
+
+// observeLocked is observe with v.mu held.
+func (v *view) observeLocked(t ticket, now time.Time, status int, in header.Info, others int) {
 	blocked := v.cooldown.end()
 	defer func() { v.wakeLocked(now, blocked) }() // before the unlock
 	if t.held {
@@ -254,10 +251,10 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	}
 	// Only the answers to requests this view held make up its crowd. An
 	// answer it did not hold (sent before the route was known to be this
-	// policy's) may arrive after the crowd was settled, since others is
-	// read outside this lock: counted in, its stale Remaining would become
-	// the next crowd's budget and hold every request until that crowd's
-	// reset (half the rate against a token bucket).
+	// policy's) is not in the view's count of requests in flight, and may
+	// arrive after the crowd was settled: counted in, its stale Remaining
+	// would become the next crowd's budget and hold every request until
+	// that crowd's reset (half the rate against a token bucket).
 	if t.held {
 		v.crowd.note(in.Remaining, reset)
 	}
@@ -266,13 +263,15 @@ func (v *view) remainingLocked(t ticket, now time.Time, in header.Info, rejected
 	// at all is in flight to the host (see settleLocked), so that no answer
 	// can arrive after it. Without it, a policy's first crowd (sent before
 	// the route was known to be the policy's) leaves only the budget its
-	// answers lowered, to 0 when the lowest Remaining came first. Nothing
-	// in flight is read outside this lock too: two answers of one crowd
-	// may both find nothing else in flight, and settle it twice. The
-	// answer of a request sent before the set was last taken belongs to
-	// the crowd settled then, and may only lower the budget (above): made
-	// a crowd of its own, its Remaining, read by the server before those
-	// of the crowd's last answers, raised the budget of a spent quota
+	// answers lowered, to 0 when the lowest Remaining came first. The
+	// host's requests in flight are counted under this lock (see
+	// host.observeUnheld), but an answer leaves the host's count before it
+	// reaches this view: two answers of one crowd may both find nothing
+	// else in flight, and settle it twice. The answer of a request sent
+	// before the set was last taken belongs to the crowd settled then, and
+	// may only lower the budget (above): made a crowd of its own, its
+	// Remaining, read by the server before those of the crowd's last
+	// answers, raised the budget of a spent quota
 	// (TestStrayAnswerAfterSettle).
 	if (!t.held && v.stray.since(t.sent)) || v.stray.open() {
 		v.stray.note(in.Remaining, reset)

@@ -122,3 +122,60 @@ func TestStrayAnswerAfterSettle(t *testing.T) {
 		t.Errorf("after a fresh answer: wait %v, budget %d, want 0 and 11", w, v.quota.budget)
 	}
 }
+
+// TestUnheldCrowdCountedInOneStep: ten requests go out blind to a host
+// that has named no policy yet, and each answer names the policy "api":
+// its view did not hold them (see host.observeUnheld). The server counted
+// them in the reverse of the order their answers reach the view, so the
+// first to reach it says 19 left and the last 10: 10 is what the server
+// has left once every answer has come. Each answer reaches the view while
+// the one before it is between the host-level view and the policy's
+// (h.between): when the requests in flight were counted there, outside the
+// view's lock, each answer but the first to reach the view counted the
+// others still in flight, lowered the budget by them after the crowd was
+// settled, and left 1 where the server had 10.
+func TestUnheldCrowdCountedInOneStep(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var hs hosts
+	var rs routes
+	h := hs.get("api.test", t0, nil, false)
+	k := routeOf(h.id, "GET", "/items")
+	acquire := func(now time.Time) (g governing, ok bool) {
+		pl := places{ticket: h.tickets.Add(1)}
+		h.govern(&rs, k, &g)
+		_, ok = h.acquire(&g, &pl, now, true, time.Minute)
+		return g, ok
+	}
+	const n = 10
+	gs := make([]governing, n)
+	for i := range gs {
+		var ok bool
+		if gs[i], ok = acquire(t0); !ok {
+			t.Fatalf("blind request %d not admitted", i)
+		}
+	}
+	now := t0.Add(20 * time.Millisecond)
+	answer := func(i int) header.Info {
+		return header.Info{Has: header.HasLimit | header.HasRemaining | header.HasReset | header.HasWindow,
+			Policy: "api", Limit: 50, Remaining: n + i, Reset: 4 * time.Second, Window: 5 * time.Second}
+	}
+	next := 1
+	h.between = func() {
+		if i := next; i < n {
+			next++
+			h.observe(&rs, k, false, &gs[i], now, 200, answer(i), nil)
+		}
+	}
+	h.observe(&rs, k, false, &gs[0], now, 200, answer(0), nil)
+	h.between = nil
+	admitted := 0
+	for admitted <= 50 {
+		if _, ok := acquire(now); !ok {
+			break
+		}
+		admitted++
+	}
+	if admitted != n {
+		t.Errorf("after the crowd's answers the view admits %d requests, want the %d the server has left", admitted, n)
+	}
+}
