@@ -142,7 +142,29 @@ func defineMetric(typ uint32, name string) uint32 {
 }
 
 func defineCounter(name string) counter { return counter(defineMetric(metricTypeCounter, name)) }
-func defineGauge(name string) gauge     { return gauge(defineMetric(metricTypeGauge, name)) }
+
+// defineCounterChecked is defineCounter reporting a failure instead of
+// panicking.
+func defineCounterChecked(name string) (counter, bool) {
+	var id uint32
+	if proxyDefineMetric(metricTypeCounter, unsafe.StringData(name), int32(len(name)), &id) != 0 {
+		return 0, false
+	}
+	return counter(id), true
+}
+
+// read reads the counter.
+func (c counter) read() (uint64, bool) {
+	var v uint64
+	if proxyGetMetric(uint32(c), &v) != 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// add adds 1 to the counter.
+func (c counter) add() bool         { return proxyIncrementMetric(uint32(c), 1) == 0 }
+func defineGauge(name string) gauge { return gauge(defineMetric(metricTypeGauge, name)) }
 
 // Increment adds n to the counter.
 func (c counter) Increment(n uint64) {

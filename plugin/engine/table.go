@@ -84,15 +84,21 @@ type Region struct {
 }
 
 type region struct {
-	id          uint64
-	spill       bool
+	id    uint64
+	spill bool
+	// seenWrites is 1 + the count of layout record writes (LayoutSignal,
+	// mod 2^32) read before this table last read the record in locate
+	// (0: none): while the count stays there, the view is the record's.
+	seenWrites  uint32
 	prefix      string
 	buckets     uint64
 	overflowKey string
 	recordKey   string        // its layout record (layout.go)
 	life        time.Duration // the longest a state of the rule stays active
 	// prevBuckets is the region's bucket count before its share last
-	// changed, until prevUntil (0: none); see layout.go.
+	// changed, until prevUntil (0: none); see layout.go. With newer set,
+	// prevUntil is until when the newer layout reads this one (what a
+	// renewal pushes), 0 for a third layout.
 	prevBuckets uint64
 	prevUntil   int64
 	// newer is the bucket count of the layout recorded as current when
@@ -108,6 +114,7 @@ type region struct {
 // store, not the Table.
 type Table struct {
 	store   Store
+	signal  LayoutSignal // the store's, if it has one
 	regions []region
 	total   int              // buckets of all regions
 	starts  []int            // where each region's entries start in Key's enumeration
@@ -139,6 +146,7 @@ type TableStats struct {
 func NewTable(store Store, regions []Region) *Table {
 	t := &Table{store: store, Overflow: make([]uint64, len(regions)),
 		starts: make([]int, 0, len(regions)), regions: make([]region, 0, len(regions))}
+	t.signal, _ = store.(LayoutSignal)
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		t.starts = append(t.starts, t.total+len(t.starts))
@@ -272,8 +280,9 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	// configuration that started meanwhile may be creating the client's
 	// state in its own layout now (two states, twice the budget): the
 	// record is read first. One read for a client without an active
-	// state, none for the others.
-	t.renewLayout(rg, now)
+	// state, none for the others, and none while no layout record was
+	// written since this table last read it (LayoutSignal).
+	t.renewLayoutIfWritten(rg, now)
 	if own && !rg.twoLayouts(now) {
 		return sp, nil
 	}

@@ -66,8 +66,13 @@ import (
 // +4.5 KB: the package's method names, the types and their map):
 // 3,563,242 bytes then; the fingerprint seed and the hold check in package
 // local and a redirect decided by its own entry point
-// (Engine.DecideRedirect), 1.3 KB: 3,564,944 bytes.
-const moduleCeiling = 3_566_000
+// (Engine.DecideRedirect), 1.3 KB: 3,564,944 bytes. Raised for the count
+// of layout record writes (an Envoy counter) read before a client's fresh
+// state instead of the record itself, a shared-data get (code +3.5 KB,
+// static data +3.3 KB: the signal's interface and methods, the counter's
+// check; fewer instructions per fresh state, docs/design/request-cost.md):
+// 3,571,933 bytes then.
+const moduleCeiling = 3_573_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
