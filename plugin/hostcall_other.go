@@ -3,9 +3,11 @@
 package main
 
 import (
+	"errors"
 	"time"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // The SDK's equivalents of hostcall_wasip1.go, so that the package builds
@@ -62,3 +64,13 @@ func getRequestHeaderPairs() []byte {
 	}
 	return appendHeaderMap(nil, h)
 }
+
+func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+	err := proxywasm.SetSharedData(key, value, cas)
+	if errors.Is(err, types.ErrorStatusCasMismatch) {
+		return true, nil
+	}
+	return false, err
+}
+
+func replaceResponseHeader(name, value string) { _ = proxywasm.ReplaceHttpResponseHeader(name, value) }

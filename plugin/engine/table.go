@@ -115,6 +115,7 @@ type region struct {
 type Table struct {
 	store   Store
 	signal  LayoutSignal // the store's, if it has one
+	bufs    BufferStore  // the store's, if it reads into buffers (fetch)
 	regions []region
 	total   int              // buckets of all regions
 	starts  []int            // where each region's entries start in Key's enumeration
@@ -146,7 +147,10 @@ type TableStats struct {
 func NewTable(store Store, regions []Region) *Table {
 	t := &Table{store: store, Overflow: make([]uint64, len(regions)),
 		starts: make([]int, 0, len(regions)), regions: make([]region, 0, len(regions))}
+	// Asserted once: an assertion to an interface looks the pair up in
+	// the runtime's table, several calls in the module per read.
 	t.signal, _ = store.(LayoutSignal)
+	t.bufs, _ = store.(BufferStore)
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		t.starts = append(t.starts, t.total+len(t.starts))
@@ -486,8 +490,8 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 // fetch reads key's value into buf when the store can (BufferStore),
 // counting a failed read (StoreErrors).
 func (t *Table) fetch(key string, buf []byte) (val []byte, cas uint32, found bool, err error) {
-	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, buf)
+	if t.bufs != nil {
+		val, cas, found, err = t.bufs.GetInto(key, buf)
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}
