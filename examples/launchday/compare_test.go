@@ -20,7 +20,7 @@ func TestConfigurations(t *testing.T) {
 		}
 	}
 	shipped, ok := followedRule(defaultSluiceConfig)
-	want := SlotRule{Name: "store", Adaptive: true, Classes: []string{"login", "home", "default"}}
+	want := SlotRule{Name: "store", Adaptive: true, Classes: []string{"login", "home", "catalog", "default"}}
 	if !ok || !reflect.DeepEqual(shipped, want) {
 		t.Errorf("sluice.json: follows %+v, want %+v", shipped, want)
 	}
@@ -61,7 +61,7 @@ func TestWriteComparison(t *testing.T) {
 
 func TestRulesSummary(t *testing.T) {
 	got := rulesSummary(defaultSluiceConfig)
-	for _, want := range []string{"store: every request, in flight at once per store (key [])", "classes login (reserve 0.1) above home (reserve 0.05) above the rest", "buy_per_client: POST /buy, 2 per 10s burst 2 per client_ip"} {
+	for _, want := range []string{"store: every request, in flight at once per store (key [])", "classes login (reserve 0.05) above home (reserve 0.05) above catalog (reserve 0) above the rest", "buy_per_client: POST /buy, 2 per 10s burst 2 per client_ip"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q: %s", want, got)
 		}

@@ -183,6 +183,10 @@ type Samples struct {
 	// Use is the mean share of the limit in flight when the batch's
 	// requests were admitted (see Gauge.Use; 0: not measured).
 	Use float64
+	// Exp sums the no-queue latencies of the samples' priority classes
+	// (see ClassBases; 0: a rule without classes): the round's Base is
+	// then Exp/N, each sample compared with its own class's base.
+	Exp time.Duration
 }
 
 // Add counts one request's latency; saturated: it was admitted at its
@@ -191,6 +195,13 @@ func (s *Samples) Add(latency time.Duration, saturated bool) {
 	s.N++
 	s.Sum += min(max(latency, 0), MaxLatency)
 	s.Saturated = s.Saturated || saturated
+}
+
+// AddBase counts one request's latency, of a class whose no-queue latency
+// is base (see ClassBases).
+func (s *Samples) AddBase(latency, base time.Duration, saturated bool) {
+	s.Add(latency, saturated)
+	s.Exp += min(max(base, time.Microsecond), MaxLatency)
 }
 
 // Current returns the limit admission uses: the learnt limit, rounded
@@ -277,6 +288,17 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 			u = b.Use
 		}
 		g.Use = (u*float64(g.N) + b.Use*float64(b.N)) / float64(g.N+b.N)
+	}
+	if b.Exp > 0 {
+		// A rule with classes: Base is this round's no-queue latency, its
+		// samples' classes' (see ClassBases), so that the round's mean
+		// over it is the samples' latency over their classes' bases.
+		exp := int64(min(b.Exp, MaxLatency*time.Duration(b.N)))
+		if g.N == 0 {
+			g.Base = time.Duration(exp / b.N)
+		} else {
+			g.Base = time.Duration((int64(g.Base)*g.N + exp) / (g.N + b.N))
+		}
 	}
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
@@ -426,6 +448,13 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 	}
 	g = g.based()
 	switch {
+	case !g.Saturated && g.Use > 0:
+		// A rule with classes whose demand did not fill the limit: the
+		// limit above the demand was never tested, and the knee it held
+		// under may be long gone. When demand comes (a launch), it should
+		// find the knee in a few round trips, not probe a sixteenth per
+		// round trip: slow start, from where the limit is.
+		g.SlowStart = true
 	case !g.Saturated:
 	case g.SlowStart:
 		// Half again per round trip (see Gauge).
@@ -517,6 +546,15 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 		g.Base += (mean - g.Base) / 8
 		g.Warned = false
 		g = g.based()
+	}
+	if !g.Saturated && g.Use > 0 && !rise {
+		// A rule with classes whose demand did not fill the limit: there
+		// is no knee to hold under, and a hold counted only in saturated
+		// rounds would last for as long as the demand stays light (the
+		// demo's store before its launch: 70 requests a second of 2-25
+		// ms never fill a limit of 5). Eight such rounds end it; then
+		// the limit waits for demand in slow start (see calm).
+		g.Calm += ProbeAfter / 8
 	}
 	if g.Saturated {
 		// Hold just under the knee: every probe past it queues at the

@@ -55,6 +55,13 @@ type simFront struct {
 	smp      Sampler
 	inFlight int64 // admitted, not yet answered
 	waiting  int   // clients waiting in Sluice's queue
+	// cb: a rule with classes, a login class above the buys, reserving
+	// reserve of the limit (nil: no classes); the clients are buys. The
+	// front feeds Use and the class bases as the engine does.
+	cb      *ClassBases
+	reserve float64
+	useSum  float64
+	useN    int
 }
 
 type simReq struct {
@@ -97,6 +104,25 @@ func (s *upstreamSim) addFront(clients int) *simFront {
 	return f
 }
 
+// capacity returns how many requests f admits: the limit, or the buys'
+// cap under the login class's reserve.
+func (f *simFront) capacity() int64 {
+	if f.reserve == 0 {
+		return f.g.Current()
+	}
+	caps := []int64{0, 0}
+	ClassCaps(f.g.Current(), []float64{f.reserve, 0}, caps)
+	return caps[1]
+}
+
+// timing is the engine's learner.timing.
+func (f *simFront) timing() (span, wait time.Duration) {
+	if f.cb != nil {
+		return f.cb.Timing()
+	}
+	return f.g.SamplerTiming()
+}
+
 func (s *upstreamSim) start(r simReq) {
 	s.busy++
 	r.finish = s.now + int64(s.service())
@@ -106,11 +132,18 @@ func (s *upstreamSim) start(r simReq) {
 // admit lets waiting clients in while the limits allow.
 func (s *upstreamSim) admit() {
 	for _, f := range s.fronts {
-		for f.waiting > 0 && f.inFlight < f.g.Current() {
+		for f.waiting > 0 && f.inFlight < f.capacity() {
 			f.waiting--
 			f.inFlight++
-			span, _ := f.g.SamplerTiming()
-			r := simReq{front: f, admitted: s.now, sat: f.g.AtLimit(f.inFlight), ticket: f.smp.Admit(s.now, span)}
+			span, _ := f.timing()
+			if f.cb != nil {
+				f.cb.Admitted(1)
+			}
+			if f.reserve > 0 {
+				f.useSum += min(float64(f.inFlight)/float64(f.g.Current()), 1)
+				f.useN++
+			}
+			r := simReq{front: f, admitted: s.now, sat: f.g.AtLimit(f.inFlight) || (f.reserve > 0 && f.inFlight >= f.capacity()), ticket: f.smp.Admit(s.now, span)}
 			s.arrivalQ = append(s.arrivalQ, len(s.queue))
 			if s.busy < s.slots {
 				s.start(r)
@@ -124,16 +157,24 @@ func (s *upstreamSim) admit() {
 func (s *upstreamSim) flush() {
 	s.lastFlush = s.now
 	for _, f := range s.fronts {
-		span, wait := f.g.SamplerTiming()
+		span, wait := f.timing()
 		f.smp.Close(s.now, span)
 		f.smp.Expire(s.now, wait)
 		if f.smp.Ready.N == 0 {
 			continue
 		}
-		round := f.g.Round
-		f.st, f.g = s.lim.Learn(f.st, s.now, f.smp.Ready)
-		if f.g.Round != round {
+		prev := f.g
+		b := f.smp.Ready
+		if f.useN > 0 {
+			b.Use = f.useSum / float64(f.useN)
+			f.useSum, f.useN = 0, 0
+		}
+		f.st, f.g = s.lim.Learn(f.st, s.now, b)
+		if f.g.Round != prev.Round {
 			f.smp.Reset(f.g.Round, s.now)
+			if f.cb != nil {
+				f.cb.RoundEnded(prev, f.g)
+			}
 		} else {
 			f.smp.Ready = Samples{Round: f.g.Round}
 		}
@@ -156,7 +197,16 @@ func (s *upstreamSim) read(r simReq) {
 	f := r.front
 	f.inFlight--
 	f.waiting++ // the client sends its next request at once
-	f.smp.Done(r.ticket, time.Duration(s.now-r.admitted), true, r.sat)
+	lat := time.Duration(s.now - r.admitted)
+	if f.cb != nil {
+		b := f.cb.Base(1)
+		if f.smp.Counts(r.ticket) {
+			b = f.cb.Expect(1, lat)
+		}
+		f.smp.DoneBase(r.ticket, lat, b, true, r.sat)
+	} else {
+		f.smp.Done(r.ticket, lat, true, r.sat)
+	}
 	if f.g.Completes(f.smp.Ready) {
 		s.flush()
 	}

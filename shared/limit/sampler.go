@@ -88,12 +88,21 @@ func (p *Sampler) Admit(now int64, span time.Duration) uint32 {
 // the upstream). It reports whether the request was still counted (not
 // admitted before a Reset, nor in a window given up on).
 func (p *Sampler) Done(ticket uint32, latency time.Duration, sample, saturated bool) bool {
+	return p.DoneBase(ticket, latency, 0, sample, saturated)
+}
+
+// DoneBase is Done for a rule with classes: the request's class has the
+// no-queue latency base (see ClassBases; 0: a rule without classes).
+func (p *Sampler) DoneBase(ticket uint32, latency, base time.Duration, sample, saturated bool) bool {
 	w := p.window(ticket)
 	if w == nil {
 		return false
 	}
 	w.out--
-	if sample {
+	switch {
+	case sample && base > 0:
+		w.s.AddBase(latency, base, saturated)
+	case sample:
 		w.s.Add(latency, saturated)
 	}
 	p.complete()
@@ -108,6 +117,14 @@ func (p *Sampler) window(ticket uint32) *window {
 		}
 	}
 	return nil
+}
+
+// Counts reports whether the request Admit gave ticket will count as a
+// sample (its window is still counted: not given up on, cut or dropped in
+// a stall, see Late).
+func (p *Sampler) Counts(ticket uint32) bool {
+	w := p.window(ticket)
+	return w != nil && !w.cut
 }
 
 // Cut counts the end of the request Admit gave ticket before its answer
@@ -164,7 +181,15 @@ func (p *Sampler) Expire(now int64, wait time.Duration) {
 		w := &p.win[0]
 		age := time.Duration(now - p.win[1].from)
 		for ; w.out > 0; w.out-- {
-			w.s.Add(age, false)
+			switch {
+			case w.s.Exp > 0:
+				// A rule with classes: against the window's mean base.
+				w.s.AddBase(age, w.s.Exp/time.Duration(w.s.N), false)
+			case p.Ready.Exp > 0:
+				w.s.AddBase(age, p.Ready.Exp/time.Duration(p.Ready.N), false)
+			default:
+				w.s.Add(age, false)
+			}
 		}
 		p.complete()
 	}
@@ -177,6 +202,7 @@ func (p *Sampler) complete() {
 		if w := &p.win[0]; !w.cut {
 			p.Ready.N += w.s.N
 			p.Ready.Sum += w.s.Sum
+			p.Ready.Exp += w.s.Exp
 			p.Ready.Saturated = p.Ready.Saturated || w.s.Saturated
 		}
 		copy(p.win[:], p.win[1:p.n])

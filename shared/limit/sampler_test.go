@@ -206,3 +206,23 @@ func TestSamplerLateDropsTheWindowsOut(t *testing.T) {
 		t.Fatalf("ready %+v, want the samples of the windows before and after the stall (5 ms and 30 ms)", p.Ready)
 	}
 }
+
+// Counts: a request's sample counts while its window does; not once the
+// window was dropped in a stall (Late) or the request is done.
+func TestSamplerCounts(t *testing.T) {
+	var p Sampler
+	p.Reset(1, 0)
+	a := p.Admit(0, time.Millisecond)
+	b := p.Admit(int64(2*time.Millisecond), time.Millisecond)
+	if !p.Counts(a) || !p.Counts(b) {
+		t.Fatalf("fresh windows: counts %v %v, want true true", p.Counts(a), p.Counts(b))
+	}
+	p.Late(int64(time.Millisecond), int64(5*time.Millisecond))
+	if p.Counts(a) || !p.Counts(b) {
+		t.Errorf("after a stall from 1ms: counts %v %v, want false (out during it) true (opened after)", p.Counts(a), p.Counts(b))
+	}
+	p.Done(b, time.Millisecond, true, false)
+	if p.Counts(b) {
+		t.Error("a request done still counts")
+	}
+}

@@ -82,6 +82,38 @@ type learner struct {
 	// limit.Gauge.Use).
 	useSum float64
 	useN   int
+	// cb is the no-queue latency per priority class, for a rule with
+	// classes (nil otherwise): each sample is compared with its class's.
+	cb *limit.ClassBases
+}
+
+// timing returns how long l's Sampler windows stay open and wait (see
+// limit.Gauge.SamplerTiming): for a rule with classes, from its slowest
+// class's base.
+func (l *learner) timing() (span, wait time.Duration) {
+	if l.cb != nil {
+		return l.cb.Timing()
+	}
+	return l.g.SamplerTiming()
+}
+
+// classBase returns the no-queue latency of class c for the sample of
+// the request Admit gave ticket, of latency lat, counting it in the class's
+// base only if its window counts (a sample read late in a stall of the
+// worker would teach the class a latency that is not the upstream's).
+func (l *learner) classBase(ticket uint32, c uint8, lat time.Duration) time.Duration {
+	if !l.smp.Counts(ticket) {
+		return l.cb.Base(int(c))
+	}
+	return l.cb.Expect(int(c), lat)
+}
+
+// base returns the no-queue latency a sample of class c is compared with.
+func (l *learner) base(c uint8) time.Duration {
+	if l.cb != nil {
+		return l.cb.Base(int(c))
+	}
+	return l.g.Base
 }
 
 // gaugeOp is the Modifier of Gauge transitions.
@@ -166,6 +198,9 @@ func (a *Adaptive) learnerFor(i int, fp uint64, now int64) *learner {
 			a.forgetLearners(now, true)
 		}
 		l = &learner{}
+		if len(a.cfg.Rules[i].Classes) > 0 {
+			l.cb = &limit.ClassBases{}
+		}
 		l.g = a.cfg.Rules[i].Limit.Gauge(limit.State{})
 		l.smp.Reset(l.g.Round, now)
 		a.learners[k] = l
@@ -203,6 +238,9 @@ func (a *Adaptive) syncGauge(k learnKey, l *learner, now int64) {
 		// A new round: the requests in flight were admitted under the
 		// old limit.
 		l.smp.Reset(op.out.Round, now)
+		if l.cb != nil {
+			l.cb.RoundEnded(l.g, op.out)
+		}
 	case op.learn:
 		l.smp.Ready = limit.Samples{Round: l.g.Round}
 	}
@@ -263,7 +301,10 @@ func (a *Adaptive) AdmitSamples(slots []SlotRef, now int64) {
 			continue
 		}
 		if l := a.learners[learnKey{rule: s.Rule, fp: s.FP}]; l != nil {
-			span, _ := l.g.SamplerTiming()
+			if l.cb != nil {
+				l.cb.Admitted(int(s.Class))
+			}
+			span, _ := l.timing()
 			s.Ticket = l.smp.Admit(now, span)
 		}
 	}
@@ -358,11 +399,14 @@ func (a *Adaptive) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		a.lateWindows(l, max(sent, s.Since), now)
 		lat := time.Duration(now - max(sent, s.Since))
 		lat -= min(a.LoopLag(), lat*3/4)
-		counts := kind == SampleResponse || (l.g.Base > 0 && float64(lat) > float64(l.g.Base)*(1+limit.Tolerance))
+		b := l.base(s.Class)
+		counts := kind == SampleResponse || (b > 0 && float64(lat) > float64(b)*(1+limit.Tolerance))
 		var ok bool
 		switch {
 		case kind == SampleEnded && !counts:
 			ok = l.smp.Cut(ticket) // its window would count only the quick
+		case counts && l.cb != nil:
+			ok = l.smp.DoneBase(ticket, lat, l.classBase(ticket, s.Class, lat), true, s.Saturated)
 		default:
 			ok = l.smp.Done(ticket, lat, counts, s.Saturated)
 		}
@@ -383,7 +427,7 @@ func (a *Adaptive) Learn(now int64) {
 		return
 	}
 	for k, l := range a.learners {
-		span, wait := l.g.SamplerTiming()
+		span, wait := l.timing()
 		l.smp.Close(now, span)
 		l.smp.Expire(now, wait)
 		switch {

@@ -1,0 +1,164 @@
+package limit
+
+import "time"
+
+// ClassBases is one worker's no-queue latency per priority class of an
+// adaptive rule with classes. One Base for a whole store cannot tell a
+// queue from a change in the mix of requests: with logins of 4 ms, product
+// pages of 20 ms and buys of 150 ms under one rule, a round of buys reads
+// as a stall against a Base learnt from the logins, and one of logins as
+// an upstream that got faster. So each sample is compared with its own
+// class's base, and the Gauge learns from the ratio: a batch's latencies
+// over the sum of their classes' bases (Samples.Exp), a mean ratio
+// weighted by each sample's base. A queue of W at the upstream then reads
+// as (mean service + W) / mean service, as one Base reads it for one class
+// (a mean of per-sample ratios would read a queue of one buy, 7 ms, as
+// three times a 4 ms login's base: a stall).
+//
+// A class's base is learnt from its first samples (their mean), then
+// follows the mean of its samples in each round the Gauge did not back
+// off from, weighted by their number (a memory of followMemory samples,
+// each taken at most at twice the base); at once when clearly faster,
+// and in the round that measures after a backoff (see RoundEnded). Each
+// worker keeps its own: they are the upstream's service
+// times, which every worker sees alike, and they need no compare-and-swap.
+// Endpoints of very different service times should be in different
+// classes: a class's base is one latency, and a change in its mix (a
+// class whose 20 ms requests give way to 150 ms ones) reads as a queue.
+//
+// The zero ClassBases knows no class.
+type ClassBases struct {
+	base [maxClassBases]time.Duration
+	n    [maxClassBases]uint8 // samples behind base (saturates at firstSamples)
+	// sum and cnt gather this worker's samples of the current round, per
+	// class, with exp the sum of their bases.
+	sum [maxClassBases]time.Duration
+	cnt [maxClassBases]int32
+	// seen marks the classes admitted (see Admitted).
+	seen uint8
+}
+
+// Admitted notes a request of class c admitted: until the class's first
+// samples are back, its latency is unknown (see Timing).
+func (b *ClassBases) Admitted(c int) {
+	b.seen |= 1 << uint(min(max(c, 0), maxClassBases-1))
+}
+
+// maxClassBases is the most classes of a rule (config.MaxClasses).
+const maxClassBases = 8
+
+// firstSamples is how many samples a class's first base averages: a
+// base from a few samples of latencies that vary by a factor of two is
+// off by 10% and more, and every round would read that as a rise.
+const firstSamples = MinRound
+
+// Base returns class c's no-queue latency (0: not known yet).
+func (b *ClassBases) Base(c int) time.Duration {
+	if c < 0 || c >= maxClassBases {
+		return 0
+	}
+	return b.base[c]
+}
+
+// Expect counts a sample of class c with latency lat and returns the base
+// it is compared with: the class's, or while the class is new, the mean of
+// its samples so far, this one included (a neutral ratio).
+func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
+	c = min(max(c, 0), maxClassBases-1)
+	lat = min(max(lat, time.Microsecond), MaxLatency)
+	if b.n[c] < firstSamples {
+		b.n[c]++
+		b.base[c] += (lat - b.base[c]) / time.Duration(b.n[c])
+	}
+	b.sum[c] += lat
+	b.cnt[c]++
+	return b.base[c]
+}
+
+// RoundEnded moves the bases at the end of a round of the Gauge, which
+// went from prev to next (as this worker saw them), and starts gathering
+// the next round's samples.
+//
+// A round the Gauge backed off from moves nothing (its samples hold the
+// queue it backed off from), unless a class was clearly faster. The round
+// after a backoff measures the no-queue latency, as it does for a rule
+// without classes (see Gauge.measured): when the Gauge takes that
+// measurement (it ends measuring; a round at 1.5x it measures once more
+// before taking it, and a base moved in the first would leave the second
+// nothing to see: no slow start), each class's base takes its samples'
+// mean there, at once if it moved by half or more. Without
+// that, a base learnt while the upstream (or the Envoy timing it) was
+// fast moved back up only a step per round, and every round meanwhile
+// read a rise: the limit backed off again and again (a median of 5 for 8
+// slots in TestClassBasesShift).
+//
+// Any other round: each class follows its mean, weighted by its samples
+// (a memory of followMemory samples, each clipped to twice the base). Not
+// gated on the round's own ratio: a class's few samples move that ratio,
+// and following only the rounds that read low drifts the base under the
+// class's mean (in a model of the demo's store, by a fifth: every round
+// then read a rise).
+func (b *ClassBases) RoundEnded(prev, next Gauge) {
+	calm := next.Limit >= prev.Limit
+	for c := range b.cnt {
+		if b.cnt[c] == 0 || b.n[c] < firstSamples {
+			continue
+		}
+		m, n := b.sum[c]/time.Duration(b.cnt[c]), time.Duration(b.cnt[c])
+		switch {
+		case m*3/2 < b.base[c] && n >= firstSamples:
+			// Clearly faster, in more than a sample or two (one of a
+			// class's quick endpoints is not the class getting faster).
+			b.base[c] = m
+		case calm && prev.Measure && !next.Measure:
+			b.base[c] = measuredBase(b.base[c], m, n)
+		case calm:
+			m = min(max(m, b.base[c]/2), 2*b.base[c])
+			b.base[c] += (m - b.base[c]) * n / (n + followMemory)
+		}
+	}
+	b.sum, b.cnt = [maxClassBases]time.Duration{}, [maxClassBases]int32{}
+}
+
+// followMemory is how many samples a class's base remembers when it
+// follows a round (see RoundEnded). Every round that does not back off is
+// followed, a held limit's mild rises too: with a memory of firstSamples
+// (16), a queue of one or two, taken in at a third of the way per round
+// at a limit of 8, raised the bases by the queue, the next probe queued
+// more, and the limit drifted to 2-4x the knee in a model of the e2e test
+// whose upstream's latency moved by a third (shared/limit
+// TestClassBasesShift). Real changes are taken by the round that measures
+// after a backoff, and by a clearly faster round, at once.
+const followMemory = 4 * firstSamples
+
+// measuredBase returns a class's base b after a round that measured the
+// no-queue latency (see RoundEnded) found n samples of the class at a mean
+// m: m if it moved by half or more in a few samples (the upstream, or the
+// machine timing it, changed: what the Gauge's own Base does), else a
+// step towards it weighted by the samples (a memory of MinRound/4: a
+// round of a few samples is as likely off as the base).
+func measuredBase(b, m, n time.Duration) time.Duration {
+	if n >= MinRound/4 && (m > b*3/2 || m*3/2 < b) {
+		return m
+	}
+	return b + (m-b)*n/(n+MinRound/4)
+}
+
+// Timing returns how long a Sampler's windows stay open and how long it
+// waits for a window's last requests (see Gauge.SamplerTiming) for a rule
+// with classes: from the slowest class's base, whose requests make the
+// round trip. While a class admitted has no base yet, it waits as for a
+// cold rule: the first buys of a launch, after an hour of 5 ms logins,
+// take 150 ms, and given up on at three times the logins' latency they
+// would read as a stall.
+func (b *ClassBases) Timing() (span, wait time.Duration) {
+	slow := time.Duration(0)
+	for c, x := range b.base {
+		slow = max(slow, x)
+		if x == 0 && b.seen&(1<<uint(c)) != 0 {
+			span, _ = Gauge{Base: slow}.SamplerTiming()
+			return span, max(time.Second, 3*slow)
+		}
+	}
+	return Gauge{Base: slow}.SamplerTiming()
+}

@@ -1,0 +1,142 @@
+package limit
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// A class's base is the mean of its first samples, then each sample is
+// compared with it: the batch's Exp sums the bases, and a round's Base is
+// Exp/N, so that its Mean over Base is the latencies over their classes'
+// bases. Logins of 4 ms and buys of 150 ms in one round read as no rise at
+// all, where one Base (the logins') would read the buys as a stall; a
+// queue of 15 ms at the upstream raises every class by 15 ms and reads as
+// (the service times + 15 ms each) over the service times.
+func TestClassBasesNormalize(t *testing.T) {
+	var cb ClassBases
+	for range firstSamples {
+		cb.Expect(0, 4*time.Millisecond)
+		cb.Expect(1, 150*time.Millisecond)
+	}
+	if cb.Base(0) != 4*time.Millisecond || cb.Base(1) != 150*time.Millisecond {
+		t.Fatalf("bases %v %v, want 4ms 150ms", cb.Base(0), cb.Base(1))
+	}
+	lim, _ := NewAdaptive(1, 1000)
+	g := Gauge{Limit: 40, Base: 10 * time.Millisecond, BaseN: 64, Round: 7, Calm: ProbeAfter}
+	for _, queue := range []time.Duration{0, 15 * time.Millisecond} {
+		b := Samples{Round: 7}
+		for range 3 {
+			b.AddBase(4*time.Millisecond+queue, cb.Expect(0, 4*time.Millisecond+queue), true)
+		}
+		b.AddBase(150*time.Millisecond+queue, cb.Expect(1, 150*time.Millisecond+queue), true)
+		_, out := lim.Learn(EncodeGauge(g), int64(time.Hour), b)
+		rise := float64(out.Mean) / float64(out.Base)
+		want := float64(3*4+150+4*queue.Milliseconds()) / (3*4 + 150)
+		if out.Base != (3*4+150)*time.Millisecond/4 || rise < want-0.001 || rise > want+0.001 {
+			t.Errorf("queue %v: round Base %v, mean over Base %.3f; want %v and %.3f", queue, out.Base, rise, (3*4+150)*time.Millisecond/4, want)
+		}
+	}
+}
+
+// A class's base follows its samples in rounds the Gauge did not back off
+// from, both ways, without drifting under its mean (a class of two
+// endpoints, 5-10 and 15-25 ms, in rounds of a few samples); a round the
+// Gauge backed off from moves nothing.
+func TestClassBasesFollow(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	var cb ClassBases
+	ms := time.Millisecond
+	draw := func() time.Duration {
+		if rng.Intn(3) == 0 {
+			return (5 + time.Duration(rng.Intn(6))) * ms
+		}
+		return (15 + time.Duration(rng.Intn(11))) * ms
+	}
+	g := Gauge{Limit: 10}
+	for range 2000 {
+		for range 1 + rng.Intn(4) {
+			cb.Expect(2, draw())
+		}
+		cb.RoundEnded(g, g)
+	}
+	mean := (7500*time.Microsecond + 2*20*ms) / 3
+	if b := cb.Base(2); b < mean*9/10 || b > mean*11/10 {
+		t.Errorf("base %v after 2,000 rounds, want within 10%% of the mean %v", b, mean)
+	}
+	before := cb.Base(2)
+	cb.Expect(2, 100*ms)
+	cb.RoundEnded(g, Gauge{Limit: 5})
+	if cb.Base(2) != before {
+		t.Errorf("a backoff's round moved the base %v -> %v", before, cb.Base(2))
+	}
+	for range 3 {
+		cb.Expect(2, 60*ms)
+		cb.RoundEnded(g, g)
+	}
+	if cb.Base(2) <= before {
+		t.Errorf("three rounds at 60ms left the base at %v (was %v)", cb.Base(2), before)
+	}
+}
+
+// While a class admitted has no base yet, the Sampler waits as for a cold
+// rule: the first buys after an hour of logins are not given up on at
+// three times the logins' latency (they would read as a stall).
+func TestClassBasesTiming(t *testing.T) {
+	var cb ClassBases
+	cb.Admitted(0)
+	for range firstSamples {
+		cb.Expect(0, 4*time.Millisecond)
+	}
+	if _, wait := cb.Timing(); wait != 12*time.Millisecond {
+		t.Errorf("wait %v with logins of 4ms known, want 12ms", wait)
+	}
+	cb.Admitted(3)
+	if _, wait := cb.Timing(); wait < time.Second {
+		t.Errorf("wait %v with a class admitted and no base, want 1s or more", wait)
+	}
+	for range firstSamples {
+		cb.Expect(3, 150*time.Millisecond)
+	}
+	if span, wait := cb.Timing(); wait != 450*time.Millisecond || span != 150*time.Millisecond/8 {
+		t.Errorf("span %v wait %v, want 18.75ms and 450ms (from the slowest class)", span, wait)
+	}
+}
+
+// A rule with classes whose demand does not fill its limit waits for
+// demand in slow start: an unsaturated calm round after the hold puts it
+// there, and eight unsaturated rounds end a hold. Rules without classes
+// (Use 0) are as before.
+func TestGaugeWaitsForDemandInSlowStart(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	clamp := func(x float64) float64 { return min(max(x, 1), 1000) }
+	ms := time.Millisecond
+	g := Gauge{Limit: 6, Base: 10 * ms, BaseN: 64, Calm: 0, Use: 0.2, N: 16}
+	for i := range 8 {
+		if !g.holding() {
+			t.Fatalf("hold over after %d light rounds, want 8", i)
+		}
+		g = g.held(10*ms, false, true, clamp)
+	}
+	if g.holding() {
+		t.Errorf("still holding after 8 light rounds (calm %d)", g.Calm)
+	}
+	g = lim.endRound(g)
+	if !g.SlowStart || g.Limit != 6 {
+		t.Errorf("light round after the hold: slow start %v, limit %.1f; want slow start at 6", g.SlowStart, g.Limit)
+	}
+	g.Saturated = true
+	if g = lim.endRound(g); g.Limit != 9 {
+		t.Errorf("first saturated round: limit %.1f, want 9 (half again)", g.Limit)
+	}
+	// Without classes: a light round neither ends the hold nor starts
+	// slow start.
+	h := Gauge{Limit: 6, Base: 10 * ms, BaseN: 64, N: 16, Mean: 10 * ms}
+	if h = lim.endRound(h); h.Calm != 0 || h.SlowStart {
+		t.Errorf("rule without classes: calm %d slow start %v, want 0 false", h.Calm, h.SlowStart)
+	}
+	h.Calm = ProbeAfter
+	if h = lim.endRound(h); h.SlowStart {
+		t.Errorf("rule without classes after its hold: slow start on a light round")
+	}
+}
