@@ -53,9 +53,12 @@ import (
 // (markMoving), and before it takes back a frozen state in a newer layout
 // (newer): with a stale view, the two configurations created or kept the
 // client's state each in its own layout, two budgets (about one seed in
-// 4,000 of TestLayoutsUnderRandomInterleavings). What is left is a worker
-// of the other configuration adopting its layout and deciding the client
-// between this worker's read of the record and its write.
+// 4,000 of TestLayoutsUnderRandomInterleavings). Before a fresh state the
+// read is skipped while the store's count of record writes has not moved
+// since this table's last read (LayoutSignal, renewLayoutIfWritten). What
+// is left is a worker of the other configuration adopting its layout and
+// deciding the client between this worker's read of the record (or of the
+// count) and its write.
 
 // AdoptLayouts records each region's bucket count in shared data at now,
 // learning its previous one when the count changed. Every worker calls it
