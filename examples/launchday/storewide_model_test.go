@@ -54,6 +54,7 @@ type wideRun struct {
 	overSlots   int           // launch seconds with more buys at the store than its 20 workers
 	limits      []float64     // the limit every 250 ms from the launch
 	preLaunchHi float64       // the highest limit before the launch
+	peak        float64       // the highest limit in the launch seconds
 }
 
 const (
@@ -153,6 +154,13 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		prev := g
 		if st, g = lim.Learn(st, now, b); g.Round != prev.Round {
 			if wideTrace != nil {
+				// The round as decided: prev with this batch added.
+				prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
+				if b.Exp > 0 {
+					prev.Base = (prev.Base*time.Duration(prev.N) + b.Exp) / time.Duration(prev.N+b.N)
+				}
+				prev.N += b.N
+				prev.Saturated = prev.Saturated || b.Saturated
 				wideTrace(now, prev, g)
 			}
 			smp.Reset(g.Round, now)
@@ -231,6 +239,9 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 			}
 			peak = 0
 		}
+		if now >= launch && now < end {
+			run.peak = max(run.peak, g.Limit)
+		}
 		if now < launch {
 			run.preLaunchHi = max(run.preLaunchHi, g.Limit)
 		} else if (now-launch)%(250*ms) == 0 {
@@ -279,10 +290,13 @@ var (
 // TestStoreWideLaunchModel: the demo's store-wide rule in the model, 20
 // seeds, against a fixed limit of 20 (the store's slots: the buys get 18
 // under the reserves). Each sample compared with its class's base, the
-// rule sells a median of about 80% of what the slots could serve in the
-// launch seconds (the fixed 20: 88%). One Base for the whole rule (each
+// rule sells a median of about 84% of what the slots could serve in the
+// launch seconds (the fixed 20: 88%), no seed under 60% (one sold 27%
+// when the pre-launch's light rounds could leave slow start warned, and
+// a new class's first samples read a rise: slow start ended at 9 on the
+// launch's first round). One Base for the whole rule (each
 // sample compared with it, as without classes) sells a median of about
-// 8% in the same model, as `make demo` did: the first buys read as a
+// 10% in the same model, as `make demo` did: the first buys read as a
 // stall against the logins' latency, and the limit falls to 1-3. Run with
 // -v for each seed's limit every 250 ms of the launch and seed 1's rounds.
 func TestStoreWideLaunchModel(t *testing.T) {
@@ -311,11 +325,14 @@ func TestStoreWideLaunchModel(t *testing.T) {
 	if one[10] > 0.5 {
 		t.Errorf("one Base for the rule sold a median of %.0f%%: the model no longer shows why a base per class", one[10]*100)
 	}
-	var orders []float64
+	var orders, peaks []float64
+	var p99s []time.Duration
 	low := 0
 	for seed := int64(1); seed <= 20; seed++ {
 		r := wideModel(seed, demoClasses, demoEPs)
 		orders = append(orders, r.orders)
+		peaks = append(peaks, r.peak)
+		p99s = append(p99s, r.loginP99)
 		var lims []string
 		for _, l := range r.limits {
 			lims = append(lims, fmt.Sprintf("%.0f", l))
@@ -330,8 +347,11 @@ func TestStoreWideLaunchModel(t *testing.T) {
 		}
 	}
 	slices.Sort(orders)
-	t.Logf("orders median %.0f%%, %.0f%%-%.0f%%", orders[10]*100, orders[0]*100, orders[19]*100)
-	if orders[10] < 0.75 || low > 2 {
-		t.Errorf("orders median %.0f%%, %d seeds under 60%%: want a median of 75%% or more, at most 2 under 60%%", orders[10]*100, low)
+	slices.Sort(peaks)
+	slices.Sort(p99s)
+	t.Logf("orders median %.0f%%, %.0f%%-%.0f%%; logins' launch p99 median %v (%v-%v); the limit's peak median %.1f (%.1f-%.1f)",
+		orders[10]*100, orders[0]*100, orders[19]*100, p99s[10], p99s[0], p99s[19], peaks[10], peaks[0], peaks[19])
+	if orders[10] < 0.75 || low > 0 {
+		t.Errorf("orders median %.0f%%, %d seeds under 60%%: want a median of 75%% or more, none under 60%%", orders[10]*100, low)
 	}
 }

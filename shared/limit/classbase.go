@@ -61,17 +61,23 @@ func (b *ClassBases) Base(c int) time.Duration {
 }
 
 // Expect counts a sample of class c with latency lat and returns the base
-// it is compared with: the class's, or while the class is new, the mean of
-// its samples so far, this one included (a neutral ratio).
+// it is compared with: the class's, or while the class is new, lat itself
+// (a neutral ratio: its first samples are what its base is learnt from).
+// Not the mean of its samples so far: they arrive quickest first (of the
+// first buys of a launch, 100-200 ms, the 100 ms ones are back first), so
+// each sample would be compared with a mean of quicker ones, and the
+// class's first rounds read a rise of 10-20% where nothing queued (slow
+// start held, or ended, at the launch's first round).
 func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
 	c = min(max(c, 0), maxClassBases-1)
 	lat = min(max(lat, time.Microsecond), MaxLatency)
+	b.sum[c] += lat
+	b.cnt[c]++
 	if b.n[c] < firstSamples {
 		b.n[c]++
 		b.base[c] += (lat - b.base[c]) / time.Duration(b.n[c])
+		return lat
 	}
-	b.sum[c] += lat
-	b.cnt[c]++
 	return b.base[c]
 }
 

@@ -140,3 +140,84 @@ func TestGaugeWaitsForDemandInSlowStart(t *testing.T) {
 		t.Errorf("rule without classes after its hold: slow start on a light round")
 	}
 }
+
+// A new class's first samples are neutral: a launch's first buys (100-200
+// ms) come back quickest first, and compared with the mean of the quicker
+// ones before them they read a rise where nothing queued (about 1.2x for
+// latencies spread evenly, quickest first: slow start held at the
+// launch's first round, or ended there). Each of a class's first
+// firstSamples is its own base; the class's base is their mean.
+func TestClassBasesNewClassIsNeutral(t *testing.T) {
+	var cb ClassBases
+	var lat, exp time.Duration
+	for i := range firstSamples {
+		l := time.Duration(100+100*i/(firstSamples-1)) * time.Millisecond // quickest first
+		lat += l
+		exp += cb.Expect(3, l)
+	}
+	if r := float64(lat) / float64(exp); r < 0.999 || r > 1.001 {
+		t.Errorf("a new class's first %d samples, quickest first, read %.3f of their bases, want 1 (neutral)", firstSamples, r)
+	}
+	if b := cb.Base(3); b < 149*time.Millisecond || b > 151*time.Millisecond {
+		t.Errorf("base %v after the first samples, want their mean 150ms", b)
+	}
+	if got := cb.Expect(3, 180*time.Millisecond); got != cb.Base(3) {
+		t.Errorf("a known class's sample compared with %v, want its base %v", got, cb.Base(3))
+	}
+}
+
+// A rule with classes waiting for demand in slow start decides nothing on
+// a round that did not use the limit: its mean is a few requests' mix,
+// no queue. Read as a mild rise, it left Warned set, and the launch's
+// first saturated round with a mild rise (noise, or a new class's first
+// samples) ended slow start at the pre-launch limit (6-9 for a store of
+// 20 slots: 27% of its orders in one seed of the store-wide model).
+func TestGaugeLightRoundsLeaveSlowStartAlone(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	g := Gauge{Limit: 6, Base: 10 * ms, BaseN: 64, SlowStart: true, Use: 0.2, N: 8, Mean: 11500 * time.Microsecond}
+	for i := range 3 {
+		if g = lim.endRound(g); g.Warned || !g.SlowStart || g.Limit != 6 {
+			t.Fatalf("light round %d with a mild rise: warned %v slow start %v limit %.1f, want false true 6", i, g.Warned, g.SlowStart, g.Limit)
+		}
+		g.N, g.Mean = 8, 11500*time.Microsecond
+	}
+	g.Saturated, g.Use = true, 0.9
+	if g = lim.endRound(g); !g.SlowStart || g.Limit != 6 || !g.Warned {
+		t.Errorf("first saturated round with a mild rise: slow start %v limit %.1f warned %v, want slow start held at 6, warned", g.SlowStart, g.Limit, g.Warned)
+	}
+	g.N, g.Mean = 8, 10*ms
+	if g = lim.endRound(g); !g.SlowStart || g.Limit != 9 {
+		t.Errorf("then a calm saturated round: slow start %v limit %.1f, want slow start, 9", g.SlowStart, g.Limit)
+	}
+}
+
+// Slow start's crossing of the knee, for a rule with classes: the backoff
+// keeps at least the limit slow start grew from when that growth was
+// decided on a round of MinRound/2 samples or more that read calm (it had
+// no queue, with the same mix). The demo's launch: 20 read calm, 30 read
+// 1.42x with 93% of it in flight; the estimate alone gives 18.7 (the buys'
+// cap 16), the limit keeps 20. A growth decided on a few samples, or a
+// stall (2x), keeps the estimate, as before.
+func TestGaugeCrossingKeepsTheCalmLimit(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	cross := func(n int64, rise float64) Gauge {
+		g := Gauge{Limit: 20, Base: 130 * ms, BaseN: 63, SlowStart: true, Saturated: true, Use: 0.9, N: n, Mean: 130 * ms}
+		if g = lim.endRound(g); g.Limit != 30 || !g.SlowStart {
+			t.Fatalf("calm saturated round at 20: limit %.1f slow start %v, want 30 and slow start", g.Limit, g.SlowStart)
+		}
+		g.N, g.Mean, g.Saturated, g.Use = 18, time.Duration(rise*float64(130*ms)), true, 0.93
+		return lim.endRound(g)
+	}
+	if g := cross(10, 1.42); g.Limit < 20 || g.Limit > 20.01 || !g.Measure {
+		t.Errorf("crossing after a growth on 10 samples: limit %.2f (measure %v), want 20 (the calm limit) and a measuring round", g.Limit, g.Measure)
+	}
+	want := 30 / 1.42 * Backoff * 0.93
+	if g := cross(4, 1.42); g.Limit < want-0.05 || g.Limit > want+0.05 {
+		t.Errorf("crossing after a growth on 4 samples: limit %.2f, want the estimate %.2f", g.Limit, want)
+	}
+	if g := cross(10, 2.2); g.Limit != 15 || !g.Stalled {
+		t.Errorf("a stall after a growth on 10 samples: limit %.2f stalled %v, want 15 (halved)", g.Limit, g.Stalled)
+	}
+}
