@@ -3,9 +3,11 @@
 package main
 
 import (
+	"errors"
 	"time"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // The SDK's equivalents of hostcall_wasip1.go, so that the package builds
@@ -41,8 +43,12 @@ func defineCounter(name string) counter { return counter(proxywasm.DefineCounter
 func defineGauge(name string) gauge     { return gauge(proxywasm.DefineGaugeMetric(name)) }
 
 func (c counter) Increment(n uint64) { proxywasm.MetricCounter(c).Increment(n) }
-func (g gauge) Add(n int64)          { proxywasm.MetricGauge(g).Add(n) }
-func (g gauge) Value() int64         { return proxywasm.MetricGauge(g).Value() }
+
+func defineCounterChecked(name string) (counter, bool) { return defineCounter(name), true }
+func (c counter) read() (uint64, bool)                 { return proxywasm.MetricCounter(c).Value(), true }
+func (c counter) add() bool                            { c.Increment(1); return true }
+func (g gauge) Add(n int64)                            { proxywasm.MetricGauge(g).Add(n) }
+func (g gauge) Value() int64                           { return proxywasm.MetricGauge(g).Value() }
 
 // GetInto implements engine.BufferStore with the SDK's read (a new buffer).
 func (s sharedData) GetInto(key string, _ []byte) ([]byte, uint32, bool, error) { return s.Get(key) }
@@ -58,3 +64,13 @@ func getRequestHeaderPairs() []byte {
 	}
 	return appendHeaderMap(nil, h)
 }
+
+func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+	err := proxywasm.SetSharedData(key, value, cas)
+	if errors.Is(err, types.ErrorStatusCasMismatch) {
+		return true, nil
+	}
+	return false, err
+}
+
+func replaceResponseHeader(name, value string) { _ = proxywasm.ReplaceHttpResponseHeader(name, value) }

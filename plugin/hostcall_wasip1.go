@@ -142,7 +142,29 @@ func defineMetric(typ uint32, name string) uint32 {
 }
 
 func defineCounter(name string) counter { return counter(defineMetric(metricTypeCounter, name)) }
-func defineGauge(name string) gauge     { return gauge(defineMetric(metricTypeGauge, name)) }
+
+// defineCounterChecked is defineCounter reporting a failure instead of
+// panicking.
+func defineCounterChecked(name string) (counter, bool) {
+	var id uint32
+	if proxyDefineMetric(metricTypeCounter, unsafe.StringData(name), int32(len(name)), &id) != 0 {
+		return 0, false
+	}
+	return counter(id), true
+}
+
+// read reads the counter.
+func (c counter) read() (uint64, bool) {
+	var v uint64
+	if proxyGetMetric(uint32(c), &v) != 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// add adds 1 to the counter.
+func (c counter) add() bool         { return proxyIncrementMetric(uint32(c), 1) == 0 }
+func defineGauge(name string) gauge { return gauge(defineMetric(metricTypeGauge, name)) }
 
 // Increment adds n to the counter.
 func (c counter) Increment(n uint64) {
@@ -229,6 +251,45 @@ func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) 
 		return nil, cas, true, nil
 	}
 	return unsafe.Slice(ret, size), cas, true, nil
+}
+
+//go:wasmimport env proxy_set_shared_data
+//go:noescape
+func proxySetSharedData(keyData *byte, keySize int32, valueData *byte, valueSize int32, cas uint32) uint32
+
+// statusCasMismatch: proxy_set_shared_data found the key changed since the
+// read (proxy-wasm ABI 0.2.1).
+const statusCasMismatch = 8
+
+// Set implements engine.Store with one host call (the SDK's SetSharedData
+// and the error mapping are three calls more in the module per write).
+func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+	var vp *byte
+	if len(value) > 0 {
+		vp = &value[0]
+	}
+	switch st := proxySetSharedData(unsafe.StringData(key), int32(len(key)), vp, int32(len(value)), cas); st {
+	case statusOK:
+		return false, nil
+	case statusCasMismatch:
+		return true, nil
+	default:
+		return false, sdkStatusToError(st)
+	}
+}
+
+//go:wasmimport env proxy_replace_header_map_value
+//go:noescape
+func proxyReplaceHeaderMapValue(mapType uint32, keyData *byte, keySize int32, valueData *byte, valueSize int32) uint32
+
+// mapTypeResponseHeaders is the response header map (proxy-wasm ABI 0.2.1).
+const mapTypeResponseHeaders = 2
+
+// replaceResponseHeader sets a response header: one host call (the SDK's
+// wrapper and its error mapping are two more calls in the module per
+// header); a failure is ignored, as the SDK's error was.
+func replaceResponseHeader(name, value string) {
+	_ = proxyReplaceHeaderMapValue(mapTypeResponseHeaders, unsafe.StringData(name), int32(len(name)), unsafe.StringData(value), int32(len(value)))
 }
 
 //go:wasmimport env proxy_set_property

@@ -404,7 +404,7 @@ func (p *pluginContext) decide(h *httpContext, now int64) {
 	}
 	h.verdict = p.pools.verdicts.get()
 	if !redirected {
-		*h.verdict = p.engine.Decide(h, now)
+		p.engine.DecideInto(h.verdict, h, now)
 		return
 	}
 	*h.verdict = p.engine.DecideRedirect(h, now)
@@ -449,7 +449,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	h.verdict.Forwarded(h.sent)
 	p.headers.Build(h.verdict, p.engine.Config().Headers, false)
 	for _, kv := range p.headers.List() {
-		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+		replaceResponseHeader(kv[0], kv[1])
 	}
 	if endOfStream {
 		h.responseDone()
@@ -634,12 +634,4 @@ func (sharedData) Get(key string) ([]byte, uint32, bool, error) {
 		return nil, 0, false, err
 	}
 	return v, cas, true, nil
-}
-
-func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
-	err := proxywasm.SetSharedData(key, value, cas)
-	if errors.Is(err, types.ErrorStatusCasMismatch) {
-		return true, nil
-	}
-	return false, err
 }

@@ -175,6 +175,12 @@ func (m *metrics) defineProcess() {
 	g.activeStates = defineGauge("sluice.table.active_states")
 }
 
+// defineLayoutWritesCounter defines the count of layout record writes
+// (layoutsignal.go), which every VM defines on its first use.
+func defineLayoutWritesCounter() (counter, bool) {
+	return defineCounterChecked("sluice.table.layout_writes")
+}
+
 // newFleetMetrics defines the metrics of global rules (a configuration
 // without one has none).
 func newFleetMetrics() *fleetMetrics {

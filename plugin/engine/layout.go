@@ -53,9 +53,12 @@ import (
 // (markMoving), and before it takes back a frozen state in a newer layout
 // (newer): with a stale view, the two configurations created or kept the
 // client's state each in its own layout, two budgets (about one seed in
-// 4,000 of TestLayoutsUnderRandomInterleavings). What is left is a worker
-// of the other configuration adopting its layout and deciding the client
-// between this worker's read of the record and its write.
+// 4,000 of TestLayoutsUnderRandomInterleavings). Before a fresh state the
+// read is skipped while the store's count of record writes has not moved
+// since this table's last read (LayoutSignal, renewLayoutIfWritten). What
+// is left is a worker of the other configuration adopting its layout and
+// deciding the client between this worker's read of the record (or of the
+// count) and its write.
 
 // AdoptLayouts records each region's bucket count in shared data at now,
 // learning its previous one when the count changed. Every worker calls it
@@ -88,7 +91,11 @@ func (t *Table) adoptLayout(rg *region, now int64) {
 		putUint64(b[0:8], rg.buckets)
 		putUint64(b[8:16], rg.prevBuckets)
 		putUint64(b[16:24], uint64(rg.prevUntil))
-		if mismatch, err := t.store.Set(key, b[:], cas); err != nil || !mismatch {
+		mismatch, err := t.store.Set(key, b[:], cas)
+		if err == nil && !mismatch {
+			t.layoutWritten()
+		}
+		if err != nil || !mismatch {
 			return
 		}
 		// Another worker recorded a layout meanwhile: read it.
@@ -121,13 +128,52 @@ func (t *Table) RenewLayouts(now int64) {
 	}
 }
 
+// renewLayoutIfWritten is renewLayout for a decision about to give a
+// client a fresh state, skipped while the store's count of layout record
+// writes (LayoutSignal) is what it was when this table last read rg's
+// record here: no record was written since, so the view is the record's
+// (the writes a table makes itself count too), unless the read would
+// renew the record (a table of the previous layout, a quarter of a life
+// since the last renewal), as it does when it is not skipped. The count is read before
+// the record: a write between the two is counted after the count read,
+// and the next decision reads the record again. What is left is what the
+// record read leaves (the top of this file): a worker of another
+// configuration that writes the record, counts it and decides the client
+// between this read of the count and this worker's write.
+func (t *Table) renewLayoutIfWritten(rg *region, now int64) {
+	if t.signal == nil {
+		t.renewLayout(rg, now)
+		return
+	}
+	n, ok := t.signal.LayoutWrites()
+	renew := rg.newer != 0 && rg.prevUntil != 0 && rg.prevUntil-now < int64(rg.life)*3/4
+	if ok && uint32(n)+1 == rg.seenWrites && !renew {
+		return
+	}
+	rg.seenWrites = 0
+	if t.renewLayout(rg, now) && ok {
+		rg.seenWrites = uint32(n) + 1
+	}
+}
+
+// layoutWritten counts a write of a layout record (LayoutSignal).
+func (t *Table) layoutWritten() {
+	if t.signal != nil {
+		t.signal.LayoutWritten()
+	}
+}
+
 // renewLayout is RenewLayouts for region rg. Decisions call it too, where
 // a stale view would give a client two states (see the top of this file).
-func (t *Table) renewLayout(rg *region, now int64) {
+// It reports whether the view is the record's (read, or none recorded).
+func (t *Table) renewLayout(rg *region, now int64) bool {
 	key := rg.recordKey
 	val, cas, err := t.loadInto(key, 24, &t.record) // no garbage: decisions call it
-	if err != nil || cas == createCAS {
-		return
+	if err != nil {
+		return false
+	}
+	if cas == createCAS {
+		return true
 	}
 	cur, prev, until := getUint64(val[0:8]), getUint64(val[8:16]), int64(getUint64(val[16:24]))
 	rg.newer = 0
@@ -139,9 +185,9 @@ func (t *Table) renewLayout(rg *region, now int64) {
 		// layout; pulling states out of it into this one (the
 		// previous layout as this table adopted it) would only move
 		// them back and forth.
-		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
+		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, until
 		if until-now >= int64(rg.life)*3/4 {
-			return
+			return true
 		}
 		// Renewed when a quarter of the life has passed: a write a
 		// few times per life, not every second for long lives. A
@@ -150,7 +196,9 @@ func (t *Table) renewLayout(rg *region, now int64) {
 		var b [24]byte
 		copy(b[:], val)
 		putUint64(b[16:24], uint64(now+int64(rg.life)))
-		_, _ = t.store.Set(key, b[:], cas)
+		if mismatch, err := t.store.Set(key, b[:], cas); err == nil && !mismatch {
+			t.layoutWritten()
+		}
 	case cur != 0:
 		// A third live layout: the record holds two (one of two
 		// long-lived listeners reloaded with another share, its old
@@ -160,6 +208,7 @@ func (t *Table) renewLayout(rg *region, now int64) {
 		// current layout does not read this one).
 		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, 0
 	}
+	return true
 }
 
 // errStaleView: the table's view of the layouts was out of date; it is

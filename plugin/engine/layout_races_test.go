@@ -74,7 +74,7 @@ func TestMoveIntoOwnExpiredSlotSurvivesCASMismatch(t *testing.T) {
 func (s *memStore) clone() *memStore {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := &memStore{m: map[string]memEntry{}, nextCAS: s.nextCAS}
+	c := &memStore{m: map[string]memEntry{}, nextCAS: s.nextCAS, writes: s.writes, noSignal: s.noSignal}
 	for k, e := range s.m {
 		c.m[k] = e
 	}

@@ -12,6 +12,23 @@ type memStore struct {
 	// beforeSet, if set, runs (unlocked) before every Set: tests use it to
 	// inject a concurrent writer between a get and a set.
 	beforeSet func(key string)
+	// writes is the count of layout record writes (LayoutSignal), as the
+	// plugin keeps it in an Envoy counter; noSignal: the count cannot be
+	// read (tables read the record before every fresh state).
+	writes   uint64
+	noSignal bool
+}
+
+func (s *memStore) LayoutWrites() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes, !s.noSignal
+}
+
+func (s *memStore) LayoutWritten() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
 }
 
 type memEntry struct {

@@ -35,5 +35,20 @@ type BufferStore interface {
 	GetInto(key string, buf []byte) (value []byte, cas uint32, found bool, err error)
 }
 
+// LayoutSignal is a Store with a process-wide count of the writes of
+// layout records beside it (layout.go): in Envoy a counter stat, which
+// every VM of the process shares and reads with one host call that returns
+// no data, where a shared-data get also calls back into the module for a
+// buffer. Whoever writes a layout record counts the write (LayoutWritten)
+// after the write and before it decides anything in that layout; a table
+// whose view of a region's record was read while the count was n holds
+// what the record says as long as the count is still n, and does not read
+// it again before a fresh state (locate). ok is false when the count
+// cannot be read: the record is read then.
+type LayoutSignal interface {
+	LayoutWrites() (n uint64, ok bool)
+	LayoutWritten()
+}
+
 // ErrStore is wrapped by errors from a Store that is unusable.
 var ErrStore = errors.New("shared data unavailable")

@@ -84,15 +84,21 @@ type Region struct {
 }
 
 type region struct {
-	id          uint64
-	spill       bool
+	id    uint64
+	spill bool
+	// seenWrites is 1 + the count of layout record writes (LayoutSignal,
+	// mod 2^32) read before this table last read the record in locate
+	// (0: none): while the count stays there, the view is the record's.
+	seenWrites  uint32
 	prefix      string
 	buckets     uint64
 	overflowKey string
 	recordKey   string        // its layout record (layout.go)
 	life        time.Duration // the longest a state of the rule stays active
 	// prevBuckets is the region's bucket count before its share last
-	// changed, until prevUntil (0: none); see layout.go.
+	// changed, until prevUntil (0: none); see layout.go. With newer set,
+	// prevUntil is until when the newer layout reads this one (what a
+	// renewal pushes), 0 for a third layout.
 	prevBuckets uint64
 	prevUntil   int64
 	// newer is the bucket count of the layout recorded as current when
@@ -108,6 +114,8 @@ type region struct {
 // store, not the Table.
 type Table struct {
 	store   Store
+	signal  LayoutSignal // the store's, if it has one
+	bufs    BufferStore  // the store's, if it reads into buffers (fetch)
 	regions []region
 	total   int              // buckets of all regions
 	starts  []int            // where each region's entries start in Key's enumeration
@@ -139,6 +147,10 @@ type TableStats struct {
 func NewTable(store Store, regions []Region) *Table {
 	t := &Table{store: store, Overflow: make([]uint64, len(regions)),
 		starts: make([]int, 0, len(regions)), regions: make([]region, 0, len(regions))}
+	// Asserted once: an assertion to an interface looks the pair up in
+	// the runtime's table, several calls in the module per read.
+	t.signal, _ = store.(LayoutSignal)
+	t.bufs, _ = store.(BufferStore)
 	for _, r := range regions {
 		n := uint64(max(1, (r.Share-1)/SlotsPerBucket))
 		t.starts = append(t.starts, t.total+len(t.starts))
@@ -272,8 +284,9 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	// configuration that started meanwhile may be creating the client's
 	// state in its own layout now (two states, twice the budget): the
 	// record is read first. One read for a client without an active
-	// state, none for the others.
-	t.renewLayout(rg, now)
+	// state, none for the others, and none while no layout record was
+	// written since this table last read it (LayoutSignal).
+	t.renewLayoutIfWritten(rg, now)
 	if own && !rg.twoLayouts(now) {
 		return sp, nil
 	}
@@ -477,8 +490,8 @@ func (t *Table) loadValue(key string, size int) ([]byte, uint32, error) {
 // fetch reads key's value into buf when the store can (BufferStore),
 // counting a failed read (StoreErrors).
 func (t *Table) fetch(key string, buf []byte) (val []byte, cas uint32, found bool, err error) {
-	if bs, ok := t.store.(BufferStore); ok {
-		val, cas, found, err = bs.GetInto(key, buf)
+	if t.bufs != nil {
+		val, cas, found, err = t.bufs.GetInto(key, buf)
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}

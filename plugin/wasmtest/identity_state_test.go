@@ -225,3 +225,47 @@ func TestShareChangeOldAndNewWorkersShareState(t *testing.T) {
 	}
 	healthy(t, old, nu)
 }
+
+// TestNewClientsSeeANewConfiguration: a worker of the previous
+// configuration that has decided new clients (its view of the layouts
+// read) and has not ticked since another configuration with another share
+// started on another worker learns of it before its next new client's
+// state, from the count of layout record writes
+// (sluice.table.layout_writes), not its once a second renewal: the two
+// decide each client on one state. The other worker's VM is reused for the
+// new configuration (an update that keeps the vm_config), so the count
+// changes only by the new layout's record. Rule a has 12 buckets before,
+// 24 after (half of the clients move), room for every client.
+func TestNewClientsSeeANewConfiguration(t *testing.T) {
+	h := newHost(t)
+	vms := workers(t, h, 2, `{"rules":[
+		{"name":"a","match":{"path_prefix":"/a"},"limit":5,"window":"1h"},
+		{"name":"b","match":{"path_prefix":"/b"},"limit":1,"window":"1h"}],"max_keys":200}`)
+	old, nu := vms[0], vms[1]
+	for i := 0; i < 4; i++ {
+		for _, vm := range vms {
+			get(vm, "/a", fmt.Sprintf("10.1.%d.%d:1", i, vm.ID())).Must(t)
+		}
+	}
+	before := h.Metrics().Counter("sluice.table.layout_writes")
+	if err := nu.Reconfigure([]byte(`{"rules":[{"name":"a","match":{"path_prefix":"/a"},"limit":5,"window":"1h"}],"max_keys":200}`)); err != nil {
+		t.Fatal(err)
+	}
+	if after := h.Metrics().Counter("sluice.table.layout_writes"); after <= before {
+		t.Fatalf("sluice.table.layout_writes %d after a new layout was recorded, was %d", after, before)
+	}
+	for i := 0; i < 16; i++ {
+		admitted := 0
+		for j := 0; j < 6; j++ {
+			for _, vm := range []*wasmhost.VM{nu, old} {
+				if r := get(vm, "/a", fmt.Sprintf("10.0.%d.1:1", i)).Must(t); r.Status == 200 {
+					admitted++
+				}
+			}
+		}
+		if admitted != 5 {
+			t.Errorf("new client %d: %d of 12 admitted by the new and the old configuration in turn, want 5 (one budget)", i, admitted)
+		}
+	}
+	healthy(t, old, nu)
+}

@@ -68,8 +68,14 @@ import (
 // local and a redirect decided by its own entry point
 // (Engine.DecideRedirect), 1.3 KB: 3,564,944 bytes. Raised for the
 // adaptive rule's no-queue latency per priority class (limit.ClassBases,
-// the Sampler's per-class sums: 9.0 KB): 3,573,968 bytes then.
-const moduleCeiling = 3_575_000
+// the Sampler's per-class sums: 9.0 KB): 3,573,968 bytes then. Raised for
+// the count of layout record writes (an Envoy counter) read before a
+// client's fresh state instead of the record itself, a shared-data get
+// (code +3.5 KB, static data +3.3 KB: the signal's interface and methods,
+// the counter's check; about 12k fewer instructions per fresh state in
+// Envoy, docs/design/request-cost.md), less 1.2 KB for direct host calls
+// on the request path: 3,579,701 bytes then.
+const moduleCeiling = 3_581_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

@@ -274,7 +274,7 @@ func TestMetricsVMRestartNoDoubleCount(t *testing.T) {
 
 // --- names: docs, dashboard and alerts against plugin/metrics.go ---
 
-var metricDefRe = regexp.MustCompile(`define(Counter|Gauge)\((?:(c?p) \+ )?"([^"]+)"\)`)
+var metricDefRe = regexp.MustCompile(`define(Counter|Gauge)(?:Checked)?\((?:(c?p) \+ )?"([^"]+)"\)`)
 
 // metricDefined returns the metrics plugin/metrics.go defines, per-rule ones
 // as sluice.rule.<rule>.<x>, with their kind.
