@@ -214,60 +214,6 @@ func (g Gauge) Current() int64 { return max(int64(g.Limit), 1) }
 // flight (itself included) used the limit: the round then may grow it.
 func (g Gauge) AtLimit(inFlight int64) bool { return inFlight*8 >= g.Current()*7 }
 
-// EncodeGauge packs g into a State (16 bytes).
-func EncodeGauge(g Gauge) State {
-	lim := uint64(min(max(g.Limit, 0), MaxConcurrency+0.9375)*16) & (1<<20 - 1)
-	n := uint64(min(max(g.N, 0), 1<<16-1))
-	var f uint64
-	if g.SlowStart {
-		f |= 1
-	}
-	if g.Measure {
-		f |= 2
-	}
-	if g.Saturated {
-		f |= 4
-	}
-	if g.Warned {
-		f |= 8
-	}
-	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
-	use := uint64(math.Round(min(max(g.Use, 0), 1) * useSteps))
-	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | use<<44 | uint64(min(max(g.Calm, 0), maxCalm))<<50
-	if g.Stalled {
-		b |= 1 << 56
-	}
-	b |= uint64(min(max(g.BaseN, 0), maxBaseN)) << 57
-	if g.Grown {
-		b |= 1 << 63
-	}
-	return State{A: int64(a), B: int64(b)}
-}
-
-// DecodeGauge unpacks a State written by EncodeGauge (the zero State
-// decodes to a zero Limit: a cold rule).
-func DecodeGauge(st State) Gauge {
-	a, b := uint64(st.A), uint64(st.B)
-	f := a >> 60
-	return Gauge{
-		Limit: float64(a&(1<<20-1)) / 16,
-		Base:  time.Duration(a>>20&(1<<24-1)) * time.Microsecond,
-		N:     int64(a >> 44 & (1<<16 - 1)),
-		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
-		Round: uint32(b >> 24 & roundMask),
-		Use:   float64(b>>44&useSteps) / useSteps,
-		Calm:  int64(b >> 50 & maxCalm),
-		BaseN: int64(b >> 57 & maxBaseN),
-
-		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0, Stalled: b>>56&1 != 0,
-		Grown: b>>63 != 0,
-	}
-}
-
-func micros(d time.Duration) uint64 {
-	return uint64(min(max(d, 0), MaxLatency) / time.Microsecond)
-}
-
 // Gauge returns the learnt state in st for l (an adaptive limit): a cold
 // st gives the initial gauge (InitialLimit within the bounds, slow start,
 // round 0).
