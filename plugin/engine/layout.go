@@ -146,7 +146,7 @@ func (t *Table) renewLayoutIfWritten(rg *region, now int64) {
 		return
 	}
 	n, ok := t.signal.LayoutWrites()
-	renew := rg.newer != 0 && rg.prevUntil != 0 && rg.prevUntil-now < int64(rg.life)*3/4
+	renew := rg.newer != 0 && rg.prevUntil != 0 && rg.renewalDue(rg.prevUntil, now)
 	if ok && uint32(n)+1 == rg.seenWrites && !renew {
 		return
 	}
@@ -155,6 +155,11 @@ func (t *Table) renewLayoutIfWritten(rg *region, now int64) {
 		rg.seenWrites = uint32(n) + 1
 	}
 }
+
+// renewalDue reports whether a record of the previous layout that lasts
+// until until is to be renewed at now: once a quarter of its life has
+// passed.
+func (rg *region) renewalDue(until, now int64) bool { return until-now < int64(rg.life)*3/4 }
 
 // layoutWritten counts a write of a layout record (LayoutSignal).
 func (t *Table) layoutWritten() {
@@ -186,7 +191,7 @@ func (t *Table) renewLayout(rg *region, now int64) bool {
 		// previous layout as this table adopted it) would only move
 		// them back and forth.
 		rg.newer, rg.prevBuckets, rg.prevUntil = cur, 0, until
-		if until-now >= int64(rg.life)*3/4 {
+		if !rg.renewalDue(until, now) {
 			return true
 		}
 		// Renewed when a quarter of the life has passed: a write a
