@@ -45,11 +45,16 @@ build: $(WASM)
 # module does not export, and each one it calls is a C++ -> V8 -> Go entry
 # (thousands of instructions; docs/design/performance.md, "Callbacks per stream").
 # The stream's end (the SDK's proxy_on_log, proxy_on_done, proxy_on_delete)
-# runs in one entry, plugin/streamend_wasip1.go, exported as proxy_on_delete.
+# runs in one entry, plugin/streamend_wasip1.go, exported as proxy_on_delete. The
+# per-stream callbacks are the plugin's own (plugin/dispatch_wasip1.go: no Go
+# maps per stream), falling back to the SDK's for the contexts they do not own.
 WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstream_data,proxy_on_downstream_connection_close,$\
   proxy_on_upstream_data,proxy_on_upstream_connection_close,proxy_on_request_body,proxy_on_request_trailers,$\
-  proxy_on_response_trailers,proxy_on_queue_ready,proxy_on_log,proxy_on_done,proxy_on_delete
-WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate
+  proxy_on_response_trailers,proxy_on_queue_ready,proxy_on_log,proxy_on_done,proxy_on_delete,$\
+  proxy_on_context_create,proxy_on_request_headers,proxy_on_response_headers,proxy_on_response_body
+WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate,$\
+  sluice_on_context_create=proxy_on_context_create,sluice_on_request_headers=proxy_on_request_headers,$\
+  sluice_on_response_headers=proxy_on_response_headers,sluice_on_response_body=proxy_on_response_body
 
 # The plugin is linked twice when its static data ends where the Go runtime
 # would clear a gap before its first heap arena (up to 448 KiB of zeros

@@ -31,13 +31,9 @@ type vmContext struct{ types.DefaultVMContext }
 
 func (*vmContext) NewPluginContext(contextID uint32) types.PluginContext {
 	p := &pluginContext{id: contextID}
-	plugins[contextID] = p
+	roots = append(roots, p) // streams.go
 	return p
 }
-
-// plugins are this VM's plugin contexts by context ID: the module's own
-// end-of-context export (streamend_wasip1.go) retires them.
-var plugins = map[uint32]*pluginContext{}
 
 // OnPluginDone retires p (see retire) where the SDK's proxy_on_done runs
 // (a plain `go build`; `make build` ends contexts in sluiceOnStreamEnd).
@@ -53,7 +49,14 @@ func (p *pluginContext) retire() {
 		return
 	}
 	p.retired = true
-	delete(plugins, p.id)
+	for i, r := range roots {
+		if r == p {
+			roots[i] = roots[len(roots)-1]
+			roots[len(roots)-1] = nil
+			roots = roots[:len(roots)-1]
+			break
+		}
+	}
 	if p.metrics != nil && p.engine != nil {
 		p.metrics.flush(p.engine, p.held.len())
 		p.metrics.retire()
@@ -133,6 +136,11 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	return p.newStream(contextID)
+}
+
+// newStream is the context of p's new stream contextID.
+func (p *pluginContext) newStream(contextID uint32) *httpContext {
 	h := p.pools.streams.get()
 	h.id, h.plugin = contextID, p
 	return h

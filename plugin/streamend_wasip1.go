@@ -34,7 +34,11 @@ func sdkOnDelete(contextID uint32)
 
 //go:wasmexport sluice_on_stream_end
 func sluiceOnStreamEnd(contextID uint32) {
-	if p := plugins[contextID]; p != nil {
+	if h := streams.remove(contextID); h != nil {
+		h.OnHttpStreamDone() // a stream of the plugin's own (dispatch_wasip1.go)
+		return
+	}
+	if p := rootOf(contextID); p != nil {
 		p.retire() // the plugin context ends: no proxy_on_done either
 	}
 	sdkOnLog(contextID)

@@ -367,6 +367,10 @@ type HTTPCall struct {
 	Body     []byte
 	Trailers Headers
 	Timeout  time.Duration
+	// root is the root context that made the call (the calling stream's):
+	// Envoy delivers the answer to it, also after a configuration update
+	// made another root the VM's current one.
+	root uint32
 }
 
 type httpCallResponse struct {
@@ -395,6 +399,13 @@ func hostHTTPCall(vm *VM, _ api.Module, st []uint64) {
 		Body:     append([]byte(nil), body...),
 		Trailers: unmarshalPairs(trls),
 		Timeout:  time.Duration(u32(st[8])) * time.Millisecond,
+		root:     vm.rootID,
+	}
+	if a := vm.active(); a != 0 {
+		call.root = a
+		if s := vm.streams[a]; s != nil && s.root != 0 {
+			call.root = s.root
+		}
 	}
 	hm := newHeaderMap(call.Headers)
 	for _, need := range []string{":path", ":method", ":authority"} {

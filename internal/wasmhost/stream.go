@@ -58,6 +58,7 @@ func (s StreamState) String() string {
 type Stream struct {
 	vm       *VM
 	id       uint32
+	root     uint32 // the root context it was created under
 	state    StreamState
 	props    map[string]string
 	setProps map[string]string
@@ -118,7 +119,7 @@ func (vm *VM) newStream(props Properties) (*Stream, error) {
 		vm.streams[s.id] = s
 		return s, nil
 	}
-	s := &Stream{vm: vm, id: vm.allocContextID(), props: normalizeProperties(props)}
+	s := &Stream{vm: vm, id: vm.allocContextID(), root: vm.rootID, props: normalizeProperties(props)}
 	vm.streams[s.id] = s
 	if err := vm.invoke(s.id, "proxy_on_context_create", vm.fn.onContextCreate, nil, uint64(s.id), uint64(vm.rootID)); err != nil {
 		s.err = err

@@ -552,13 +552,14 @@ func (vm *VM) HTTPCalls() []HTTPCall {
 }
 
 // RespondHTTPCall completes the HTTP call token: proxy_on_http_call_response
-// (root, token, number of headers, body size, number of trailers) runs with
+// (the calling root, token, number of headers, body size, number of trailers) runs with
 // the response readable through the HttpCallResponse* maps and buffer. A nil
 // resp models a failed call (reset): Envoy then reports 0/0/0 and
 // proxy_get_status returns BrokenConnection with message "reset".
 func (vm *VM) RespondHTTPCall(token uint32, resp *Response) error {
 	return vm.op(func() error {
-		if _, ok := vm.httpCalls[token]; !ok {
+		call, ok := vm.httpCalls[token]
+		if !ok {
 			return fmt.Errorf("wasmhost: no pending HTTP call with token %d", token)
 		}
 		delete(vm.httpCalls, token)
@@ -569,8 +570,8 @@ func (vm *VM) RespondHTTPCall(token uint32, resp *Response) error {
 		} else {
 			vm.statusCode, vm.statusMsg = uint32(StatusBrokenConnection), "reset"
 		}
-		err := vm.invoke(vm.rootID, "proxy_on_http_call_response", vm.fn.onHTTPCallResp, nil,
-			uint64(vm.rootID), uint64(token), uint64(nh), uint64(nb), uint64(nt))
+		err := vm.invoke(call.root, "proxy_on_http_call_response", vm.fn.onHTTPCallResp, nil,
+			uint64(call.root), uint64(token), uint64(nh), uint64(nb), uint64(nt))
 		vm.httpResp = nil
 		vm.statusCode, vm.statusMsg = 0, ""
 		return err

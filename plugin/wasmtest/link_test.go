@@ -74,8 +74,13 @@ import (
 // (code +3.5 KB, static data +3.3 KB: the signal's interface and methods,
 // the counter's check; about 12k fewer instructions per fresh state in
 // Envoy, docs/design/request-cost.md), less 1.2 KB for direct host calls
-// on the request path: 3,579,701 bytes then.
-const moduleCeiling = 3_581_000
+// on the request path: 3,579,701 bytes then. Raised for the per-stream
+// callbacks' own exports and context table (plugin/dispatch_wasip1.go,
+// plugin/streams.go: code +7.5 KB, the SDK's exports stay linked for the
+// contexts the plugin does not own; 5.0k fewer instructions per admitted
+// and 4.6k per rejected request in Envoy, docs/design/request-cost.md):
+// 3,590,868 bytes then (main 3,580,263).
+const moduleCeiling = 3_592_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
