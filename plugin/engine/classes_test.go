@@ -189,3 +189,71 @@ func TestAdaptiveClassCapSaturatesTheRound(t *testing.T) {
 		t.Error("a buy that filled the default class's cap (2 of 4) left the round unsaturated")
 	}
 }
+
+// An adaptive rule with classes on a worker whose loop runs late: a class
+// whose no-queue latency is under LagTimes x the loop's lag gives no
+// sample (a 5 ms login read 20 ms late is the lag's noise; in `make
+// demo`'s launch, rounds of such logins read 2-5x their base and halved
+// the limit), while a slower class, or a new one, still does. Without
+// the lag the login counts.
+func TestAdaptiveClassUntimedUnderLoopLag(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	const period = 20 * time.Millisecond
+	// counted reports whether one request of path, answered after lat
+	// and read late later, reached the learner's batch, after 16 logins of
+	// 5 ms answered with the loop on time, then 20 ticks late late.
+	counted := func(late time.Duration, path string, lat time.Duration) bool {
+		e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+		now := t0
+		var fp uint64
+		done, lag := now, time.Duration(0) // the last tick's end, the ticks' lateness
+		tick := func(until int64) {
+			for done+int64(period+lag) <= until {
+				done += int64(period + lag)
+				e.Ticked(done, period)
+				e.TickDone(done)
+			}
+		}
+		// one answers a request of path after lat and reports whether
+		// its sample reached the Gauge or the batch (the samples before
+		// it added at once).
+		one := func(path string, lat time.Duration) bool {
+			e.Learn(now)
+			v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
+			if v.Outcome != Allow {
+				t.Fatalf("%s: %v", path, v.Outcome)
+			}
+			fp = v.Slots[0].FP
+			before := learnt(e, 0, fp)
+			tick(now + int64(lat))
+			e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
+			e.Release(v.Slots, now+int64(lat))
+			now += int64(lat)
+			e.flight.CloseWindow(0, fp, now, 0)
+			after := learnt(e, 0, fp)
+			now += int64(LearnEvery)
+			return after.Gauge.Round != before.Gauge.Round || after.Gauge.N+after.Ready.N > before.Gauge.N+before.Ready.N
+		}
+		e.Ticked(now, period)
+		e.TickDone(now)
+		for range 16 {
+			if !one("/login", 5*time.Millisecond) {
+				t.Fatal("a login of 5 ms on time: not counted")
+			}
+		}
+		tick(now)
+		lag = late
+		tick(now + 20*int64(period+late))
+		now = done + int64(time.Millisecond)
+		return one(path, lat+late)
+	}
+	if !counted(0, "/login", 5*time.Millisecond) {
+		t.Error("a login of 5 ms, the loop on time: not counted")
+	}
+	if counted(20*time.Millisecond, "/login", 5*time.Millisecond) {
+		t.Error("a login of 5 ms read 20 ms late (the loop's usual lag): counted")
+	}
+	if !counted(20*time.Millisecond, "/buy", 150*time.Millisecond) {
+		t.Error("a buy (a new class) read 20 ms late: not counted")
+	}
+}
