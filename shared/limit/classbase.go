@@ -1,6 +1,9 @@
 package limit
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // ClassBases is one worker's no-queue latency per priority class of an
 // adaptive rule with classes. One Base for a whole store cannot tell a
@@ -97,6 +100,18 @@ func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
 func (b *ClassBases) Timed(c int, lag time.Duration) bool {
 	base := b.Base(c)
 	return base == 0 || base >= LagTimes*lag
+}
+
+// Bears returns the longest stall of a worker's loop that a sample of
+// class c bears (see Sampler.AdmitBearing): an eighth of its base (a
+// rise of Tolerance in a round is a queue), or for a class with no base
+// yet, of the slowest class's (its samples are neutral: the stall would
+// only be in the base they teach). 0: no class has a base.
+func (b *ClassBases) Bears(c int) time.Duration {
+	if x := b.Base(c); x > 0 {
+		return x / 8
+	}
+	return slices.Max(b.base[:]) / 8
 }
 
 // LagTimes: see ClassBases.Timed.

@@ -305,7 +305,11 @@ func (a *Adaptive) AdmitSamples(slots []SlotRef, now int64) {
 				l.cb.Admitted(int(s.Class))
 			}
 			span, _ := l.timing()
-			s.Ticket = l.smp.Admit(now, span)
+			if l.cb != nil {
+				s.Ticket = l.smp.AdmitBearing(now, span, max(l.cb.Bears(int(s.Class)), minStall))
+			} else {
+				s.Ticket = l.smp.Admit(now, span)
+			}
 		}
 	}
 }
