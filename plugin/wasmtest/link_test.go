@@ -74,8 +74,12 @@ import (
 // (code +3.5 KB, static data +3.3 KB: the signal's interface and methods,
 // the counter's check; about 12k fewer instructions per fresh state in
 // Envoy, docs/design/request-cost.md), less 1.2 KB for direct host calls
-// on the request path: 3,579,701 bytes then.
-const moduleCeiling = 3_581_000
+// on the request path: 3,579,701 bytes then. Raised for the adaptive
+// rule with classes timing each class through the worker's loop lag
+// (limit.ClassBases.Timed, Bears; Sampler.AdmitBearing, LateBy: windows
+// that bear the stalls their classes bear): 3,582,561 bytes then (main
+// 3,580,263 before: +2.3 KB).
+const moduleCeiling = 3_583_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

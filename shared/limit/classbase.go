@@ -1,9 +1,6 @@
 package limit
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // ClassBases is one worker's no-queue latency per priority class of an
 // adaptive rule with classes. One Base for a whole store cannot tell a
@@ -111,7 +108,11 @@ func (b *ClassBases) Bears(c int) time.Duration {
 	if x := b.Base(c); x > 0 {
 		return x / 8
 	}
-	return slices.Max(b.base[:]) / 8
+	slow := time.Duration(0)
+	for _, x := range b.base {
+		slow = max(slow, x)
+	}
+	return slow / 8
 }
 
 // LagTimes: see ClassBases.Timed.
