@@ -257,3 +257,63 @@ func TestAdaptiveClassUntimedUnderLoopLag(t *testing.T) {
 		t.Error("a buy (a new class) read 20 ms late: not counted")
 	}
 }
+
+// An adaptive rule with classes: a stall of the worker's loop drops the
+// sample windows of the requests out during it only if it is longer than
+// they bear, an eighth of their class's base (limit.Sampler.AdmitBearing):
+// a buy of 150 ms out during a stall of 5 ms still counts, a login of 5
+// ms does not. Dropping every window with a request out (as for a rule
+// without classes) dropped nearly every buy while Envoy ran late in
+// `make demo`'s launch, and no round ended.
+func TestAdaptiveClassWindowsBearStalls(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	const period = 20 * time.Millisecond
+	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+	now, done := t0, t0
+	e.Ticked(done, period)
+	e.TickDone(done)
+	// tick runs the ticks due until until, the first one late by late.
+	tick := func(until int64, late time.Duration) {
+		for done+int64(period+late) <= until {
+			done += int64(period + late)
+			late = 0
+			e.Ticked(done, period)
+			e.TickDone(done)
+		}
+	}
+	// one answers a request of path after lat, a tick late by stall
+	// while it is out, and reports whether its window was dropped.
+	one := func(path string, lat, stall time.Duration) bool {
+		dropped := e.Stats.LateWindows
+		e.Learn(now)
+		v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
+		if v.Outcome != Allow {
+			t.Fatalf("%s: %v", path, v.Outcome)
+		}
+		tick(now+int64(lat), stall)
+		e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
+		e.Release(v.Slots, now+int64(lat))
+		now += int64(lat)
+		now += int64(50 * time.Millisecond) // the window closes, its samples are added
+		tick(now, 0)
+		e.Learn(now)
+		now = done + int64(time.Millisecond)
+		return e.Stats.LateWindows > dropped
+	}
+	for range 16 {
+		if one("/buy", 150*time.Millisecond, 0) {
+			t.Fatal("a buy on time: its window dropped")
+		}
+	}
+	for range 16 {
+		if one("/login", 5*time.Millisecond, 0) {
+			t.Fatal("a login on time: its window dropped")
+		}
+	}
+	if one("/buy", 150*time.Millisecond, 5*time.Millisecond) {
+		t.Error("a buy of 150 ms out during a stall of 5 ms: its window dropped")
+	}
+	if !one("/login", 30*time.Millisecond, 5*time.Millisecond) {
+		t.Error("a login of 5 ms out during a stall of 5 ms: its window counted")
+	}
+}
