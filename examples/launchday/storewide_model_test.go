@@ -21,7 +21,11 @@ import (
 // ms. A request with no room under its class's cap is refused (the demo
 // has no max_delay). One Sluice worker feeds the Gauge every 10 ms, each
 // sample against its class's base (limit.ClassBases), as the engine does;
-// Envoy adds 1 ms to each latency.
+// Envoy adds 1 ms to each latency. With wideEnvoy set, Envoy's workers
+// each keep their own Sampler, class bases and copy of the Gauge, and
+// their event loop may run late: what the engine does about that (the
+// loop's lag taken out of each sample, stalls dropping sample windows,
+// ClassBases.Timed) is replayed here (see TestStoreWideLaunchEnvoyModel).
 
 // wideClass is one class of the model's rule: its reserve and the
 // endpoints it matches.
@@ -44,6 +48,7 @@ type wideJob struct {
 	admitted, start int64
 	ticket          uint32
 	sat             bool
+	worker          *wideWorker
 }
 
 type wideRun struct {
@@ -62,6 +67,79 @@ const (
 	wideLaunch   = 6800 * time.Millisecond // the launch seconds: first to last press
 )
 
+// wideWorker is one Envoy worker's view of the rule: its Sampler, class
+// bases and copy of the Gauge, as the engine keeps them (plugin/engine/flight).
+type wideWorker struct {
+	smp      limit.Sampler
+	cb       limit.ClassBases
+	g        limit.Gauge // this worker's copy: admission uses it
+	useSum   float64
+	useN     int
+	batchSat bool
+	// lagMean and lagLast: the loop lag the engine takes out of a sample
+	// (see the engine's loopLag), from its ticks.
+	lagMean, lagLast int64
+	// tickDone is when the last tick ended, stallFrom and stallBy the
+	// last stall seen (see the engine's noteStall).
+	tickDone, stallFrom, stallBy int64
+	tickDue                      bool        // a tick is among pending
+	pending                      []wideEvent // arrivals, answers and ticks not yet run
+	index                        int
+}
+
+// wideEvent is an arrival (job nil) or an answer of the store that a
+// worker reads at due.
+type wideEvent struct {
+	due  int64
+	ep   int
+	job  *wideJob
+	buy  int // the buyer of a press (-1: background)
+	tick bool
+}
+
+// envoyOpts makes the model closer to what Envoy does.
+type envoyOpts struct {
+	// workers: Envoy's workers, each request on one at random, each with
+	// its own Sampler, class bases and copy of the Gauge (0 or 1: one).
+	workers int
+	// lag returns how late worker w's loop runs what is due at now (ns):
+	// arrivals are decided and answers read that much later (each event
+	// between none and twice that: its place in the loop's turn); the
+	// engine takes its estimate of it out of each sample (see loopLag).
+	lag func(w int, now int64) int64
+	// slow returns how much longer than its service time a request the
+	// store starts at now takes (the store's process waiting for a CPU).
+	slow func(now int64) int64
+}
+
+// wideUntimed, when set, counts every sample however late the worker's
+// loop, and a stall drops every window with a request out (as before
+// ClassBases.Timed and Sampler.AdmitBearing).
+var wideUntimed bool
+
+// tickPeriod is the plugin's tick with concurrency rules.
+const tickPeriod = int64(20 * time.Millisecond)
+
+// noteStall is the engine's: a stall when w's loop is late at now by more
+// than it usually is (2 ms or more over its mean lateness).
+func noteStall(w *wideWorker, now int64) {
+	if w.tickDone <= 0 {
+		return
+	}
+	due := w.tickDone + tickPeriod
+	over := now - due - w.lagMean
+	if over < int64(2*time.Millisecond) {
+		return
+	}
+	if due != w.stallFrom {
+		w.stallFrom, w.stallBy = due, over
+	}
+	w.stallBy = max(w.stallBy, over)
+}
+
+// wideEnvoy sets the model's Envoy (the zero value: one worker, no lag).
+var wideEnvoy envoyOpts
+
 // wideModel runs the model with these classes (the default class last,
 // reserve 0) and endpoints (the last is the buy) for seed.
 func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
@@ -69,10 +147,13 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	rng := rand.New(rand.NewSource(seed))
 	lim, _ := limit.NewAdaptive(1, 1000)
 	var st limit.State
-	g := lim.Gauge(st)
-	var smp limit.Sampler
-	smp.Reset(g.Round, 0)
-	var cb limit.ClassBases
+	nw := max(wideEnvoy.workers, 1)
+	ws := make([]*wideWorker, nw)
+	for i := range ws {
+		ws[i] = &wideWorker{g: lim.Gauge(st), index: i}
+		ws[i].smp.Reset(ws[i].g.Round, 0)
+	}
+	g := lim.Gauge(st) // the shared Gauge as last written
 	reserves := make([]float64, len(classes))
 	for i, c := range classes {
 		reserves[i] = c.reserve
@@ -80,9 +161,6 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	caps := make([]int64, len(classes))
 	held := make([]int64, len(classes))
 	var serving, queue []*wideJob
-	var useSum float64
-	var useN int
-	var batchSat bool
 	sc := LaunchScenario()
 	presses := buyerPresses(sc)
 	tokens := make(map[int]float64)
@@ -92,14 +170,43 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	var run wideRun
 	var loginLat, quietLat []time.Duration
 	served, buysAt, peak := 0, 0, 0
+	lagAt := func(w int, now int64) int64 {
+		if wideEnvoy.lag == nil {
+			return 0
+		}
+		return wideEnvoy.lag(w, now)
+	}
+	pick := func() int {
+		if nw == 1 {
+			return 0
+		}
+		return rng.Intn(nw)
+	}
+	// delay returns when worker w gets to an event of now (in order).
+	delay := func(w int, now int64) int64 {
+		d := lagAt(w, now)
+		if d > 0 {
+			d = rng.Int63n(2*d + 1)
+		}
+		due := now + d
+		if p := ws[w].pending; len(p) > 0 {
+			due = max(due, p[len(p)-1].due)
+		}
+		return due
+	}
 	startJob := func(j *wideJob, now int64) {
 		e := eps[j.ep]
 		j.start = now + (e.min+rng.Int63n(e.max-e.min+1))*ms
+		if wideEnvoy.slow != nil {
+			if x := wideEnvoy.slow(now); x > 0 {
+				j.start += rng.Int63n(2*x + 1)
+			}
+		}
 		serving = append(serving, j)
 	}
-	arrive := func(ep int, now int64) bool {
+	arrive := func(w *wideWorker, ep int, now int64) bool {
 		c := eps[ep].class
-		cur := g.Current()
+		cur := w.g.Current()
 		if wideFixed > 0 {
 			cur = wideFixed
 		}
@@ -112,7 +219,7 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 			}
 		}
 		if free <= 0 {
-			batchSat = true
+			w.batchSat = true
 			if ep == 1 && now >= launch && now < end {
 				run.loginsLost++
 			}
@@ -123,12 +230,18 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		for _, h := range held {
 			in += h
 		}
-		cb.Admitted(c)
-		span, _ := cb.Timing()
-		j := &wideJob{ep: ep, class: c, admitted: now, ticket: smp.Admit(now, span), sat: g.AtLimit(in) || free == 1}
-		batchSat = batchSat || j.sat
-		useSum += min(float64(in)/float64(g.Current()), 1)
-		useN++
+		w.cb.Admitted(c)
+		span, _ := w.cb.Timing()
+		j := &wideJob{ep: ep, class: c, admitted: now, sat: w.g.AtLimit(in) || free == 1}
+		if wideUntimed {
+			j.ticket = w.smp.Admit(now, span)
+		} else {
+			j.ticket = w.smp.AdmitBearing(now, span, max(w.cb.Bears(c), 2*time.Millisecond))
+		}
+		j.worker = w
+		w.batchSat = w.batchSat || j.sat
+		w.useSum += min(float64(in)/float64(w.g.Current()), 1)
+		w.useN++
 		if ep == buy {
 			buysAt++
 		}
@@ -139,36 +252,127 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		}
 		return true
 	}
-	learn := func(now int64) {
-		span, wait := cb.Timing()
-		smp.Close(now, span)
-		smp.Expire(now, wait)
-		if smp.Ready.N == 0 {
+	sync := func(w *wideWorker, now int64) {
+		b := w.smp.Ready
+		b.Saturated = b.Saturated || w.batchSat
+		if w.useN > 0 {
+			b.Use = w.useSum / float64(w.useN)
+		}
+		prev := lim.Gauge(st)
+		st, g = lim.Learn(st, now, b)
+		if g.Round != prev.Round && wideTrace != nil {
+			// The round as decided: prev with this batch added.
+			prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
+			if b.Exp > 0 {
+				prev.Base = (prev.Base*time.Duration(prev.N) + b.Exp) / time.Duration(prev.N+b.N)
+			}
+			prev.N += b.N
+			prev.Saturated = prev.Saturated || b.Saturated
+			wideTrace(now, prev, g)
+		}
+		if g.Round != w.g.Round {
+			w.smp.Reset(g.Round, now)
+			w.cb.RoundEnded(w.g, g)
+		} else {
+			w.smp.Ready = limit.Samples{Round: g.Round}
+		}
+		w.g = g
+		w.useSum, w.useN, w.batchSat = 0, 0, false
+	}
+	learn := func(w *wideWorker, now int64) {
+		span, wait := w.cb.Timing()
+		w.smp.Close(now, span)
+		w.smp.Expire(now, wait)
+		if w.smp.Ready.N == 0 {
+			if nw > 1 && now%(50*ms) == 0 {
+				w.g = lim.Gauge(st) // the engine's refresh
+				if w.g.Round != w.smp.Ready.Round {
+					prev := w.g
+					w.smp.Reset(w.g.Round, now)
+					w.cb.RoundEnded(prev, w.g)
+				}
+			}
 			return
 		}
-		b := smp.Ready
-		b.Saturated = b.Saturated || batchSat
-		if useN > 0 {
-			b.Use = useSum / float64(useN)
-		}
-		prev := g
-		if st, g = lim.Learn(st, now, b); g.Round != prev.Round {
-			if wideTrace != nil {
-				// The round as decided: prev with this batch added.
-				prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
-				if b.Exp > 0 {
-					prev.Base = (prev.Base*time.Duration(prev.N) + b.Exp) / time.Duration(prev.N+b.N)
-				}
-				prev.N += b.N
-				prev.Saturated = prev.Saturated || b.Saturated
-				wideTrace(now, prev, g)
+		sync(w, now)
+	}
+	answer := func(j *wideJob, now int64) {
+		w := j.worker
+		held[j.class]--
+		noteStall(w, now)
+		if w.stallFrom > 0 && j.admitted <= w.stallFrom && now >= w.stallFrom {
+			switch {
+			case !wideUntimed:
+				w.smp.LateBy(w.stallFrom, now, time.Duration(w.stallBy))
+			case time.Duration(w.stallBy) >= max(w.g.Base/8, 2*time.Millisecond):
+				w.smp.Late(w.stallFrom, now)
 			}
-			smp.Reset(g.Round, now)
-			cb.RoundEnded(prev, g)
-		} else {
-			smp.Ready = limit.Samples{Round: g.Round}
 		}
-		useSum, useN, batchSat = 0, 0, false
+		lat := time.Duration(now - j.admitted + ms)
+		lag := time.Duration(min(w.lagMean, w.lagLast))
+		lat -= min(lag, lat*3/4)
+		if j.ep == 1 {
+			switch {
+			case now >= launch && now < end:
+				loginLat = append(loginLat, lat)
+			case now < launch:
+				quietLat = append(quietLat, lat)
+			}
+		}
+		if wideUntimed || w.cb.Timed(j.class, lag) {
+			base := w.cb.Expect(j.class, lat)
+			if wideOneBase {
+				base = 0 // one Base for the rule, as without classes
+			}
+			w.smp.DoneBase(j.ticket, lat, base, true, j.sat)
+		} else {
+			w.smp.Done(j.ticket, 0, false, false) // the loop's lag, not the store's latency
+		}
+		if w.g.Completes(w.smp.Ready) {
+			learn(w, now)
+		}
+	}
+	press := func(w *wideWorker, buyer int, now int64) {
+		t := tokens[buyer]
+		if l, ok := last[buyer]; ok {
+			t = min(2, t+float64(now-l)/float64(5*time.Second))
+		} else {
+			t = 2
+		}
+		last[buyer] = now
+		if t < 1 {
+			tokens[buyer] = t
+			return
+		}
+		tokens[buyer] = t - 1
+		if !arrive(w, buy, now) {
+			tokens[buyer] = t // a request the store rule refused is refunded
+		}
+	}
+	run1 := func(w *wideWorker, e wideEvent, now int64) {
+		switch {
+		case e.tick:
+			noteStall(w, now)
+			late := min(max(now-w.tickDone-tickPeriod, 0), int64(time.Second))
+			w.lagMean += (late - w.lagMean) / 4
+			w.lagLast = late
+			w.tickDone, w.tickDue = now, false
+		case e.job != nil:
+			answer(e.job, now)
+		case e.buy >= 0:
+			press(w, e.buy, now)
+		default:
+			arrive(w, e.ep, now)
+		}
+	}
+	// event hands an arrival or an answer to its worker.
+	event := func(wi int, e wideEvent, now int64) {
+		w := ws[wi]
+		if e.due <= now && len(w.pending) == 0 {
+			run1(w, e, now)
+			return
+		}
+		w.pending = append(w.pending, e)
 	}
 	next := 0
 	for now := ms; now <= end+ms*500; now += ms {
@@ -178,30 +382,14 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 				keep = append(keep, j)
 				continue
 			}
-			held[j.class]--
-			lat := time.Duration(now - j.admitted + ms)
-			base := cb.Expect(j.class, lat)
-			if wideOneBase {
-				base = 0 // one Base for the rule, as without classes
-			}
-			smp.DoneBase(j.ticket, lat, base, true, j.sat)
 			if j.ep == buy {
 				buysAt--
 				if now >= launch && now < end {
 					served++
 				}
 			}
-			if j.ep == 1 {
-				switch {
-				case now >= launch && now < end:
-					loginLat = append(loginLat, lat)
-				case now < launch:
-					quietLat = append(quietLat, lat)
-				}
-			}
-			if g.Completes(smp.Ready) {
-				learn(now)
-			}
+			wi := j.worker.index
+			event(wi, wideEvent{due: delay(wi, now), job: j, buy: -1}, now)
 		}
 		serving = keep
 		for len(serving) < 20 && len(queue) > 0 {
@@ -210,26 +398,25 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		}
 		for ep := range buy {
 			if rng.Float64() < eps[ep].perSec/1000 {
-				arrive(ep, now)
+				wi := pick()
+				event(wi, wideEvent{due: delay(wi, now), ep: ep, buy: -1}, now)
 			}
 		}
 		for next < len(presses) && launch+int64(presses[next].at) <= now {
 			p := presses[next]
 			next++
-			t := tokens[p.buyer]
-			if l, ok := last[p.buyer]; ok {
-				t = min(2, t+float64(now-l)/float64(5*time.Second))
-			} else {
-				t = 2
+			wi := pick()
+			event(wi, wideEvent{due: delay(wi, now), ep: buy, buy: p.buyer}, now)
+		}
+		for wi, w := range ws {
+			if wideEnvoy.lag != nil && !w.tickDue && now >= w.tickDone+tickPeriod {
+				w.tickDue = true
+				event(wi, wideEvent{due: delay(wi, now), tick: true}, now)
 			}
-			last[p.buyer] = now
-			if t < 1 {
-				tokens[p.buyer] = t
-				continue
-			}
-			tokens[p.buyer] = t - 1
-			if !arrive(buy, now) {
-				tokens[p.buyer] = t // a request the store rule refused is refunded
+			for len(w.pending) > 0 && w.pending[0].due <= now {
+				e := w.pending[0]
+				w.pending = w.pending[1:]
+				run1(w, e, now)
 			}
 		}
 		peak = max(peak, buysAt)
@@ -247,8 +434,10 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 		} else if (now-launch)%(250*ms) == 0 {
 			run.limits = append(run.limits, g.Limit)
 		}
-		if now%(10*ms) == 0 {
-			learn(now)
+		for wi, w := range ws {
+			if now%(10*ms) == int64(wi)*3*ms%(10*ms) {
+				learn(w, now)
+			}
 		}
 	}
 	run.orders = float64(served) / (20 / 0.150 * wideLaunch.Seconds())
@@ -353,5 +542,75 @@ func TestStoreWideLaunchModel(t *testing.T) {
 		orders[10]*100, orders[0]*100, orders[19]*100, p99s[10], p99s[0], p99s[19], peaks[10], peaks[0], peaks[19])
 	if orders[10] < 0.75 || low > 0 {
 		t.Errorf("orders median %.0f%%, %d seeds under 60%%: want a median of 75%% or more, none under 60%%", orders[10]*100, low)
+	}
+}
+
+// envoyLag is a loop lag of both workers that rises over the launch's
+// first 600 ms to peak, then falls to none at its third second: Envoy
+// behind the presses (5,000 new clients in the first second, their 429s,
+// and the re-presses), as `make demo` showed it (61-945 requests
+// unanswered at once in the launch's first 2 s).
+func envoyLag(peak time.Duration) func(w int, now int64) int64 {
+	const dur = 3 * time.Second
+	return func(_ int, now int64) int64 {
+		x := time.Duration(now) - wideLaunchAt
+		switch {
+		case x < 0 || x > dur:
+			return 0
+		case x < dur/5:
+			return int64(peak * x / (dur / 5))
+		}
+		return int64(peak * (dur - x) / (dur * 4 / 5))
+	}
+}
+
+// TestStoreWideLaunchEnvoyModel: the store-wide model with Envoy's two
+// workers (each its own Sampler, class bases and copy of the Gauge) and
+// their loop running late in the launch's first seconds (up to 20 ms,
+// each answer read between none and twice that late), the engine's
+// correction (the loop's lag taken out of each sample, at most 3/4 of
+// it; a stall drops the windows of the requests out), 40 seeds.
+//
+// Counting every sample, the first launch rounds back off from the
+// limit a quiet store left (6) to 3-4 in about one seed of four, as in
+// two of the three quiet `make demo` runs: the buys' windows are dropped
+// in the loop's stalls (150 ms out, a stall catches them), the other
+// pages are refused under the limit of 6 (their caps), and the rounds
+// are made of the logins alone, 4-5 ms read as 10-25: a stall, halved.
+// The limit then probes up by one a round trip (a backoff from a round
+// of few samples), and the seed sells 20-45% of the orders. With
+// ClassBases.Timed (a class whose base is under 4x the loop's lag gives
+// no sample), no seed backs off there (a median of 76%: no round ends
+// while the stalls drop every buy's window), and with windows that bear
+// the stalls their requests' classes bear (Sampler.AdmitBearing: an
+// eighth of the class's base), a median of 82%, none under 70%.
+func TestStoreWideLaunchEnvoyModel(t *testing.T) {
+	wideEnvoy = envoyOpts{workers: 2, lag: envoyLag(20 * time.Millisecond)}
+	defer func() { wideEnvoy, wideUntimed = envoyOpts{}, false }()
+	run := func() (orders []float64, backoffs int) {
+		for seed := int64(1); seed <= 40; seed++ {
+			r := wideModel(seed, demoClasses, demoEPs)
+			orders = append(orders, r.orders)
+			if slices.Min(r.limits[:8]) < r.preLaunchHi {
+				backoffs++
+			}
+		}
+		slices.Sort(orders)
+		return orders, backoffs
+	}
+	wideUntimed = true
+	old, oldBack := run()
+	wideUntimed = false
+	now, nowBack := run()
+	t.Logf("every sample counted: orders median %.0f%%, 10th percentile %.0f%%, lowest %.0f%%; %d of 40 seeds back off under the quiet store's limit in the launch's first 2 s",
+		old[20]*100, old[4]*100, old[0]*100, oldBack)
+	t.Logf("with ClassBases.Timed and windows that bear stalls: orders median %.0f%%, 10th percentile %.0f%%, lowest %.0f%%; %d of 40 back off",
+		now[20]*100, now[4]*100, now[0]*100, nowBack)
+	if oldBack < 4 {
+		t.Errorf("counting every sample, %d of 40 seeds backed off in the launch's first 2 s: the model no longer shows the demo's backoff", oldBack)
+	}
+	if nowBack > 0 || now[0] < 0.7 || now[20] < 0.8 {
+		t.Errorf("%d seeds backed off in the launch's first 2 s, the lowest sold %.0f%%, the median %.0f%%: want none, none under 70%%, a median of 80%% or more",
+			nowBack, now[0]*100, now[20]*100)
 	}
 }

@@ -189,3 +189,131 @@ func TestAdaptiveClassCapSaturatesTheRound(t *testing.T) {
 		t.Error("a buy that filled the default class's cap (2 of 4) left the round unsaturated")
 	}
 }
+
+// An adaptive rule with classes on a worker whose loop runs late: a class
+// whose no-queue latency is under LagTimes x the loop's lag gives no
+// sample (a 5 ms login read 20 ms late is the lag's noise; in `make
+// demo`'s launch, rounds of such logins read 2-5x their base and halved
+// the limit), while a slower class, or a new one, still does. Without
+// the lag the login counts.
+func TestAdaptiveClassUntimedUnderLoopLag(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	const period = 20 * time.Millisecond
+	// counted reports whether one request of path, answered after lat
+	// and read late later, reached the learner's batch, after 16 logins of
+	// 5 ms answered with the loop on time, then 20 ticks late late.
+	counted := func(late time.Duration, path string, lat time.Duration) bool {
+		e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+		now := t0
+		var fp uint64
+		done, lag := now, time.Duration(0) // the last tick's end, the ticks' lateness
+		tick := func(until int64) {
+			for done+int64(period+lag) <= until {
+				done += int64(period + lag)
+				e.Ticked(done, period)
+				e.TickDone(done)
+			}
+		}
+		// one answers a request of path after lat and reports whether
+		// its sample reached the Gauge or the batch (the samples before
+		// it added at once).
+		one := func(path string, lat time.Duration) bool {
+			e.Learn(now)
+			v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
+			if v.Outcome != Allow {
+				t.Fatalf("%s: %v", path, v.Outcome)
+			}
+			fp = v.Slots[0].FP
+			before := learnt(e, 0, fp)
+			tick(now + int64(lat))
+			e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
+			e.Release(v.Slots, now+int64(lat))
+			now += int64(lat)
+			e.flight.CloseWindow(0, fp, now, 0)
+			after := learnt(e, 0, fp)
+			now += int64(LearnEvery)
+			return after.Gauge.Round != before.Gauge.Round || after.Gauge.N+after.Ready.N > before.Gauge.N+before.Ready.N
+		}
+		e.Ticked(now, period)
+		e.TickDone(now)
+		for range 16 {
+			if !one("/login", 5*time.Millisecond) {
+				t.Fatal("a login of 5 ms on time: not counted")
+			}
+		}
+		tick(now)
+		lag = late
+		tick(now + 20*int64(period+late))
+		now = done + int64(time.Millisecond)
+		return one(path, lat+late)
+	}
+	if !counted(0, "/login", 5*time.Millisecond) {
+		t.Error("a login of 5 ms, the loop on time: not counted")
+	}
+	if counted(20*time.Millisecond, "/login", 5*time.Millisecond) {
+		t.Error("a login of 5 ms read 20 ms late (the loop's usual lag): counted")
+	}
+	if !counted(20*time.Millisecond, "/buy", 150*time.Millisecond) {
+		t.Error("a buy (a new class) read 20 ms late: not counted")
+	}
+}
+
+// An adaptive rule with classes: a stall of the worker's loop drops the
+// sample windows of the requests out during it only if it is longer than
+// they bear, an eighth of their class's base (limit.Sampler.AdmitBearing):
+// a buy of 150 ms out during a stall of 5 ms still counts, a login of 5
+// ms does not. Dropping every window with a request out (as for a rule
+// without classes) dropped nearly every buy while Envoy ran late in
+// `make demo`'s launch, and no round ended.
+func TestAdaptiveClassWindowsBearStalls(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	const period = 20 * time.Millisecond
+	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+	now, done := t0, t0
+	e.Ticked(done, period)
+	e.TickDone(done)
+	// tick runs the ticks due until until, the first one late by late.
+	tick := func(until int64, late time.Duration) {
+		for done+int64(period+late) <= until {
+			done += int64(period + late)
+			late = 0
+			e.Ticked(done, period)
+			e.TickDone(done)
+		}
+	}
+	// one answers a request of path after lat, a tick late by stall
+	// while it is out, and reports whether its window was dropped.
+	one := func(path string, lat, stall time.Duration) bool {
+		dropped := e.Stats.LateWindows
+		e.Learn(now)
+		v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
+		if v.Outcome != Allow {
+			t.Fatalf("%s: %v", path, v.Outcome)
+		}
+		tick(now+int64(lat), stall)
+		e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
+		e.Release(v.Slots, now+int64(lat))
+		now += int64(lat)
+		now += int64(50 * time.Millisecond) // the window closes, its samples are added
+		tick(now, 0)
+		e.Learn(now)
+		now = done + int64(time.Millisecond)
+		return e.Stats.LateWindows > dropped
+	}
+	for range 16 {
+		if one("/buy", 150*time.Millisecond, 0) {
+			t.Fatal("a buy on time: its window dropped")
+		}
+	}
+	for range 16 {
+		if one("/login", 5*time.Millisecond, 0) {
+			t.Fatal("a login on time: its window dropped")
+		}
+	}
+	if one("/buy", 150*time.Millisecond, 5*time.Millisecond) {
+		t.Error("a buy of 150 ms out during a stall of 5 ms: its window dropped")
+	}
+	if !one("/login", 30*time.Millisecond, 5*time.Millisecond) {
+		t.Error("a login of 5 ms out during a stall of 5 ms: its window counted")
+	}
+}

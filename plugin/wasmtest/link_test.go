@@ -79,8 +79,10 @@ import (
 // plugin/streams.go: code +7.5 KB, the SDK's exports stay linked for the
 // contexts the plugin does not own; 5.0k fewer instructions per admitted
 // and 4.6k per rejected request in Envoy, docs/design/request-cost.md):
-// 3,590,868 bytes then (main 3,580,263).
-const moduleCeiling = 3_592_000
+// 3,590,868 bytes then (main 3,580,263). Raised for the adaptive rule
+// with classes timing each class through the worker's loop lag
+// (limit.ClassBases.Timed, Bears; Sampler.AdmitBearing, LateBy: +2.3 KB).
+const moduleCeiling = 3_594_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

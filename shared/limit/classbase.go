@@ -81,6 +81,43 @@ func (b *ClassBases) Expect(c int, lat time.Duration) time.Duration {
 	return b.base[c]
 }
 
+// Timed reports whether a sample of class c, read by a worker whose event
+// loop runs lag late (the engine's estimate, taken out of the sample),
+// can say anything about the upstream: not when the class's base is
+// under LagTimes times that lag. The wait for the loop varies from
+// answer to answer by about as much as its mean, and a correction never
+// leaves a latency under its floor: the samples of a class whose
+// latency is a few times smaller than the lag read as the lag's noise.
+// In `make demo`'s launch, Envoy fell behind the presses for a second
+// (its loop 10-50 ms late); the buys' windows were dropped in its stalls
+// (see the engine's loop lag) and the rounds were made of the logins
+// alone (the other pages refused under the limit of a quiet store), 4-5
+// ms read as 10-25: 2-5x a stall, and the limit halved before any buy
+// was timed. A new class (no base yet) counts: its samples are neutral.
+func (b *ClassBases) Timed(c int, lag time.Duration) bool {
+	base := b.Base(c)
+	return base == 0 || base >= LagTimes*lag
+}
+
+// Bears returns the longest stall of a worker's loop that a sample of
+// class c bears (see Sampler.AdmitBearing): an eighth of its base (a
+// rise of Tolerance in a round is a queue), or for a class with no base
+// yet, of the slowest class's (its samples are neutral: the stall would
+// only be in the base they teach). 0: no class has a base.
+func (b *ClassBases) Bears(c int) time.Duration {
+	if x := b.Base(c); x > 0 {
+		return x / 8
+	}
+	slow := time.Duration(0)
+	for _, x := range b.base {
+		slow = max(slow, x)
+	}
+	return slow / 8
+}
+
+// LagTimes: see ClassBases.Timed.
+const LagTimes = 4
+
 // RoundEnded moves the bases at the end of a round of the Gauge, which
 // went from prev to next (as this worker saw them), and starts gathering
 // the next round's samples.

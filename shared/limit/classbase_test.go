@@ -221,3 +221,23 @@ func TestGaugeCrossingKeepsTheCalmLimit(t *testing.T) {
 		t.Errorf("a stall after a growth on 10 samples: limit %.2f stalled %v, want 15 (halved)", g.Limit, g.Stalled)
 	}
 }
+
+// A class's samples count while its base is at least LagTimes x the
+// worker's loop lag; a new class's always do (they are neutral).
+func TestClassBasesTimed(t *testing.T) {
+	var b ClassBases
+	if !b.Timed(1, time.Second) {
+		t.Error("a new class under a lag of 1 s: not timed")
+	}
+	for range firstSamples {
+		b.Expect(1, 5*time.Millisecond)
+	}
+	for _, c := range []struct {
+		lag  time.Duration
+		want bool
+	}{{0, true}, {time.Millisecond, true}, {1250 * time.Microsecond, true}, {1300 * time.Microsecond, false}, {20 * time.Millisecond, false}} {
+		if got := b.Timed(1, c.lag); got != c.want {
+			t.Errorf("base 5 ms, loop lag %v: timed %v, want %v", c.lag, got, c.want)
+		}
+	}
+}

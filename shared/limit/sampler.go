@@ -45,6 +45,9 @@ type window struct {
 	// cut: a request of the window ended before its answer, early (see
 	// Cut): the window's samples are those of the quick ones only.
 	cut bool
+	// bears is the longest stall the samples of all the window's
+	// requests bear (see AdmitBearing; 0: not said, none).
+	bears time.Duration
 }
 
 // samplerWindows bounds the windows in use: the open one stays open while
@@ -81,6 +84,18 @@ func (p *Sampler) Admit(now int64, span time.Duration) uint32 {
 	w := &p.win[p.n-1]
 	w.out++
 	return w.ticket
+}
+
+// AdmitBearing is Admit for a request whose sample a stall of the worker
+// of up to bears does not move (for a rule with classes: an eighth of its
+// class's latency, see ClassBases.Bears): a stall drops its window only
+// if longer (see LateBy).
+func (p *Sampler) AdmitBearing(now int64, span, bears time.Duration) uint32 {
+	t := p.Admit(now, span)
+	if w := &p.win[p.n-1]; w.out == 1 || bears < w.bears {
+		w.bears = bears
+	}
+	return t
 }
 
 // Done counts the end of the request Admit gave ticket: with its latency
@@ -148,10 +163,18 @@ func (p *Sampler) Cut(ticket uint32) bool {
 // dropped, a new one opens at now for the admissions to come.
 // It returns how many windows it dropped (not counting those dropped
 // before).
-func (p *Sampler) Late(since, now int64) int {
+func (p *Sampler) Late(since, now int64) int { return p.LateBy(since, now, MaxLatency) }
+
+// LateBy is Late for a stall of by: it drops only the windows whose
+// requests do not all bear it (see AdmitBearing). In a launch, Envoy's
+// loop ran 2-20 ms late again and again: dropping every window with a
+// request out dropped nearly every buy (150 ms out, a stall catches it),
+// and no round could end for as long (the store-wide model with Envoy's
+// lag: a median of 76% of the orders, 86% with windows that bear it).
+func (p *Sampler) LateBy(since, now int64, by time.Duration) int {
 	dropped := 0
 	for i := range p.n {
-		if w := &p.win[i]; w.out > 0 && w.from <= since && !w.cut {
+		if w := &p.win[i]; w.out > 0 && w.from <= since && !w.cut && by >= w.bears {
 			w.cut = true
 			dropped++
 		}

@@ -226,3 +226,52 @@ func TestSamplerCounts(t *testing.T) {
 		t.Error("a request done still counts")
 	}
 }
+
+// A stall drops the windows of the requests out during it only when it
+// is longer than all of them bear (AdmitBearing): a window of buys
+// (bearing 18 ms) counts through a stall of 5 ms, one with a login
+// (bearing 2 ms) does not; Late drops them all.
+func TestSamplerLateBy(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	run := func(late func(p *Sampler) int) (dropped int, n int64) {
+		var p Sampler
+		p.Reset(1, 0)
+		buy := p.AdmitBearing(0, time.Millisecond, 18*time.Millisecond)
+		login := p.AdmitBearing(2*ms, time.Millisecond, 2*time.Millisecond)
+		buy2 := p.AdmitBearing(2*ms, time.Millisecond, 18*time.Millisecond)
+		dropped = late(&p)
+		p.Done(buy, 150*time.Millisecond, true, false)
+		p.Done(login, 10*time.Millisecond, true, false)
+		p.Done(buy2, 150*time.Millisecond, true, false)
+		p.Close(200*ms, time.Millisecond)
+		return dropped, p.Ready.N
+	}
+	if d, n := run(func(p *Sampler) int { return p.LateBy(3*ms, 100*ms, 5*time.Millisecond) }); d != 1 || n != 1 {
+		t.Errorf("a stall of 5 ms: %d windows dropped, %d samples counted; want the login's window dropped, the first buy's counted", d, n)
+	}
+	if d, n := run(func(p *Sampler) int { return p.LateBy(3*ms, 100*ms, 20*time.Millisecond) }); d != 2 || n != 0 {
+		t.Errorf("a stall of 20 ms: %d windows dropped, %d samples counted; want both dropped", d, n)
+	}
+	if d, n := run(func(p *Sampler) int { return p.Late(3*ms, 100*ms) }); d != 2 || n != 0 {
+		t.Errorf("Late: %d windows dropped, %d samples counted; want both dropped", d, n)
+	}
+}
+
+// A class bears a stall of an eighth of its base; a class with no base
+// yet, an eighth of the slowest class's.
+func TestClassBasesBears(t *testing.T) {
+	var b ClassBases
+	if x := b.Bears(0); x != 0 {
+		t.Errorf("no base: bears %v", x)
+	}
+	for range firstSamples {
+		b.Expect(0, 8*time.Millisecond)
+		b.Expect(1, 160*time.Millisecond)
+	}
+	if x := b.Bears(0); x != time.Millisecond {
+		t.Errorf("base 8 ms: bears %v, want 1 ms", x)
+	}
+	if x := b.Bears(3); x != 20*time.Millisecond {
+		t.Errorf("a new class beside one of 160 ms: bears %v, want 20 ms", x)
+	}
+}

@@ -305,7 +305,11 @@ func (a *Adaptive) AdmitSamples(slots []SlotRef, now int64) {
 				l.cb.Admitted(int(s.Class))
 			}
 			span, _ := l.timing()
-			s.Ticket = l.smp.Admit(now, span)
+			if l.cb != nil {
+				s.Ticket = l.smp.AdmitBearing(now, span, max(l.cb.Bears(int(s.Class)), minStall))
+			} else {
+				s.Ticket = l.smp.Admit(now, span)
+			}
 		}
 	}
 }
@@ -398,13 +402,16 @@ func (a *Adaptive) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		a.noteStall(now)
 		a.lateWindows(l, max(sent, s.Since), now)
 		lat := time.Duration(now - max(sent, s.Since))
-		lat -= min(a.LoopLag(), lat*3/4)
+		lag := a.LoopLag()
+		lat -= min(lag, lat*3/4)
 		b := l.base(s.Class)
 		counts := kind == SampleResponse || (b > 0 && float64(lat) > float64(b)*(1+limit.Tolerance))
 		var ok bool
 		switch {
 		case kind == SampleEnded && !counts:
 			ok = l.smp.Cut(ticket) // its window would count only the quick
+		case l.cb != nil && !l.cb.Timed(int(s.Class), lag):
+			ok = l.smp.Done(ticket, lat, false, false) // the loop's lag, not the upstream's latency
 		case counts && l.cb != nil:
 			ok = l.smp.DoneBase(ticket, lat, l.classBase(ticket, s.Class, lat), true, s.Saturated)
 		default:

@@ -89,9 +89,17 @@ func (a *Adaptive) noteStall(now int64) {
 // last stall, when a request forwarded at fwd was one of them (answered
 // at now, after the stall began) and the stall could move the latency l
 // learns (see stallFor).
+// For a rule with classes, each window bears the stall its requests'
+// classes bear (see limit.Sampler.AdmitBearing).
 func (a *Adaptive) lateWindows(l *learner, fwd, now int64) {
 	st := &a.loop
-	if st.stallFrom > 0 && fwd <= st.stallFrom && now >= st.stallFrom && time.Duration(st.stallBy) >= stallFor(l.g) {
+	if st.stallFrom <= 0 || fwd > st.stallFrom || now < st.stallFrom {
+		return
+	}
+	switch {
+	case l.cb != nil:
+		a.stats.LateWindows += uint64(l.smp.LateBy(st.stallFrom, now, time.Duration(st.stallBy)))
+	case time.Duration(st.stallBy) >= stallFor(l.g):
 		a.stats.LateWindows += uint64(l.smp.Late(st.stallFrom, now))
 	}
 }
