@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,14 +204,45 @@ func paced(t *testing.T, url string, rate int, dur time.Duration) (admitted, sen
 // TestStateSurvivesConfigUpdate replaces the listener (with the plugin
 // configuration) while Envoy runs: an unchanged rule keeps its clients'
 // state, a changed rule starts clean.
-func TestStateSurvivesConfigUpdate(t *testing.T) {
-	before := `{"rules":[
+const (
+	stateUpdateBefore = `{"rules":[
 	  {"name":"kept","match":{"path_prefix":"/kept"},"limit":3,"window":"1h"},
 	  {"name":"changed","match":{"path_prefix":"/changed"},"limit":3,"window":"1h"}]}`
-	after := `{"rules":[
+	stateUpdateAfter = `{"rules":[
 	  {"name":"kept","match":{"path_prefix":"/kept"},"limit":3,"window":"1h"},
 	  {"name":"changed","match":{"path_prefix":"/changed"},"limit":4,"window":"1h"}],"status":429}`
-	e := startSluice(t, 2, before, func(o *envoytest.Options) { o.DynamicListeners = true })
+)
+
+func TestStateSurvivesConfigUpdate(t *testing.T) {
+	e := startSluice(t, 2, stateUpdateBefore, func(o *envoytest.Options) { o.DynamicListeners = true })
+	stateSurvivesConfigUpdate(t, e, stateUpdateAfter)
+}
+
+// TestStateSurvivesConfigUpdateUncounted: the same with a stats matcher
+// that rejects the count of layout record writes (Envoy hands out a null
+// counter, which reads 0): the workers see it does not count, say so, and
+// read the layout record before every new client's state instead.
+func TestStateSurvivesConfigUpdateUncounted(t *testing.T) {
+	const name = "wasmcustom.sluice.table.layout_writes"
+	e := startSluice(t, 2, stateUpdateBefore, func(o *envoytest.Options) {
+		o.DynamicListeners = true
+		o.StatsRejected = []string{name}
+	})
+	stateSurvivesConfigUpdate(t, e, stateUpdateAfter)
+	waitStat(t, e, "wasmcustom.sluice.rule.kept.rejected", 2) // the other stats still count
+	stats, err := e.Stats("sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := stats[name]; ok {
+		t.Errorf("%s listed though the stats matcher rejects it", name)
+	}
+	if !strings.Contains(e.Logs(), "sluice.table.layout_writes does not count") {
+		t.Error("Envoy's log does not say the count is rejected")
+	}
+}
+
+func stateSurvivesConfigUpdate(t *testing.T, e *envoytest.Envoy, after string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, p := range []string{"/kept", "/changed"} {

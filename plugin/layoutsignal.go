@@ -1,5 +1,7 @@
 package main
 
+import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+
 // engine.LayoutSignal over an Envoy counter: the count of layout record
 // writes, which every VM of the process shares (Envoy keeps one stat per
 // name, whatever VM or configuration defines it) and reads with one host
@@ -22,6 +24,10 @@ func layoutCounter() (counter, bool) {
 	if !layoutWrites.defined {
 		layoutWrites.defined = true
 		layoutWrites.id, layoutWrites.ok = defineLayoutWrites()
+		if !layoutWrites.ok {
+			proxywasm.LogInfo("sluice: sluice.table.layout_writes does not count (a stats matcher rejects it?): " +
+				"this worker reads the layout record before every new client's state")
+		}
 	}
 	return layoutWrites.id, layoutWrites.ok
 }

@@ -124,6 +124,12 @@ type Options struct {
 	// second listener (same module and vm_id, another configuration).
 	SecondListenerConfig string
 
+	// StatsRejected are stat names (as /stats lists them, e.g.
+	// "wasmcustom.sluice.table.layout_writes") that
+	// stats_config.stats_matcher rejects: Envoy hands out a null stat for
+	// them, which counts nothing and reads 0.
+	StatsRejected []string
+
 	// ExtraArgs are appended to Envoy's command line.
 	ExtraArgs []string
 	// LogOutput, if set, also receives Envoy's stdout and stderr.

@@ -180,11 +180,12 @@ func TestRenderedBootstrapValidates(t *testing.T) {
 	envoytest.RequireEnvoy(t)
 	plugin := testPlugin(t)
 	cases := map[string]envoytest.Options{
-		"none":          {},
-		"wasm":          {Wasm: &envoytest.Wasm{File: plugin, Config: `{"a": "b \" c", "d": ['x']}`, Env: map[string]string{"K": "v"}}},
-		"local":         {LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, FillInterval: time.Minute, Headers: true}},
-		"local-per-ip":  {XFFNumTrustedHops: 1, LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, PerClientIP: true, MaxDynamicDescriptors: 1000}},
-		"extra-cluster": {Clusters: map[string]string{"store": "localhost:8080"}, Routes: []envoytest.Route{{Name: "s", Cluster: "store"}}},
+		"none":           {},
+		"wasm":           {Wasm: &envoytest.Wasm{File: plugin, Config: `{"a": "b \" c", "d": ['x']}`, Env: map[string]string{"K": "v"}}},
+		"local":          {LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, FillInterval: time.Minute, Headers: true}},
+		"local-per-ip":   {XFFNumTrustedHops: 1, LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, PerClientIP: true, MaxDynamicDescriptors: 1000}},
+		"extra-cluster":  {Clusters: map[string]string{"store": "localhost:8080"}, Routes: []envoytest.Route{{Name: "s", Cluster: "store"}}},
+		"stats-rejected": {StatsRejected: []string{"wasmcustom.sluice.table.layout_writes", "http.ingress.downstream_rq_total"}},
 	}
 	for name, o := range cases {
 		y, err := envoytest.RenderBootstrap(o, "127.0.0.1:8080", 0)

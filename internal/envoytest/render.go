@@ -220,6 +220,14 @@ stats_config:
   - tag_name: {{.Name}}
     regex: '{{.Regex}}'
 {{- end}}
+{{- if .StatsRejected}}
+  stats_matcher:
+    exclusion_list:
+      patterns:
+{{- range .StatsRejected}}
+      - exact: {{q .}}
+{{- end}}
+{{- end}}
 admin:
   address:
     socket_address: {address: 127.0.0.1, port_value: 0}
@@ -346,7 +354,8 @@ func renderBootstrap(o Options, upstream string, port int, ldsPath string) (stri
 		Listener2YAML string
 		ExtraClusters string
 		StatsTags     []StatsTag
-	}{Clusters: cl, LDSPath: ldsPath, StatsTags: StatsTags}
+		StatsRejected []string
+	}{Clusters: cl, LDSPath: ldsPath, StatsTags: StatsTags, StatsRejected: o.StatsRejected}
 	if x := strings.TrimSpace(o.ExtraClustersYAML); x != "" {
 		var lines []string
 		for _, l := range strings.Split(x, "\n") {

@@ -22,8 +22,9 @@ import (
 //
 // Metrics is safe for concurrent use.
 type Metrics struct {
-	mu    sync.Mutex
-	stats map[metricKey]*stat
+	mu       sync.Mutex
+	stats    map[metricKey]*stat
+	rejected map[string]bool
 }
 
 type metricKey struct {
@@ -36,6 +37,7 @@ type stat struct {
 	typ     MetricType
 	value   uint64
 	samples []uint64
+	null    bool // a rejected name's stat (Reject)
 }
 
 // Metric is a snapshot of one stat.
@@ -52,9 +54,29 @@ func NewMetrics() *Metrics { return &Metrics{stats: map[metricKey]*stat{}} }
 
 const wasmCustomPrefix = "wasmcustom."
 
+// Reject makes the stats called names (with or without the "wasmcustom."
+// prefix) rejected, as an Envoy stats_config.stats_matcher rejects them:
+// defining one succeeds and hands out a null stat, which is never listed,
+// ignores increments and records, and reads 0 (Envoy's ThreadLocalStore
+// returns its null counter, gauge or histogram for a rejected name). Call
+// it before the VMs define the names.
+func (m *Metrics) Reject(names ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rejected == nil {
+		m.rejected = map[string]bool{}
+	}
+	for _, n := range names {
+		m.rejected[strings.TrimPrefix(n, wasmCustomPrefix)] = true
+	}
+}
+
 func (m *Metrics) define(typ MetricType, name string) *stat {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.rejected[name] {
+		return &stat{name: name, typ: typ, null: true}
+	}
 	k := metricKey{name, typ}
 	s, ok := m.stats[k]
 	if !ok {
@@ -72,8 +94,13 @@ func (m *Metrics) increment(s *stat, offset int64) Status {
 		if offset <= 0 {
 			return StatusBadArgument
 		}
-		s.value += uint64(offset)
+		if !s.null {
+			s.value += uint64(offset)
+		}
 	case MetricGauge:
+		if s.null {
+			break
+		}
 		if offset > 0 {
 			s.value += uint64(offset)
 		} else {
@@ -88,6 +115,9 @@ func (m *Metrics) increment(s *stat, offset int64) Status {
 func (m *Metrics) record(s *stat, v uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if s.null {
+		return
+	}
 	switch s.typ {
 	case MetricCounter:
 		s.value += v

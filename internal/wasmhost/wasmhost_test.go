@@ -1134,3 +1134,19 @@ func TestMissingCallbacksAreSkipped(t *testing.T) {
 		t.Fatalf("closing a VM without proxy_on_done: %v", err)
 	}
 }
+
+// TestMetricsRejected: a rejected name (a stats matcher's) is defined
+// without error, counts nothing, reads 0 and is not listed.
+func TestMetricsRejected(t *testing.T) {
+	m := NewMetrics()
+	m.Reject("wasmcustom.test_requests_total")
+	h := newHost(t, WithMetrics(m))
+	a := newVM(t, h, "A", "")
+	r := a.Request(get("/metrics")).Must(t)
+	wantEq(t, "rejected counter seen by A", hdr(t, r, "x-requests"), "0")
+	wantEq(t, "gauge seen by A", hdr(t, r, "x-gauge"), "3")
+	if _, ok := m.Get("test_requests_total"); ok {
+		t.Error("a rejected counter is listed")
+	}
+	wantEq(t, "snapshot size (ticks, paused, sizes)", len(m.Snapshot()), 3)
+}

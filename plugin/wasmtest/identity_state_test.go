@@ -2,6 +2,7 @@ package wasmtest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,7 +238,26 @@ func TestShareChangeOldAndNewWorkersShareState(t *testing.T) {
 // changes only by the new layout's record. Rule a has 12 buckets before,
 // 24 after (half of the clients move), room for every client.
 func TestNewClientsSeeANewConfiguration(t *testing.T) {
-	h := newHost(t)
+	newClientsSeeANewConfiguration(t, newHost(t), true)
+}
+
+// TestNewClientsSeeANewConfigurationUncounted: the same with the count
+// rejected by a stats matcher (Envoy's stats_config), which hands out a
+// counter that never moves: the plugin sees it does not count and reads
+// the layout record before every fresh state instead.
+func TestNewClientsSeeANewConfigurationUncounted(t *testing.T) {
+	m := wasmhost.NewMetrics()
+	m.Reject("sluice.table.layout_writes")
+	h := newHost(t, wasmhost.WithMetrics(m))
+	newClientsSeeANewConfiguration(t, h, false)
+	for _, vm := range h.VMs() {
+		if !strings.Contains(vm.LogText(), "sluice.table.layout_writes does not count") {
+			t.Errorf("VM %d did not log that the count is rejected:\n%s", vm.ID(), vm.LogText())
+		}
+	}
+}
+
+func newClientsSeeANewConfiguration(t *testing.T, h *wasmhost.Host, counted bool) {
 	vms := workers(t, h, 2, `{"rules":[
 		{"name":"a","match":{"path_prefix":"/a"},"limit":5,"window":"1h"},
 		{"name":"b","match":{"path_prefix":"/b"},"limit":1,"window":"1h"}],"max_keys":200}`)
@@ -251,8 +271,8 @@ func TestNewClientsSeeANewConfiguration(t *testing.T) {
 	if err := nu.Reconfigure([]byte(`{"rules":[{"name":"a","match":{"path_prefix":"/a"},"limit":5,"window":"1h"}],"max_keys":200}`)); err != nil {
 		t.Fatal(err)
 	}
-	if after := h.Metrics().Counter("sluice.table.layout_writes"); after <= before {
-		t.Fatalf("sluice.table.layout_writes %d after a new layout was recorded, was %d", after, before)
+	if after := h.Metrics().Counter("sluice.table.layout_writes"); counted != (after > before) {
+		t.Fatalf("sluice.table.layout_writes %d after a new layout was recorded, was %d (counted: %v)", after, before, counted)
 	}
 	for i := 0; i < 16; i++ {
 		admitted := 0
