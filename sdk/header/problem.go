@@ -1,7 +1,6 @@
 package header
 
 import (
-	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -50,7 +49,7 @@ func AppendQuotaUnit(dst []byte, unit string) []byte {
 func AppendRateLimitRefused(dst []byte, name string, retryAfter time.Duration) []byte {
 	dst = appendName(dst, name)
 	dst = append(dst, ";r=0;t="...)
-	return strconv.AppendInt(dst, RetryAfterSeconds(retryAfter), 10)
+	return appendInt(dst, RetryAfterSeconds(retryAfter))
 }
 
 // AppendProblem appends the problem+json body of a rejection with status:
@@ -61,9 +60,9 @@ func AppendRateLimitRefused(dst []byte, name string, retryAfter time.Duration) [
 func AppendProblem(dst []byte, status int, policies []string, retryAfter time.Duration) []byte {
 	secs := RetryAfterSeconds(retryAfter)
 	dst = append(dst, `{"type":"`+QuotaExceeded+`","title":"`+QuotaExceededTitle+`","status":`...)
-	dst = strconv.AppendInt(dst, int64(status), 10)
+	dst = appendInt(dst, int64(status))
 	dst = append(dst, `,"detail":"Too many requests; retry after `...)
-	dst = strconv.AppendInt(dst, secs, 10)
+	dst = appendInt(dst, secs)
 	if secs == 1 {
 		dst = append(dst, ` second."`...)
 	} else {
@@ -77,7 +76,7 @@ func AppendProblem(dst []byte, status int, policies []string, retryAfter time.Du
 		dst = AppendJSONString(dst, p)
 	}
 	dst = append(dst, `],"`+RetryAfterMember+`":`...)
-	dst = strconv.AppendInt(dst, secs, 10)
+	dst = appendInt(dst, secs)
 	return append(dst, "}\n"...)
 }
 

@@ -110,6 +110,10 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func msAt(now int64) uint32 { return uint32(floorDiv(now, int64(time.Millisecond))) }
 
 // InFlight returns the slots held.
@@ -215,6 +219,7 @@ func (s *Slots) ahead(t uint16) (n int64, inWindow, passed bool) {
 
 // ConcDecision is the outcome of a concurrency transition.
 type ConcDecision struct {
+	_ [0]func() // not comparable: no equality function in the module
 	// Admitted: the request holds a slot, registered in Epoch.
 	Admitted bool
 	// Queued: the request waits with Ticket (Acquire with a queue only).
