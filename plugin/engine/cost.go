@@ -109,10 +109,6 @@ type postList struct {
 	more   []PostCharge
 }
 
-// Not inlined: a copy at each call site costs more wasm code than
-// the call (docs/design/memory.md, "Inlining").
-//
-//go:noinline
 func (l *postList) add(c PostCharge) {
 	if l.n < postInline {
 		l.inline[l.n] = c

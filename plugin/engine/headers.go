@@ -47,10 +47,6 @@ func (h *HeaderSet) AddPushback(d time.Duration) {
 // List returns the headers as the slice proxy-wasm calls take.
 func (h *HeaderSet) List() [][2]string { return h.Pairs[:h.N] }
 
-// Not inlined: a copy at each call site costs more wasm code than
-// the call (docs/design/memory.md, "Inlining").
-//
-//go:noinline
 func (h *HeaderSet) add(name string, start int) {
 	h.Pairs[h.N] = [2]string{name, unsafeString(h.buf[start:])}
 	h.N++

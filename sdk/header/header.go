@@ -66,11 +66,6 @@ func (m Mode) Legacy() bool { return m == Both || m == Legacy }
 func (m Mode) Draft() bool { return m == Both || m == Draft }
 
 // CeilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
-//
-// Not inlined: a copy at each call site costs more wasm code than
-// the call (docs/design/memory.md, "Inlining").
-//
-//go:noinline
 func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -85,11 +80,6 @@ func CeilSeconds(d time.Duration) int64 {
 // RetryAfterSeconds is the Retry-After value for a wait of d: whole seconds,
 // rounded up, at least 1 (a client told "0" would retry at once and be
 // rejected again).
-//
-// Not inlined: a copy at each call site costs more wasm code than
-// the call (docs/design/memory.md, "Inlining").
-//
-//go:noinline
 func RetryAfterSeconds(d time.Duration) int64 {
 	if s := CeilSeconds(d); s > 1 {
 		return s
@@ -99,7 +89,7 @@ func RetryAfterSeconds(d time.Duration) int64 {
 
 // AppendRetryAfter appends the Retry-After value for a wait of d.
 func AppendRetryAfter(dst []byte, d time.Duration) []byte {
-	return appendInt(dst, RetryAfterSeconds(d))
+	return strconv.AppendInt(dst, RetryAfterSeconds(d), 10)
 }
 
 // AppendPushback appends the grpc-retry-pushback-ms value for a wait of d:
@@ -110,7 +100,7 @@ func AppendRetryAfter(dst []byte, d time.Duration) []byte {
 // value is the wait itself, not Retry-After in milliseconds.
 func AppendPushback(dst []byte, d time.Duration) []byte {
 	ms := max(int64((d+time.Millisecond-1)/time.Millisecond), 1000)
-	return appendInt(dst, ms)
+	return strconv.AppendInt(dst, ms, 10)
 }
 
 // equalFoldLower is strings.EqualFold(s, lower) for lower in ASCII lower
@@ -145,7 +135,7 @@ func IsGRPC(contentType string) bool {
 
 // AppendSeconds appends d as whole seconds rounded up (X-RateLimit-Reset).
 func AppendSeconds(dst []byte, d time.Duration) []byte {
-	return appendInt(dst, CeilSeconds(d))
+	return strconv.AppendInt(dst, CeilSeconds(d), 10)
 }
 
 // AppendPolicy appends a RateLimit-Policy item: "<name>";q=<limit>;w=<window seconds>.
@@ -155,7 +145,7 @@ func AppendSeconds(dst []byte, d time.Duration) []byte {
 func AppendPolicy(dst []byte, name string, limit int64, window time.Duration) []byte {
 	dst = appendName(dst, name)
 	dst = append(dst, ";q="...)
-	dst = appendInt(dst, limit)
+	dst = strconv.AppendInt(dst, limit, 10)
 	if window <= 0 {
 		return dst
 	}
@@ -164,7 +154,7 @@ func AppendPolicy(dst []byte, name string, limit int64, window time.Duration) []
 	if w < 1 {
 		w = 1
 	}
-	return appendInt(dst, w)
+	return strconv.AppendInt(dst, w, 10)
 }
 
 // AppendRateLimit appends a RateLimit item: "<name>";r=<remaining>;t=<seconds>.
@@ -174,18 +164,13 @@ func AppendRateLimit(dst []byte, name string, remaining int64, reset time.Durati
 	if remaining < 0 {
 		remaining = 0
 	}
-	dst = appendInt(dst, remaining)
+	dst = strconv.AppendInt(dst, remaining, 10)
 	dst = append(dst, ";t="...)
-	return appendInt(dst, CeilSeconds(reset))
+	return strconv.AppendInt(dst, CeilSeconds(reset), 10)
 }
 
 // appendName appends a structured-field string. Rule names are validated to
 // [a-z0-9_-]+, so no escaping is needed.
-//
-// Not inlined: a copy at each call site costs more wasm code than
-// the call (docs/design/memory.md, "Inlining").
-//
-//go:noinline
 func appendName(dst []byte, name string) []byte {
 	dst = append(dst, '"')
 	dst = append(dst, name...)
@@ -197,12 +182,5 @@ func appendName(dst []byte, name string) []byte {
 func AppendShadow(dst []byte, name string, retryAfter time.Duration) []byte {
 	dst = appendName(dst, name)
 	dst = append(dst, ";retry-after="...)
-	return appendInt(dst, RetryAfterSeconds(retryAfter))
+	return strconv.AppendInt(dst, RetryAfterSeconds(retryAfter), 10)
 }
-
-// appendInt appends n in decimal. Not inlined, unlike strconv.AppendInt: a
-// copy of that at each call site costs more wasm code than the call
-// (docs/design/memory.md, "Inlining").
-//
-//go:noinline
-func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }

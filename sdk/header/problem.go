@@ -1,6 +1,7 @@
 package header
 
 import (
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -49,7 +50,7 @@ func AppendQuotaUnit(dst []byte, unit string) []byte {
 func AppendRateLimitRefused(dst []byte, name string, retryAfter time.Duration) []byte {
 	dst = appendName(dst, name)
 	dst = append(dst, ";r=0;t="...)
-	return appendInt(dst, RetryAfterSeconds(retryAfter))
+	return strconv.AppendInt(dst, RetryAfterSeconds(retryAfter), 10)
 }
 
 // AppendProblem appends the problem+json body of a rejection with status:
@@ -60,9 +61,9 @@ func AppendRateLimitRefused(dst []byte, name string, retryAfter time.Duration) [
 func AppendProblem(dst []byte, status int, policies []string, retryAfter time.Duration) []byte {
 	secs := RetryAfterSeconds(retryAfter)
 	dst = append(dst, `{"type":"`+QuotaExceeded+`","title":"`+QuotaExceededTitle+`","status":`...)
-	dst = appendInt(dst, int64(status))
+	dst = strconv.AppendInt(dst, int64(status), 10)
 	dst = append(dst, `,"detail":"Too many requests; retry after `...)
-	dst = appendInt(dst, secs)
+	dst = strconv.AppendInt(dst, secs, 10)
 	if secs == 1 {
 		dst = append(dst, ` second."`...)
 	} else {
@@ -76,7 +77,7 @@ func AppendProblem(dst []byte, status int, policies []string, retryAfter time.Du
 		dst = AppendJSONString(dst, p)
 	}
 	dst = append(dst, `],"`+RetryAfterMember+`":`...)
-	dst = appendInt(dst, secs)
+	dst = strconv.AppendInt(dst, secs, 10)
 	return append(dst, "}\n"...)
 }
 

@@ -110,10 +110,6 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Not inlined: a copy at each call site costs more wasm code than
-// the call (docs/design/memory.md, "Inlining").
-//
-//go:noinline
 func msAt(now int64) uint32 { return uint32(floorDiv(now, int64(time.Millisecond))) }
 
 // InFlight returns the slots held.
