@@ -17,6 +17,7 @@ type heldQueue struct {
 }
 
 type heldRequest struct {
+	_       [0]func() // not comparable: no equality function in the module
 	id      uint32
 	release int64
 }

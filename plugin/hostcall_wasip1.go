@@ -141,6 +141,10 @@ func defineMetric(typ uint32, name string) uint32 {
 	return id
 }
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func defineCounter(name string) counter { return counter(defineMetric(metricTypeCounter, name)) }
 
 // defineCounterChecked is defineCounter reporting a failure instead of

@@ -318,6 +318,7 @@ const censusLease = 5 * time.Second
 
 // httpContext is one HTTP stream.
 type httpContext struct {
+	_ [0]func() // not comparable: no equality function in the module
 	types.DefaultHttpContext
 	id     uint32
 	plugin *pluginContext

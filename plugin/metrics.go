@@ -64,6 +64,7 @@ type ruleMetrics struct {
 
 // classMetrics are one priority class's: sluice.class.<rule>.<class>.<metric>.
 type classMetrics struct {
+	_                [0]func() // not comparable: no equality function in the module
 	inFlight, queued gauge
 	refused          counter
 	refusedLast      uint64

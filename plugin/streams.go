@@ -21,6 +21,7 @@ type streamTable struct {
 // streamSlot is a slot of streamTable; id 0 marks it free (Envoy's context
 // IDs start at 1, and 0 is no stream in the ABI).
 type streamSlot struct {
+	_  [0]func() // not comparable: no equality function in the module
 	id uint32
 	h  *httpContext
 }

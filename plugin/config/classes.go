@@ -4,7 +4,6 @@ import (
 	"hash"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
@@ -163,7 +162,7 @@ func hashClasses(h hash.Hash64, r *Rule) {
 // thousandths formats x (>= 0) with up to three decimals ("1.1", "1").
 func thousandths(x float64) string {
 	m := int64(math.Round(x * 1000))
-	frac := strings.TrimRight(strconv.Itoa(int(1000 + m%1000))[1:], "0")
+	frac := trimZeros(strconv.Itoa(int(1000 + m%1000))[1:], false)
 	if frac == "" {
 		return strconv.Itoa(int(m / 1000))
 	}

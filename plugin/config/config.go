@@ -15,10 +15,12 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 	"github.com/sluicehq/sluice/sdk/header"
 	"github.com/sluicehq/sluice/shared/limit"
 )
@@ -61,6 +63,7 @@ type Config struct {
 // Global names the rate-limit service that keeps the budgets of global
 // rules (Envoy's rate-limit API, e.g. envoyproxy/ratelimit on Redis).
 type Global struct {
+	_ [0]func() // not comparable: no equality function in the module
 	// Cluster is the Envoy cluster (HTTP/2) of the service.
 	Cluster string
 	// Domain is the service's domain; its configuration must declare it.
@@ -143,6 +146,7 @@ const (
 
 // KeyPart is one element of a rule's key.
 type KeyPart struct {
+	_      [0]func() // not comparable: no equality function in the module
 	Kind   KeyKind
 	Header string // lower-case header name for KeyHeader
 }
@@ -178,6 +182,10 @@ func (e *FieldError) Error() string {
 	return e.Field + ": " + e.Msg
 }
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func errf(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: sprintf.Sprintf(format, args...)}
 }
@@ -222,7 +230,8 @@ func Parse(doc []byte) (*Config, error) {
 // wire encoding, and checks that it is an object.
 func decode(doc []byte) (*jsonlite.Value, error) {
 	raw := doc
-	doc = bytes.TrimSpace(doc)
+	i, j := textnum.SpaceBounds(unsafe.String(unsafe.SliceData(doc), len(doc)))
+	doc = doc[i:j] // bytes.TrimSpace(doc)
 	if len(doc) == 0 {
 		return nil, errf("", "configuration is empty: at least one rule is required (\"rules\")")
 	}
@@ -370,9 +379,9 @@ func parseExempt(raw *jsonlite.Value) ([]ipaddr.Prefix, error) {
 		if strings.IndexByte(s, '%') >= 0 { // not ContainsRune: its UTF-8 path is ~3 KB of module
 			return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q: IPv6 zones are not allowed in a CIDR", s)
 		}
-		p, ok := ipaddr.ParsePrefix(strings.TrimSpace(s))
+		p, ok := ipaddr.ParsePrefix(textnum.TrimSpace(s))
 		if !ok {
-			a, aok := ipaddr.ParseAddr(strings.TrimSpace(s))
+			a, aok := ipaddr.ParseAddr(textnum.TrimSpace(s))
 			if !aok {
 				return nil, errf(sprintf.Sprintf("exempt_cidrs[%d]", i), "%q is not a CIDR (like 10.0.0.0/8 or 2001:db8::/32)", s)
 			}
@@ -430,7 +439,7 @@ func parseGlobal(raw *jsonlite.Value) (*Global, error) {
 // has one), and no white space at either end.
 func serviceName(s string) bool {
 	n := utf8.RuneCountInString(s)
-	return n > 0 && n <= 200 && strings.TrimSpace(s) == s && strings.IndexFunc(s, unicode.IsControl) < 0
+	return n > 0 && n <= 200 && textnum.TrimSpace(s) == s && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 func parseClientIP(raw *jsonlite.Value, ci *ClientIP) error {
@@ -500,7 +509,7 @@ func globalWindow(field string, raw *jsonlite.Value) (time.Duration, error) {
 	if err := str(raw, &s); err != nil {
 		return 0, errf(field, "must be one of \"1s\", \"1m\", \"1h\", \"1d\" (a global rule counts in the rate-limit service's fixed windows)")
 	}
-	switch strings.TrimSpace(s) {
+	switch textnum.TrimSpace(s) {
 	case "1s":
 		return time.Second, nil
 	case "1m":

@@ -2,10 +2,10 @@ package config
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -112,7 +112,7 @@ func costHeader(field string, raw *jsonlite.Value) (string, error) {
 	if err := str(raw, &s); err != nil {
 		return "", errf(field, "must be a header name (a string)")
 	}
-	name := strings.TrimSpace(s)
+	name := textnum.TrimSpace(s)
 	if name == "" || name[0] == ':' || !validHeaderName(name) {
 		return "", errf(field, "%q is not an HTTP header name", s)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 )
 
 // object checks that raw, the result of decoding with err, is a JSON
@@ -86,6 +87,11 @@ func known(field string, m *jsonlite.Value, allowed ...string) error {
 var errType = &FieldError{Msg: "wrong type"}
 
 // str reads a JSON string into dst.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func str(raw *jsonlite.Value, dst *string) error {
 	s, ok := raw.Str()
 	if !ok {
@@ -128,8 +134,8 @@ func integer(field string, raw *jsonlite.Value) (int64, error) {
 		return 0, errf(field, "must be a whole number")
 	}
 	n := raw.Text
-	if i, err := strconv.ParseInt(n, 10, 64); err == nil {
-		return i, nil
+	if i, ok := textnum.Atoi(n); ok { // strconv.ParseInt(n, 10, 64)
+		return int64(i), nil
 	}
 	i, ok := wholeValue(n)
 	if !ok {
@@ -144,20 +150,11 @@ func integer(field string, raw *jsonlite.Value) (int64, error) {
 // exactly). It is computed on the literal's digits, not through
 // strconv.ParseFloat, whose tables and code weigh about 20 KB of module.
 func wholeValue(n string) (int64, bool) {
-	mant, exp := n, 0
-	if i := strings.IndexAny(n, "eE"); i >= 0 {
-		e, err := strconv.Atoi(n[i+1:])
-		if err != nil {
-			return 0, false
-		}
-		mant, exp = n[:i], max(-1<<20, min(e, 1<<20)) // past these, only 0 is whole and small
+	neg := strings.HasPrefix(n, "-")
+	trimmed, exp, ok := decimalParts(strings.TrimPrefix(n, "-"))
+	if !ok {
+		return 0, false
 	}
-	neg := strings.HasPrefix(mant, "-")
-	whole, frac, _ := strings.Cut(strings.TrimPrefix(mant, "-"), ".")
-	digits := strings.TrimLeft(whole+frac, "0")
-	exp -= len(frac)
-	trimmed := strings.TrimRight(digits, "0")
-	exp += len(digits) - len(trimmed)
 	if trimmed == "" {
 		return 0, true
 	}
@@ -187,7 +184,7 @@ func duration(field string, raw *jsonlite.Value) (time.Duration, error) {
 	if err := str(raw, &s); err != nil {
 		return 0, errf(field, "must be a duration string like \"1s\", \"1m\" or \"250ms\"")
 	}
-	d, ok := parseDuration(strings.TrimSpace(s))
+	d, ok := parseDuration(textnum.TrimSpace(s))
 	if !ok {
 		return 0, errf(field, "%q is not a duration (use a Go duration like \"1s\", \"1m\", \"250ms\")", s)
 	}
@@ -203,7 +200,11 @@ type fields struct {
 	m    *jsonlite.Value
 }
 
-// name is the path of member key ("rules[1].window").
+// name is the path of member key ("rules[1].window"). Not inlined: its
+// string concatenation, inlined at the parser's 39 call sites, was 3 KB of
+// wasm code (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (f fields) name(key string) string {
 	if f.path == "" {
 		return key

@@ -3,8 +3,9 @@ package config
 import (
 	"math"
 	"math/bits"
-	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 )
 
 // fraction is the float64 nearest the JSON number literal n (rounded half
@@ -37,22 +38,44 @@ func fraction(n string) (v float64, ok bool) {
 // decimalParts splits the literal n (no sign) into its significant digits,
 // without leading or trailing zeros ("" for zero), and the power of ten
 // they are multiplied by.
+//
+// Byte loops rather than strings.IndexAny, Cut, TrimLeft and TrimRight, and
+// textnum.Atoi rather than strconv.Atoi: those reach the standard
+// library's general code (Unicode cut sets, error values), kilobytes of
+// module for this one use.
 func decimalParts(n string) (digits string, exp int, ok bool) {
-	if i := strings.IndexAny(n, "eE"); i >= 0 {
-		e, err := strconv.Atoi(n[i+1:])
-		if err != nil {
-			return "", 0, false
+	for i := 0; i < len(n); i++ {
+		if n[i] == 'e' || n[i] == 'E' {
+			e, ok := textnum.Atoi(n[i+1:])
+			if !ok {
+				return "", 0, false
+			}
+			n, exp = n[:i], max(-1<<20, min(e, 1<<20)) // past these, the result is fixed
+			break
 		}
-		n, exp = n[:i], max(-1<<20, min(e, 1<<20)) // past these, the result is fixed
 	}
-	whole, frac, _ := strings.Cut(n, ".")
+	whole, frac := n, ""
+	if i := strings.IndexByte(n, '.'); i >= 0 {
+		whole, frac = n[:i], n[i+1:]
+	}
 	if whole == "" || !allDigits(whole) || !allDigits(frac) {
 		return "", 0, false
 	}
-	digits = strings.TrimLeft(whole+frac, "0")
+	digits = trimZeros(whole+frac, true)
 	exp -= len(frac)
-	trimmed := strings.TrimRight(digits, "0")
+	trimmed := trimZeros(digits, false)
 	return trimmed, exp + len(digits) - len(trimmed), true
+}
+
+// trimZeros is s without its leading zeros (lead) or its trailing ones.
+func trimZeros(s string, lead bool) string {
+	for lead && len(s) > 0 && s[0] == '0' {
+		s = s[1:]
+	}
+	for !lead && len(s) > 0 && s[len(s)-1] == '0' {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // nearest is the float64 nearest digits x 10^-k, a value below 1 (digits

@@ -67,6 +67,10 @@ func containsBefore(list []string, k int, s string) bool {
 	return false
 }
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func file(m map[string][]int32, key string, r int32) map[string][]int32 {
 	if m == nil {
 		m = map[string][]int32{}
@@ -105,6 +109,10 @@ func (x *Index) Candidates(t *Target, dst []int) []int {
 	return dst
 }
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func appendRules(dst []int, rules []int32) []int {
 	for _, r := range rules {
 		dst = append(dst, int(r))
@@ -124,6 +132,7 @@ type trieNode struct {
 }
 
 type trieEdge struct {
+	_    [0]func() // not comparable: no equality function in the module
 	b    byte
 	next int32
 }

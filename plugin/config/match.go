@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 )
 
 // Match selects the requests a rule applies to. The zero Match applies to
@@ -102,8 +103,8 @@ func parseMatch(field string, raw *jsonlite.Value, m *Match) error {
 			return errf(field+".methods", "must be a list of strings")
 		}
 		for i, x := range m.Methods {
-			up := upperString(strings.TrimSpace(x))
-			if up == "" || strings.ContainsAny(up, " \t\r\n") {
+			up := upperString(textnum.TrimSpace(x))
+			if up == "" || hasWhiteSpace(up) {
 				return errf(sprintf.Sprintf("%s.methods[%d]", field, i), "%q is not an HTTP method", x)
 			}
 			m.Methods[i] = up
@@ -167,3 +168,15 @@ func parseRoutes(field string, raw *jsonlite.Value, m *Match) error {
 
 // MaxRouteName bounds an Envoy route name in match.route.
 const MaxRouteName = 1024
+
+// hasWhiteSpace is strings.ContainsAny(s, " \t\r\n"), without its general
+// code (Unicode cut sets, about 3.5 KB of module): the four are ASCII, and
+// a byte of a multi-byte rune never is.
+func hasWhiteSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			return true
+		}
+	}
+	return false
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/plugin/internal/jsonlite"
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -278,7 +279,7 @@ func parseKeyPart(field, s string) (KeyPart, error) {
 		return KeyPart{Kind: KeyMethod}, nil
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
-		name = strings.TrimSpace(name)
+		name = textnum.TrimSpace(name)
 		if name == "" || name == ":" || !validHeaderName(name) {
 			return KeyPart{}, errf(field, "%q: header name is empty or not a valid HTTP header name", s)
 		}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 )
 
 // ParseHostPort extracts the IP of an Envoy address property
@@ -50,7 +51,7 @@ func XFFFromRight(xff string, n int) (ipaddr.Addr, bool) {
 	for i := 1; ; i++ {
 		start := strings.LastIndexByte(xff[:end], ',') + 1
 		if i == n {
-			entry := strings.TrimSpace(xff[start:end])
+			entry := textnum.TrimSpace(xff[start:end])
 			if a, ok := ParseHostPort(entry); ok {
 				return a, true
 			}

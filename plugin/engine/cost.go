@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +44,7 @@ import (
 // PostCharge is a rule that admitted a request and charges it once the
 // response arrives.
 type PostCharge struct {
+	_    [0]func() // not comparable: no equality function in the module
 	rule int
 	fp   uint64
 	desc string // a global rule's descriptor key at the service
@@ -483,29 +483,6 @@ func (e *Engine) sendDebt(d *debt, sc *settling) bool {
 	e.Stats.Global.ChargeCalls++
 	e.debts.Drop(key)
 	return true
-}
-
-// costSummary describes a rule's cost for the start-up log line.
-func costSummary(c *config.Cost) string {
-	var b strings.Builder
-	if c.RequestHeader != "" {
-		b.WriteString(" cost=request_header " + c.RequestHeader)
-	} else {
-		b.WriteString(" cost=after response")
-		if c.ResponseHeader != "" {
-			b.WriteString(" header " + c.ResponseHeader)
-		}
-		for i, st := range c.OnStatus {
-			if i == 0 {
-				b.WriteString(" on_status ")
-			} else {
-				b.WriteString(",")
-			}
-			b.WriteString(strconv.Itoa(int(st)))
-		}
-	}
-	b.WriteString(" max " + strconv.FormatInt(c.Max, 10))
-	return b.String()
 }
 
 // retryFailed sends in's call again, for the requests still waiting for

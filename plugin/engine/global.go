@@ -95,6 +95,11 @@ type globalRules struct {
 // persist returns a Pending that outlives the current decision: the
 // engine's scratch Pending (which every decision reuses, so that requests
 // served from leases allocate nothing) is copied once a request waits.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (e *Engine) persist(p *Pending) *Pending {
 	if p != &e.scratch {
 		return p
@@ -133,6 +138,11 @@ type globalRef = global.Ref
 
 // call returns the call in flight on this worker for client k (nil:
 // none).
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (e *Engine) call(k callKey) *inflight {
 	in, _ := e.calls.Get(k).(*inflight)
 	return in
@@ -147,6 +157,11 @@ func (e *Engine) ctxOwner() *Pending {
 
 // answering makes p's stream the current context while an answer is
 // handled (nil: the root context; never a nil *Pending in the interface).
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (e *Engine) answering(p *Pending) {
 	if p == nil {
 		e.calls.Answering(nil)

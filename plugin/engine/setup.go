@@ -3,10 +3,9 @@ package engine
 import (
 	"encoding/binary"
 	"errors"
-	"strings"
+	"strconv"
 
 	"github.com/sluicehq/sluice/plugin/config"
-	"github.com/sluicehq/sluice/plugin/internal/sprintf"
 	"github.com/sluicehq/sluice/shared/limit"
 )
 
@@ -52,45 +51,111 @@ func Throttles(c *config.Config) bool {
 }
 
 // Summary is the one-line description of a configuration logged at start.
+// It appends its parts to one buffer (summaryLine) rather than formatting
+// them with sprintf: each formatted value boxed in an interface costs code
+// at every call site, and code costs memory in every Envoy
+// (docs/design/memory.md).
 func Summary(c *config.Config, t *Table) string {
-	var b strings.Builder
-	b.WriteString(sprintf.Sprintf("%d rule(s):", len(c.Rules)))
+	b := summaryLine(make([]byte, 0, 256))
+	b.num(int64(len(c.Rules)), " rule(s):")
 	for i := range c.Rules {
 		if i == summaryRules && len(c.Rules) > config.PoolFrom {
 			// One log line: a thousand rules would make it 100 KB.
-			b.WriteString(sprintf.Sprintf(" and %d more rules;", len(c.Rules)-i))
+			b.str(" and ", "")
+			b.num(int64(len(c.Rules)-i), " more rules;")
 			break
 		}
-		r := &c.Rules[i]
-		if IsAdaptive(r) {
-			b.WriteString(sprintf.Sprintf(" %s=adaptive_concurrency %d..%d in flight", r.Name, r.Limit.MinLimit(), r.Limit.Limit()))
-		} else if IsConcurrency(r) {
-			b.WriteString(sprintf.Sprintf(" %s=concurrency %d in flight", r.Name, r.Limit.Limit()))
-		} else {
-			b.WriteString(sprintf.Sprintf(" %s=%s %d/%s burst %d", r.Name, r.Limit.Algorithm(), r.Limit.Limit(), r.Limit.Window(), r.Limit.Burst()))
-		}
-		b.WriteString(sprintf.Sprintf(" keeps %d states", t.RegionCapacity(i)))
-		if r.MaxDelay > 0 {
-			b.WriteString(sprintf.Sprintf(" max_delay %s", r.MaxDelay))
-		}
-		if r.Shadow {
-			b.WriteString(" (shadow)")
-		}
-		if c := &r.Cost; c.Set() {
-			b.WriteString(costSummary(c))
-		}
-		b.WriteString(";")
+		b.rule(&c.Rules[i], t.RegionCapacity(i))
 	}
 	onErr := "allow"
 	if c.OnErrorDeny {
 		onErr = "deny"
 	}
-	b.WriteString(sprintf.Sprintf(" headers=%s status=%d max_keys=%d (%d shared-data keys of %d bytes and %d overflow states of %d) on_error=%s xff_trusted_hops=%d exempt=%d range(s)",
-		c.HeadersName(), c.Status, c.MaxKeys, t.Buckets(), BucketSize, t.Regions(), slotSize, onErr, c.ClientIP.XFFTrustedHops, len(c.Exempt)))
+	b.str(" headers=", c.HeadersName())
+	b.str(" status=", "")
+	b.num(int64(c.Status), " max_keys=")
+	b.num(int64(c.MaxKeys), " (")
+	b.num(int64(t.Buckets()), " shared-data keys of ")
+	b.num(BucketSize, " bytes and ")
+	b.num(int64(t.Regions()), " overflow states of ")
+	b.num(slotSize, ") on_error=")
+	b.str(onErr, " xff_trusted_hops=")
+	b.num(int64(c.ClientIP.XFFTrustedHops), " exempt=")
+	b.num(int64(len(c.Exempt)), " range(s)")
 	if n := t.PoolBuckets(); n > 0 {
-		b.WriteString(sprintf.Sprintf(" spill pool=%d states (%d shared-data keys) for the rules without their own max_keys", n*SlotsPerBucket, n))
+		b.str(" spill pool=", "")
+		b.num(int64(n*SlotsPerBucket), " states (")
+		b.num(int64(n), " shared-data keys) for the rules without their own max_keys")
 	}
-	return b.String()
+	return string(b)
+}
+
+// summaryLine is Summary's buffer.
+type summaryLine []byte
+
+// str appends s and then text. Not inlined: an inlined append is
+// several times the code of a call at each of the line's call sites.
+//
+//go:noinline
+func (b *summaryLine) str(s, text string) { *b = append(append(*b, s...), text...) }
+
+// num appends n in decimal and then text (not inlined either).
+//
+//go:noinline
+func (b *summaryLine) num(n int64, text string) { *b = append(strconv.AppendInt(*b, n, 10), text...) }
+
+// rule appends rule r's part of the line, keeping states of its own.
+func (b *summaryLine) rule(r *config.Rule, states int) {
+	b.str(" ", r.Name)
+	switch {
+	case IsAdaptive(r):
+		b.str("=adaptive_concurrency ", "")
+		b.num(r.Limit.MinLimit(), "..")
+		b.num(r.Limit.Limit(), " in flight")
+	case IsConcurrency(r):
+		b.str("=concurrency ", "")
+		b.num(r.Limit.Limit(), " in flight")
+	default:
+		b.str("=", r.Limit.Algorithm().String())
+		b.str(" ", "")
+		b.num(r.Limit.Limit(), "/")
+		b.str(r.Limit.Window().String(), " burst ")
+		b.num(r.Limit.Burst(), "")
+	}
+	b.str(" keeps ", "")
+	b.num(int64(states), " states")
+	if r.MaxDelay > 0 {
+		b.str(" max_delay ", r.MaxDelay.String())
+	}
+	if r.Shadow {
+		b.str(" (shadow)", "")
+	}
+	if c := &r.Cost; c.Set() {
+		b.cost(c)
+	}
+	b.str(";", "")
+}
+
+// cost appends a rule's cost.
+func (b *summaryLine) cost(c *config.Cost) {
+	if c.RequestHeader != "" {
+		b.str(" cost=request_header ", c.RequestHeader)
+	} else {
+		b.str(" cost=after response", "")
+		if c.ResponseHeader != "" {
+			b.str(" header ", c.ResponseHeader)
+		}
+		for i, st := range c.OnStatus {
+			sep := ","
+			if i == 0 {
+				sep = " on_status "
+			}
+			b.str(sep, "")
+			b.num(int64(st), "")
+		}
+	}
+	b.str(" max ", "")
+	b.num(c.Max, "")
 }
 
 // summaryRules is how many rules Summary lists by name when there are

@@ -73,8 +73,9 @@ const (
 
 // Region is a rule's part of the table.
 type Region struct {
-	ID    uint64 // the rule's ID (config.Rule.ID): its keys derive from it
-	Share int    // client states it may keep, overflow state included
+	_     [0]func() // not comparable: no equality function in the module
+	ID    uint64    // the rule's ID (config.Rule.ID): its keys derive from it
+	Share int       // client states it may keep, overflow state included
 	// Life is the longest a state of the rule stays active: how long the
 	// previous layout is still looked at after the share changed.
 	Life time.Duration
@@ -84,6 +85,7 @@ type Region struct {
 }
 
 type region struct {
+	_     [0]func() // not comparable: no equality function in the module
 	id    uint64
 	spill bool
 	// seenWrites is 1 + the count of layout record writes (LayoutSignal,

@@ -44,6 +44,7 @@ const maxViolated = 16
 // violatedSet is the rules (configuration indices, ascending) that refused
 // a request, at most maxViolated of them.
 type violatedSet struct {
+	_   [0]func() // not comparable: no equality function in the module
 	n   uint8
 	idx [maxViolated]uint16
 }

@@ -52,16 +52,21 @@ const guardUpdate = `{"rules":[
 // parsed without strconv.ParseFloat and time.ParseDuration; the phases
 // after start also show main's changes since the last budgets): the
 // update to 1,002 rules reserves 112 or 120 pages from run to run (the
-// collector's timing), the other phases repeat to the KiB.
+// collector's timing), the other phases repeat to the KiB. Lowered to
+// what the module of 3,473,935 bytes reaches (120 KB less code and static
+// data; the engine walks its holdings, learners, calls and debts as lists,
+// a holding kept by value, not ranging over maps): 22 runs gave the same
+// figures but for 10,000 clients (3,112 or 3,124 KiB); the update to 1,002
+// rules reserved 112 pages in each.
 var memoryBudget = map[string]struct {
 	pages      uint32
 	writtenKiB uint64
 }{
-	"start":         {73, 2596 + 64},
-	"10000 clients": {81, 3148 + 64},
-	"flood":         {89, 3836 + 64},
-	"config update": {93, 4144 + 64},
-	"1002 rules":    {121, 5624 + 64},
+	"start":         {73, 2576 + 64},
+	"10000 clients": {81, 3124 + 64},
+	"flood":         {81, 3812 + 64},
+	"config update": {93, 4120 + 64},
+	"1002 rules":    {113, 5620 + 64},
 }
 
 // TestMemoryGuard runs the compiled plugin in one VM (one Envoy worker)

@@ -107,6 +107,7 @@ func (l Limit) At(n int64) Limit {
 // a batch of another round (the worker had not yet seen the round change) is
 // dropped: its requests were admitted under an older limit.
 type Gauge struct {
+	_ [0]func() // not comparable: no equality function in the module
 	// Limit is the learnt number of requests in flight (fractional;
 	// admission uses Current).
 	Limit float64
@@ -178,7 +179,8 @@ const (
 
 // Samples is a batch of latency samples for one Gauge round.
 type Samples struct {
-	Round     uint32 // the round the samples belong to
+	_         [0]func() // not comparable: no equality function in the module
+	Round     uint32    // the round the samples belong to
 	N         int64
 	Sum       time.Duration
 	Saturated bool // the round used its limit (see Gauge.Saturated)

@@ -28,6 +28,7 @@ import "time"
 //
 // The zero ClassBases knows no class.
 type ClassBases struct {
+	_    [0]func() // not comparable: no equality function in the module
 	base [maxClassBases]time.Duration
 	n    [maxClassBases]uint8 // samples behind base (saturates at firstSamples)
 	// sum and cnt gather this worker's samples of the current round, per

@@ -215,6 +215,7 @@ func (s *Slots) ahead(t uint16) (n int64, inWindow, passed bool) {
 
 // ConcDecision is the outcome of a concurrency transition.
 type ConcDecision struct {
+	_ [0]func() // not comparable: no equality function in the module
 	// Admitted: the request holds a slot, registered in Epoch.
 	Admitted bool
 	// Queued: the request waits with Ticket (Acquire with a queue only).

@@ -95,6 +95,7 @@ func getInt64(b []byte) int64 { return int64(binary.LittleEndian.Uint64(b)) }
 // bucket capacity (token bucket) or queue length (leaky bucket). Build it
 // with New; the zero value is not usable.
 type Limit struct {
+	_         [0]func() // not comparable: no equality function in the module
 	algorithm Algorithm
 	limit     int64
 	window    int64 // ns

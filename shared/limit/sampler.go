@@ -27,6 +27,7 @@ import "time"
 //
 // The zero Sampler is ready for use; Reset starts it on a round.
 type Sampler struct {
+	_ [0]func() // not comparable: no equality function in the module
 	// Ready holds the samples of complete windows, not yet added to the
 	// Gauge (its Round is the round the Sampler was reset to).
 	Ready Samples
@@ -38,6 +39,7 @@ type Sampler struct {
 // window is the requests admitted from a time on, until the next window
 // opened.
 type window struct {
+	_      [0]func() // not comparable: no equality function in the module
 	ticket uint32
 	from   int64
 	out    int64 // admitted, not yet done

@@ -65,6 +65,7 @@ func JumpHash(key, n uint64) uint64 {
 // SlotRef is a concurrency slot held by a request, to be released when its
 // stream ends.
 type SlotRef struct {
+	_        [0]func() // not comparable: no equality function in the module
 	Rule     int
 	FP       uint64
 	Overflow bool  // the slot is the rule's overflow slot of the bucket

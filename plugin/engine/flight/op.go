@@ -5,6 +5,7 @@ import "github.com/sluicehq/sluice/shared/limit"
 // slotOp is the Modifier of every concurrency transition (one per worker,
 // so that no transition allocates).
 type slotOp struct {
+	_        [0]func() // not comparable: no equality function in the module
 	kind     uint8
 	lim      *limit.Limit
 	held     int64 // slots this worker holds in the slot modified

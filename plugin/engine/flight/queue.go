@@ -19,7 +19,7 @@ func (r *Rules) Leave(k Key, ticket uint16, now int64) bool {
 func (r *Rules) Claim(k Key, ticket uint16, now int64) (t Taken, ok bool) {
 	op := &r.op
 	*op = slotOp{kind: opClaim, lim: r.SlotLimit(k.Rule, k.FP, now), ticket: ticket, class: k.Class}
-	h := r.holdings[k]
+	h := r.holding(k)
 	if h != nil {
 		op.held, op.epoch = h.n, h.epoch
 	}
@@ -60,7 +60,9 @@ func (r *Rules) RenewDue(now int64) {
 // the lease that keeps them counted (see limit.Slots).
 func (r *Rules) renew(now int64) {
 	ep := limit.EpochAt(now)
-	for k, h := range r.holdings {
+	for i := range r.held {
+		h := &r.held[i]
+		k := h.key
 		if h.epoch == ep {
 			continue
 		}

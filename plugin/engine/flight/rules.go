@@ -34,14 +34,17 @@ type Key struct {
 
 // Pending is a concurrency rule still to be acquired by a request.
 type Pending struct {
+	_     [0]func() // not comparable: no equality function in the module
 	Rule  int
 	FP    uint64
 	Class uint8
 }
 
 type holding struct {
+	_     [0]func() // not comparable: no equality function in the module
 	n     int64
 	epoch uint16
+	key   Key
 }
 
 // slotsSeen is a rule's slots as this worker's last admission or release
@@ -59,10 +62,15 @@ type Rules struct {
 	Adaptive
 	Classes
 	queue
-	cfg      *config.Config
-	table    Table
-	op       slotOp
-	holdings map[Key]*holding
+	cfg   *config.Config
+	table Table
+	op    slotOp
+	// holdings indexes held by key. The walks over all of them (renew,
+	// HeldSlots) range over the list: ranging over a map links the
+	// runtime's map iteration, about 7 KB of code in every Envoy. Kept by
+	// value, a holding taken and given back per request leaves no garbage.
+	holdings map[Key]int
+	held     []holding
 	hold     []int64 // observed mean slot hold time per rule (ns)
 	renewed  uint16  // the epoch of the last renewal
 	// lastSlots is each rule's slots as this worker last saw them (the
@@ -78,7 +86,7 @@ func NewRules(cfg *config.Config, table Table, perBucket int, stats *AdaptiveSta
 		Classes:   NewClasses(cfg, table, perBucket),
 		cfg:       cfg,
 		table:     table,
-		holdings:  map[Key]*holding{},
+		holdings:  map[Key]int{},
 		hold:      make([]int64, len(cfg.Rules)),
 		lastSlots: make([]slotsSeen, len(cfg.Rules)),
 	}
@@ -148,10 +156,10 @@ func (r *Rules) Acquire(p Pending, noQueue bool, now int64) (Taken, error) {
 	if noQueue {
 		op.queue = 0
 	}
-	if h := r.holdings[Key{Rule: p.Rule, FP: p.FP, Class: p.Class}]; h != nil {
+	if h := r.holding(Key{Rule: p.Rule, FP: p.FP, Class: p.Class}); h != nil {
 		op.held, op.epoch = h.n, h.epoch
 	}
-	if h := r.holdings[Key{Rule: p.Rule, FP: p.FP, Overflow: true, Class: p.Class}]; h != nil {
+	if h := r.holding(Key{Rule: p.Rule, FP: p.FP, Overflow: true, Class: p.Class}); h != nil {
 		op.heldOv, op.epochOv = h.n, h.epoch
 	}
 	if err := r.modify(p.FP, p.Rule, false, now, op); err != nil {
@@ -159,7 +167,7 @@ func (r *Rules) Acquire(p Pending, noQueue bool, now int64) (Taken, error) {
 	}
 	d := op.out
 	k := Key{Rule: p.Rule, FP: p.FP, Overflow: op.overflow, Class: p.Class}
-	if h := r.holdings[k]; h != nil {
+	if h := r.holding(k); h != nil {
 		h.epoch = d.Epoch // renewed on the way
 	}
 	r.lastSlots[p.Rule] = slotsSeen{d.InFlight, d.Waiting, p.FP, op.overflow, true}
@@ -193,15 +201,42 @@ func (r *Rules) Take(t *Taken, waited time.Duration, now int64) (s SlotRef, rem 
 	return s, rem
 }
 
+// holding returns what this worker holds under k, nil if nothing (valid
+// until a holding is added or dropped).
+func (r *Rules) holding(k Key) *holding {
+	if i, ok := r.holdings[k]; ok {
+		return &r.held[i]
+	}
+	return nil
+}
+
 // hold1 counts one more slot held by this worker under k.
 func (r *Rules) hold1(k Key, epoch uint16) {
-	h := r.holdings[k]
+	h := r.holding(k)
 	if h == nil {
-		h = &holding{}
-		r.holdings[k] = h
+		r.holdings[k] = len(r.held)
+		r.held = append(r.held, holding{key: k})
+		h = &r.held[len(r.held)-1]
 	}
 	h.n++
 	h.epoch = epoch
+}
+
+// drop forgets the holding under k (nothing held any more): the last one
+// of the list takes its place.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
+func (r *Rules) drop(k Key) {
+	i, last := r.holdings[k], len(r.held)-1
+	delete(r.holdings, k)
+	if i != last {
+		r.held[i] = r.held[last]
+		r.holdings[r.held[i].key] = i
+	}
+	r.held = r.held[:last]
 }
 
 // Release gives back slot s of a request whose stream ended at now. An
@@ -211,7 +246,7 @@ func (r *Rules) hold1(k Key, epoch uint16) {
 func (r *Rules) Release(s *SlotRef, now int64) (err error) {
 	r.Releases(s)
 	k := Key{Rule: s.Rule, FP: s.FP, Overflow: s.Overflow, Class: s.Class}
-	h := r.holdings[k]
+	h := r.holding(k)
 	if h == nil {
 		return nil
 	}
@@ -223,7 +258,7 @@ func (r *Rules) Release(s *SlotRef, now int64) (err error) {
 		r.lastSlots[s.Rule] = slotsSeen{op.observed.InFlight(), op.observed.Queued(), s.FP, s.Overflow, true}
 	}
 	if h.n--; h.n <= 0 {
-		delete(r.holdings, k)
+		r.drop(k)
 	}
 	if d := now - s.Since; d > 0 {
 		if r.hold[s.Rule] == 0 {
@@ -238,8 +273,8 @@ func (r *Rules) Release(s *SlotRef, now int64) (err error) {
 // HeldSlots returns the number of concurrency slots this worker holds.
 func (r *Rules) HeldSlots() int64 {
 	var n int64
-	for _, h := range r.holdings {
-		n += h.n
+	for i := range r.held {
+		n += r.held[i].n
 	}
 	return n
 }

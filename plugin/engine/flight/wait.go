@@ -33,7 +33,10 @@ type queue struct {
 	waiters  []*Waiter
 	requeued []*Waiter // a poll's buffer for the waiters that queue again
 	blocked  map[Key]bool
-	poll     pollState
+	// blockedKeys are blocked's keys, deleted one by one at the next poll:
+	// clearing a map links the runtime's map clearing (2 KB of code).
+	blockedKeys []Key
+	poll        pollState
 	// pending are the concurrency rules of the request being decided.
 	pending []Pending
 }
@@ -113,7 +116,24 @@ func (r *Rules) PollStart() {
 	if r.blocked == nil {
 		r.blocked = map[Key]bool{}
 	}
-	clear(r.blocked)
+	for _, k := range r.blockedKeys {
+		delete(r.blocked, k)
+	}
+	r.blockedKeys = r.blockedKeys[:0]
+}
+
+// block makes the waiters of k after the current one wait for the next
+// poll.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
+func (r *Rules) block(k Key) {
+	if !r.blocked[k] {
+		r.blocked[k] = true
+		r.blockedKeys = append(r.blockedKeys, k)
+	}
 }
 
 // PollNext advances the poll at now to the next waiter that something
@@ -138,7 +158,7 @@ func (r *Rules) PollNext(now int64) (w *Waiter, t Taken, admitted bool) {
 		p.polls++
 		if w.Gone {
 			if w.ID != 0 && !r.LeaveQueue(w, now) {
-				r.blocked[w.Key] = true
+				r.block(w.Key)
 				p.keep = append(p.keep, w)
 			}
 			continue
@@ -146,7 +166,7 @@ func (r *Rules) PollNext(now int64) (w *Waiter, t Taken, admitted bool) {
 		t, ok := r.Claim(w.Key, w.Ticket, now)
 		if !ok {
 			// Later tickets of this queue on this worker wait behind it.
-			r.blocked[w.Key] = true
+			r.block(w.Key)
 			p.keep = append(p.keep, w)
 			continue
 		}

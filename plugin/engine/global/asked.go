@@ -4,6 +4,7 @@ package global
 // fingerprint in this Envoy's table and where its key bytes (its
 // descriptor at the service) are.
 type Ref struct {
+	_      [0]func() // not comparable: no equality function in the module
 	Rule   int
 	FP     uint64
 	Off, N int   // the client's key bytes in Asked.Keys (or a copy of them)

@@ -13,7 +13,12 @@ package global
 // instantiation names spell out its type arguments and cost the wasm
 // module kilobytes.
 type Calls struct {
-	m map[Key]any
+	// m indexes list by key. Each ranges over the list: ranging over a
+	// map links the runtime's map iteration, about 7 KB of code in every
+	// Envoy.
+	m       map[Key]int
+	list    []callEntry
+	scratch []callEntry // Each's copy of list, kept for the next Each
 	// owner is the request whose stream is the current context while an
 	// answer is handled (nil: the root context); deciding is set while
 	// Decide runs (the deciding request's stream is current).
@@ -21,32 +26,79 @@ type Calls struct {
 	deciding bool
 }
 
+// callEntry is a call in flight and its client.
+type callEntry struct {
+	_    [0]func() // not comparable: no equality function in the module
+	key  Key
+	call any
+}
+
 // NewCalls returns an empty set of calls.
-func NewCalls() Calls { return Calls{m: map[Key]any{}} }
+func NewCalls() Calls { return Calls{m: map[Key]int{}} }
 
 // Get returns the call in flight for k (nil: none).
-func (c *Calls) Get(k Key) any { return c.m[k] }
+func (c *Calls) Get(k Key) any {
+	if i, ok := c.m[k]; ok {
+		return c.list[i].call
+	}
+	return nil
+}
 
 // Put makes call the one in flight for k.
-func (c *Calls) Put(k Key, call any) { c.m[k] = call }
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
+func (c *Calls) Put(k Key, call any) {
+	if i, ok := c.m[k]; ok {
+		c.list[i].call = call
+		return
+	}
+	c.m[k] = len(c.list)
+	c.list = append(c.list, callEntry{key: k, call: call})
+}
 
 // Forget removes call from the calls in flight, if it is still k's (a later
-// call for the same client may have taken its place).
+// call for the same client may have taken its place). The last call of the
+// list takes its place.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (c *Calls) Forget(k Key, call any) {
-	if c.m[k] == call {
-		delete(c.m, k)
+	i, ok := c.m[k]
+	if !ok || c.list[i].call != call {
+		return
 	}
+	delete(c.m, k)
+	last := len(c.list) - 1
+	if i != last {
+		c.list[i] = c.list[last]
+		c.m[c.list[i].key] = i
+	}
+	c.list[last] = callEntry{}
+	c.list = c.list[:last]
 }
 
 // Len is the number of calls in flight.
-func (c *Calls) Len() int { return len(c.m) }
+func (c *Calls) Len() int { return len(c.list) }
 
-// Each calls fn for each call in flight; fn may Put and Forget calls (as a
-// range over a map may).
+// Each calls fn for each call in flight; fn may Put and Forget calls, as a
+// range over a map may: each client in flight when Each began is visited
+// once with its call at that moment, unless it was forgotten before; one
+// put since is not visited.
 func (c *Calls) Each(fn func(call any)) {
-	for _, call := range c.m {
-		fn(call)
+	snap := append(c.scratch[:0], c.list...)
+	c.scratch = nil // an Each within fn copies into a buffer of its own
+	for _, e := range snap {
+		if i, ok := c.m[e.key]; ok {
+			fn(c.list[i].call)
+		}
 	}
+	clear(snap) // keeps no call alive
+	c.scratch = snap[:0]
 }
 
 // Deciding says whether a request's decision runs (its stream is the
@@ -56,6 +108,11 @@ func (c *Calls) Deciding(on bool) { c.deciding = on }
 // Answering makes owner's stream the current context while an answer is
 // handled (nil: the root context, the tick's). The caller passes a nil
 // interface, not a nil pointer, for none.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (c *Calls) Answering(owner any) { c.owner = owner }
 
 // Owner is the request whose stream is the current context while an answer

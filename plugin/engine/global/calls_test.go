@@ -65,3 +65,51 @@ func TestAsked(t *testing.T) {
 		t.Errorf("%v allocations per decision with the buffers grown", n)
 	}
 }
+
+// TestCallsEachAsAMapRange: Each over the list of calls visits what a
+// range over a map would: each client in flight when it began once, with
+// its call of the moment; not one forgotten before it was reached, nor
+// one put since. The list stays the map's set through Put and Forget.
+func TestCallsEachAsAMapRange(t *testing.T) {
+	c := NewCalls()
+	calls := make([]*testCall, 8)
+	for i := range calls {
+		calls[i] = &testCall{i}
+		c.Put(Key{FP: uint64(i)}, calls[i])
+	}
+	later := &testCall{100}
+	seen := map[int]int{}
+	c.Each(func(call any) {
+		tc := call.(*testCall)
+		seen[tc.n]++
+		switch tc.n {
+		case 2, 5:
+			// Forget two more and replace another's call, whichever
+			// come later; put a new client.
+			c.Forget(Key{FP: 6}, calls[6])
+			c.Forget(Key{FP: uint64(tc.n)}, tc)
+			c.Put(Key{FP: 7}, later)
+			c.Put(Key{FP: 50}, &testCall{50})
+		}
+	})
+	for n, k := range seen {
+		if k != 1 {
+			t.Errorf("call %d visited %d times", n, k)
+		}
+	}
+	if seen[50] != 0 {
+		t.Error("a client put during Each was visited")
+	}
+	// The list keeps the order of the puts: 6 and 7 come after 2.
+	if seen[6] != 0 || seen[7] != 0 || seen[100] != 1 {
+		t.Errorf("visited %v: want client 6 (forgotten before it was reached) not visited, client 7 once with its new call", seen)
+	}
+	if c.Len() != 6 || c.Get(Key{FP: 6}) != nil || c.Get(Key{FP: 2}) != nil || c.Get(Key{FP: 7}) != later || c.Get(Key{FP: 50}) == nil {
+		t.Fatalf("%d calls after Each, want 6 (8 - 3 forgotten + 1 put)", c.Len())
+	}
+	for i, e := range c.list {
+		if j, ok := c.m[e.key]; !ok || j != i {
+			t.Fatalf("entry %d of the list (%+v) indexed at %d, %v", i, e.key, j, ok)
+		}
+	}
+}

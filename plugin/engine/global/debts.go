@@ -30,6 +30,7 @@ type Debt struct {
 	key  Key
 	desc string // the client's descriptor key at the service
 	hits uint32
+	at   int // its index in Debts.list
 }
 
 // Key is the client that owes.
@@ -45,8 +46,12 @@ func (d *Debt) Hits() uint32 { return d.hits }
 // of MaxDebts. (Not generic over the engine's types: a generic type's
 // instantiation names cost the wasm module kilobytes.)
 type Debts struct {
-	m         map[Key]*Debt
-	of        []int // debts per rule, made on first use
+	m map[Key]*Debt
+	// list holds the debts for Each: ranging over the map would link the
+	// runtime's map iteration, about 7 KB of code in every Envoy.
+	list      []*Debt
+	scratch   []*Debt // Each's copy of list, kept for the next Each
+	of        []int   // debts per rule, made on first use
 	rules     int
 	costRules int
 	// barred are the clients the service said are over their limit, that
@@ -65,13 +70,18 @@ func NewDebts(rules, costRules int) Debts { return Debts{rules: rules, costRules
 // Len is the number of clients that owe.
 func (b *Debts) Len() int { return len(b.m) }
 
-// Each calls f with each debt while f returns true; f may Drop it.
+// Each calls f with each debt while f returns true; f may Drop it (or
+// another, which is then not visited).
 func (b *Debts) Each(f func(d *Debt) bool) {
-	for _, d := range b.m {
-		if !f(d) {
-			return
+	snap := append(b.scratch[:0], b.list...)
+	b.scratch = nil // an Each within f copies into a buffer of its own
+	for _, d := range snap {
+		if b.m[d.key] == d && !f(d) {
+			break
 		}
 	}
+	clear(snap) // keeps no debt alive
+	b.scratch = snap[:0]
 }
 
 // Owed returns what client k owes, as much as a call may carry beside a
@@ -111,8 +121,9 @@ func (b *Debts) Keep(k Key, desc string, hits uint32) (d *Debt, full bool) {
 		return nil, true
 	}
 	if d == nil {
-		d = &Debt{key: k, desc: desc}
+		d = &Debt{key: k, desc: desc, at: len(b.list)}
 		b.m[k] = d
+		b.list = append(b.list, d)
 		b.of[k.Rule]++
 	}
 	d.hits = uint32(min(uint64(d.hits)+uint64(hits), 1<<32-1))
@@ -128,11 +139,22 @@ func (b *Debts) full(rule int) bool {
 }
 
 // Drop forgets what client k owes (a call carried it all).
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (b *Debts) Drop(k Key) {
-	if _, ok := b.m[k]; ok {
-		delete(b.m, k)
-		b.of[k.Rule]--
+	d, ok := b.m[k]
+	if !ok {
+		return
 	}
+	delete(b.m, k)
+	b.of[k.Rule]--
+	last := b.list[len(b.list)-1]
+	b.list[d.at], last.at = last, d.at
+	b.list[len(b.list)-1] = nil
+	b.list = b.list[:len(b.list)-1]
 }
 
 // bar is a client barred until the end of its window.

@@ -86,3 +86,33 @@ func TestBarredUntilWindowEnd(t *testing.T) {
 		t.Fatalf("an ended bar did not make room: %d kept", len(b.barred))
 	}
 }
+
+// TestDebtsEachAsAMapRange: Each visits each debt once while f returns
+// true; a debt dropped before it is reached is not visited; the list stays
+// the map's set through Keep and Drop.
+func TestDebtsEachAsAMapRange(t *testing.T) {
+	b := NewDebts(1, 1)
+	for i := range 10 {
+		b.Keep(Key{0, uint64(i)}, "c", 1)
+	}
+	seen := map[uint64]int{}
+	b.Each(func(d *Debt) bool {
+		seen[d.Key().FP]++
+		if d.Key().FP == 3 {
+			b.Drop(Key{0, 8}) // not reached yet: not visited
+			b.Drop(d.Key())
+		}
+		return d.Key().FP != 6 // stop after 6
+	})
+	if len(seen) != 7 || seen[8] != 0 || seen[7] != 0 || seen[0] != 1 || seen[6] != 1 {
+		t.Errorf("visited %v: want 0..6 once each", seen)
+	}
+	if b.Len() != 8 || b.Owed(Key{0, 3}) != 0 || b.Owed(Key{0, 8}) != 0 || b.Owed(Key{0, 9}) != 1 {
+		t.Fatalf("%d debts after Each, want 8", b.Len())
+	}
+	for i, d := range b.list {
+		if d.at != i || b.m[d.key] != d {
+			t.Fatalf("debt %d of the list (%+v) at %d", i, d.key, d.at)
+		}
+	}
+}

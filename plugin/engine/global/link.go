@@ -153,6 +153,7 @@ func (l *Link) Send(cluster string, req *rls.Request, timeout time.Duration, det
 
 // circuit stops waiting on the service while it keeps failing.
 type circuit struct {
+	_         [0]func() // not comparable: no equality function in the module
 	failures  int
 	openUntil int64
 	probing   bool

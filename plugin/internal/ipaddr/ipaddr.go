@@ -15,14 +15,16 @@ import "strconv"
 // Addr is an IPv4 or IPv6 address, or the zero (invalid) Addr. Addrs are
 // comparable with ==, like netip.Addr.
 type Addr struct {
-	ip   [16]byte // IPv4 a.b.c.d is held as ::ffff:a.b.c.d (As16)
-	kind uint8    // 0: invalid, 4 or 6
-	zone string   // IPv6 scope zone ("eth0" of fe80::1%eth0), or ""
+	_    [0]func() // not comparable: no equality function in the module
+	ip   [16]byte  // IPv4 a.b.c.d is held as ::ffff:a.b.c.d (As16)
+	kind uint8     // 0: invalid, 4 or 6
+	zone string    // IPv6 scope zone ("eth0" of fe80::1%eth0), or ""
 }
 
 // Prefix is an address and a number of leading bits, or the zero
 // (invalid) Prefix.
 type Prefix struct {
+	_    [0]func() // not comparable: no equality function in the module
 	addr Addr
 	bits int16 // -1 when invalid
 }

@@ -107,6 +107,11 @@ func Valid(data []byte) bool {
 }
 
 // Get returns the value of the last member of an Object named key, or nil.
+// Not inlined: its loop, inlined at the configuration parser's 38 call
+// sites, cost more wasm code than the calls (a module's code costs memory
+// in every Envoy).
+//
+//go:noinline
 func (v *Value) Get(key string) *Value {
 	for i := len(v.Members) - 1; i >= 0; i-- {
 		if v.Members[i].Key == key {
@@ -142,6 +147,11 @@ func (v *Value) Str() (string, bool) {
 // Strings returns an Array of strings, as encoding/json decodes it into a
 // []string: a null element is "", any other non-string refuses the list.
 // An empty Array is an empty, non-nil slice.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (v *Value) Strings() ([]string, bool) {
 	if v.Kind != Array {
 		return nil, false
@@ -172,6 +182,10 @@ type parser struct {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func (p *parser) skipSpace() {
 	for p.i < len(p.data) && isSpace(p.data[p.i]) {
 		p.i++

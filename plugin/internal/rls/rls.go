@@ -15,11 +15,10 @@ package rls
 import (
 	"encoding/binary"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/internal/sprintf"
+	"github.com/sluicehq/sluice/plugin/internal/textnum"
 )
 
 // Path is the HTTP/2 :path of the ShouldRateLimit call.
@@ -314,12 +313,12 @@ func decodeDuration(b []byte) (time.Duration, error) {
 // GRPCStatus interprets the grpc-status of a reply: the call succeeded only
 // with "0". Empty means the header was absent.
 func GRPCStatus(s string) (int, bool) {
-	s = strings.TrimSpace(s)
+	s = textnum.TrimSpace(s)
 	if s == "" {
 		return 0, false
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
+	n, ok := textnum.Atoi(s)
+	if !ok || n < 0 {
 		return -1, true
 	}
 	return n, true

@@ -26,6 +26,10 @@ const errWire = -1
 // (protowire's default recursion limit).
 const maxGroupDepth = 10000
 
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func appendVarint(b []byte, v uint64) []byte {
 	for v >= 0x80 {
 		b = append(b, byte(v)|0x80)
@@ -56,6 +60,11 @@ func sizeVarint(v uint64) int {
 func sizeBytes(n int) int { return sizeVarint(uint64(n)) + n }
 
 // consumeVarint reads a varint of at most 10 bytes whose value fits 64 bits.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func consumeVarint(b []byte) (uint64, int) {
 	var v uint64
 	for i := 0; i < 10; i++ {

@@ -22,7 +22,12 @@ import (
 	"time"
 )
 
-// Sprintf formats args according to format.
+// Sprintf formats args according to format. Not inlined: the buffer and
+// the string made of it, inlined at each of the plugin's 30 call sites,
+// cost more wasm code than the call (a module's code costs memory in every
+// Envoy).
+//
+//go:noinline
 func Sprintf(format string, args ...any) string {
 	return string(Appendf(make([]byte, 0, len(format)+16*len(args)), format, args...))
 }
@@ -65,24 +70,20 @@ func Appendf(b []byte, format string, args ...any) []byte {
 func appendArg(b []byte, verb byte, a any) []byte {
 	switch verb {
 	case 'd':
-		if i, ok := integer(a); ok {
-			return strconv.AppendInt(b, i, 10)
-		}
-		if u, ok := a.(uint64); ok {
-			return strconv.AppendUint(b, u, 10)
-		}
-		if u, ok := a.(uint); ok {
-			return strconv.AppendUint(b, uint64(u), 10)
+		if r, ok := number(b, a); ok {
+			return r
 		}
 	case 'q':
 		if s, ok := str(a); ok {
 			return strconv.AppendQuote(b, s)
 		}
-	case 't':
-		if t, ok := a.(bool); ok {
+	case 't', 's', 'v':
+		if t, ok := a.(bool); ok && verb != 's' {
 			return strconv.AppendBool(b, t)
 		}
-	case 's', 'v':
+		if verb == 't' {
+			break
+		}
 		if s, ok := str(a); ok {
 			return append(b, s...)
 		}
@@ -96,19 +97,10 @@ func appendArg(b []byte, verb byte, a any) []byte {
 			}
 			return append(b, ']')
 		}
-		if verb == 's' {
-			break
-		}
-		switch x := a.(type) {
-		case bool:
-			return strconv.AppendBool(b, x)
-		case uint64:
-			return strconv.AppendUint(b, x, 10)
-		case uint:
-			return strconv.AppendUint(b, uint64(x), 10)
-		}
-		if i, ok := integer(a); ok {
-			return strconv.AppendInt(b, i, 10)
+		if verb == 'v' {
+			if r, ok := number(b, a); ok {
+				return r
+			}
 		}
 	}
 	b = append(b, "%!"...)
@@ -116,8 +108,31 @@ func appendArg(b []byte, verb byte, a any) []byte {
 	return append(b, "(unsupported)"...)
 }
 
+// number appends a in decimal if it is an integer, signed or unsigned, as
+// %d and %v print it. Not inlined: appendArg's verbs share one copy
+// (docs/design/memory.md, "Inlining").
+//
+//go:noinline
+func number(b []byte, a any) ([]byte, bool) {
+	if i, ok := integer(a); ok {
+		return strconv.AppendInt(b, i, 10), true
+	}
+	switch x := a.(type) {
+	case uint64:
+		return strconv.AppendUint(b, x, 10), true
+	case uint:
+		return strconv.AppendUint(b, uint64(x), 10), true
+	}
+	return b, false
+}
+
 // str is the text of a string, an error or a Stringer (time.Duration
 // included), as %s prints it.
+//
+// Not inlined: a copy at each call site costs more wasm code than
+// the call (docs/design/memory.md, "Inlining").
+//
+//go:noinline
 func str(a any) (string, bool) {
 	switch x := a.(type) {
 	case string:
