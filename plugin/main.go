@@ -69,8 +69,8 @@ type pluginContext struct {
 	id      uint32 // the plugin context's ID
 	retired bool   // its context ended (retire)
 	engine  *engine.Engine
-	rls     *rlsCaller // global rules' calls (nil without global rules)
-	headers engine.HeaderSet
+	rls     *rlsCaller   // global rules' calls (nil without global rules)
+	headers limitHeaders // an admitted response's (worker.go)
 	held    heldQueue
 	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
 	metrics *metrics
@@ -263,8 +263,8 @@ func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) err
 		pushback = err == nil && header.IsGRPC(ct)
 	}
 	p.logRejection(v, now)
-	headers, enc, same := p.problem.headers(cfg, v, pushback)
-	return sendLocalResponse(cfg.Status, headers, p.rejectionBody(v), enc, same)
+	headers, body, enc, same := p.problem.rejection(cfg, v, pushback)
+	return sendLocalResponse(cfg.Status, headers, body, enc, same)
 }
 
 // logRejection logs a rejection at debug level, at most once a second per
@@ -403,18 +403,19 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 // is decided as one (engine.DecideRedirect) and carries what that request
 // left to settle.
 func (p *pluginContext) decide(h *httpContext, now int64) {
-	carried, next := p.redirect.take()
 	redirected := false
-	if next {
+	if p.redirect.pending() {
 		// The redirect carries x-envoy-original-url, which Envoy sets on a
 		// redirect and strips from clients' requests.
 		_, redirected = h.Header("x-envoy-original-url")
 	}
 	h.verdict = p.pools.verdicts.get()
 	if !redirected {
+		p.redirect.reset()
 		p.engine.DecideInto(h.verdict, h, now)
 		return
 	}
+	carried := p.redirect.take()
 	*h.verdict = p.engine.DecideRedirect(h, now)
 	if h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay {
 		h.verdict.Carry(carried)
@@ -455,8 +456,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
-	p.headers.Build(h.verdict, p.engine.Config().Headers, false)
-	for _, kv := range p.headers.List() {
+	for _, kv := range p.headers.build(h.verdict, p.engine.Config().Headers) {
 		replaceResponseHeader(kv[0], kv[1])
 	}
 	if endOfStream {
@@ -564,9 +564,9 @@ func (h *httpContext) end() {
 	// on this worker, for the new request, the same request of the client,
 	// charged here already (it is decided without a charge).
 	if forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect" {
-		p.redirect.set(true, p.engine.Redirecting(h.verdict))
+		p.redirect.set(p.engine.Redirecting(h.verdict))
 	} else {
-		p.redirect.set(false, engine.Carried{})
+		p.redirect.reset()
 	}
 	if len(h.verdict.Slots) > 0 {
 		now := nowNanos()

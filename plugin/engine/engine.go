@@ -312,7 +312,10 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 	// An unparsable address leaves the zero Addr: such clients share one
 	// identity rather than escaping the limit.
 	if ok {
-		ri.own, ri.client = a, GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+		ri.own, ri.client = a, a
+		if !a.Is4() {
+			ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+		}
 	}
 	return ri.own
 }
@@ -648,7 +651,8 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		return d, 0, err
 	}
 	n := e.requestCost(r, ri)
-	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r))
+	// Table.update, not Update: one call less per request.
+	d, _, err := e.table.update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r), 0)
 	return d, n, err
 }
 

@@ -54,6 +54,10 @@ func (v *Verdict) violate(i int) {
 	if i < 0 || i > 0xffff {
 		return
 	}
+	if s.n == 0 {
+		s.idx[0], s.n = uint16(i), 1 // the first: most refusals name one rule
+		return
+	}
 	k := int(s.n)
 	for k > 0 && int(s.idx[k-1]) >= i {
 		if int(s.idx[k-1]) == i {
@@ -70,6 +74,31 @@ func (v *Verdict) violate(i int) {
 	copy(s.idx[k+1:s.n+1], s.idx[k:s.n])
 	s.idx[k] = uint16(i)
 	s.n++
+}
+
+// Violations is the rules that refused a request (Verdict.Violated) as a
+// value to keep and compare: the plugin sends the last rejection's body
+// again while the rules it names are the same. Compared with Equal (not
+// comparable: no equality function in the module).
+type Violations struct {
+	_   [0]func()
+	set violatedSet
+}
+
+// Violations returns the rules that refused v.
+func (v *Verdict) Violations() Violations { return Violations{set: v.Violated} }
+
+// Equal reports whether a and b name the same rules.
+func (a *Violations) Equal(b *Violations) bool {
+	if a.set.n != b.set.n {
+		return false
+	}
+	for i := range a.set.n {
+		if a.set.idx[i] != b.set.idx[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Refuser is the rule that refused a rejected request: the first rule (in

@@ -52,7 +52,11 @@ const guardUpdate = `{"rules":[
 // parsed without strconv.ParseFloat and time.ParseDuration; the phases
 // after start also show main's changes since the last budgets): the
 // update to 1,002 rules reserves 112 or 120 pages from run to run (the
-// collector's timing), the other phases repeat to the KiB.
+// collector's timing), the other phases repeat to the KiB. Raised for a
+// module 10.8 KB bigger (cheaper requests in Envoy: link_test.go's
+// ceiling): 8 KiB more written at start (the static data), 8 to 32 KiB
+// more in the later phases, the update ones over their budgets by 12 and
+// 32 KiB (4,220 and 5,720 KiB written, main's module 4,196 and 5,688).
 var memoryBudget = map[string]struct {
 	pages      uint32
 	writtenKiB uint64
@@ -60,8 +64,8 @@ var memoryBudget = map[string]struct {
 	"start":         {73, 2596 + 64},
 	"10000 clients": {81, 3148 + 64},
 	"flood":         {89, 3836 + 64},
-	"config update": {93, 4144 + 64},
-	"1002 rules":    {121, 5624 + 64},
+	"config update": {93, 4168 + 64},
+	"1002 rules":    {121, 5656 + 64},
 }
 
 // TestMemoryGuard runs the compiled plugin in one VM (one Envoy worker)
