@@ -59,6 +59,16 @@ func getSourceAddress() []byte {
 	if st != 0 || ret == nil {
 		return nil
 	}
+	return viewOf(sourceAddressBuf[:], ret, size)
+}
+
+// viewOf is the value of size bytes at ret that a host call returned: a
+// slice of buf when the host wrote it there (sluiceOnMemoryAllocate),
+// without unsafe.Slice's checks, which are calls in the module.
+func viewOf(buf []byte, ret *byte, size int32) []byte {
+	if len(buf) > 0 && ret == &buf[0] && size >= 0 && int(size) <= len(buf) {
+		return buf[:size]
+	}
 	return unsafe.Slice(ret, size)
 }
 
@@ -250,7 +260,7 @@ func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) 
 	case ret == nil || size == 0:
 		return nil, cas, true, nil
 	}
-	return unsafe.Slice(ret, size), cas, true, nil
+	return viewOf(buf, ret, size), cas, true, nil
 }
 
 //go:wasmimport env proxy_set_shared_data

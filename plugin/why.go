@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
@@ -99,17 +101,49 @@ type rejectKey struct {
 
 // equal compares field by field (the key is not comparable: Violations).
 func (k *rejectKey) equal(o *rejectKey) bool {
+	return k.sameHeaders(o) && k.rejected == o.rejected && k.violated.Equal(&o.violated)
+}
+
+// sameHeaders compares what the headers of an admitted response say (all
+// but the rules that refused).
+func (k *rejectKey) sameHeaders(o *rejectKey) bool {
 	return k.report == o.report && k.shadow == o.shadow && k.reportLimit == o.reportLimit &&
-		k.remaining == o.remaining && k.retry == o.retry && k.reset == o.reset && k.shadowRetry == o.shadowRetry &&
-		k.rejected == o.rejected && k.violated.Equal(&o.violated)
+		k.remaining == o.remaining && k.retry == o.retry && k.reset == o.reset && k.shadowRetry == o.shadowRetry
 }
 
 func rejectKeyOf(v *engine.Verdict) rejectKey {
 	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
-		retry: header.RetryAfterSeconds(v.RetryAfter), reset: header.CeilSeconds(v.Reset),
+		retry: retryAfterSeconds(v.RetryAfter), reset: ceilSeconds(v.Reset),
 		violated: v.Violations(), rejected: v.Outcome == engine.Reject}
 	if v.Shadow != nil {
-		k.shadowRetry = header.RetryAfterSeconds(v.ShadowRetryAfter)
+		k.shadowRetry = retryAfterSeconds(v.ShadowRetryAfter)
 	}
 	return k
 }
+
+// admitKeyOf is the part of rejectKeyOf(v) an admitted response's headers
+// say (sameHeaders; no Retry-After, no rules that refused).
+func admitKeyOf(v *engine.Verdict) rejectKey {
+	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
+		reset: ceilSeconds(v.Reset)}
+	if v.Shadow != nil {
+		k.shadowRetry = retryAfterSeconds(v.ShadowRetryAfter)
+	}
+	return k
+}
+
+// nsPerSecond is a variable, not a constant: on wasm a 64-bit division by
+// a constant becomes a multiply-high, emulated with several 64-bit
+// multiplies, and one by a variable a single division.
+var nsPerSecond uint64 = uint64(time.Second)
+
+// ceilSeconds is header.CeilSeconds(d).
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((uint64(d) + nsPerSecond - 1) / nsPerSecond)
+}
+
+// retryAfterSeconds is header.RetryAfterSeconds(d).
+func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }

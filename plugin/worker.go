@@ -163,11 +163,11 @@ func (b *problemBody) build(cfg *config.Config, v *engine.Verdict) {
 }
 
 // limitHeaders builds an admitted response's headers in a set the next
-// response reuses. They depend only on what a rejection's headers depend on
-// (rejectKey: the rules they name, the limit, the remaining quota and the
-// whole seconds), which most responses share with the one before (every
-// new client of a rule gets the same numbers): the last set is sent again
-// while those are the same.
+// response reuses. They depend only on a part of what a rejection's depend
+// on (admitKeyOf: the rules they name, the limit, the remaining quota and
+// the whole seconds), which most responses share with the one before
+// (every new client of a rule gets the same numbers): the last set is sent
+// again while those are the same.
 type limitHeaders struct {
 	set   engine.HeaderSet
 	key   rejectKey
@@ -176,8 +176,8 @@ type limitHeaders struct {
 
 // build returns the headers of v's response under mode.
 func (l *limitHeaders) build(v *engine.Verdict, mode header.Mode) [][2]string {
-	k := rejectKeyOf(v)
-	if !l.built || !k.equal(&l.key) {
+	k := admitKeyOf(v)
+	if !l.built || !k.sameHeaders(&l.key) {
 		l.set.Build(v, mode, false)
 		l.key, l.built = k, true
 	}

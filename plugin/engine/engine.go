@@ -335,8 +335,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 }
 
 // DecideInto is Decide writing the verdict into *v (the plugin's pooled
-// verdict): a Verdict is about 400 bytes, which a return by value copies
-// once more per request.
+// verdict), which must be the zero Verdict (new, or cleared): a Verdict is
+// about 480 bytes, which a return by value copies once more per request,
+// and clearing it again another time.
 func (e *Engine) DecideInto(v *Verdict, req Request, now int64) { e.decide(v, req, now, false) }
 
 // DecideRedirect decides req, Envoy's internal redirect of a request this
@@ -350,15 +351,16 @@ func (e *Engine) DecideRedirect(req Request, now int64) Verdict {
 	return v
 }
 
+// decide decides req into v, the zero Verdict.
 func (e *Engine) decide(v *Verdict, req Request, now int64, redirected bool) {
-	*v = Verdict{measured: now} // the rate rules' numbers are now's
+	v.measured = now // the rate rules' numbers are now's
 	ri := e.matchRules(req)
 	ri.redirected = redirected
 	if len(e.matcher.Matched()) == 0 {
 		return
 	}
 	e.traceMatched()
-	if e.exempt(&ri) {
+	if len(e.cfg.Exempt) > 0 && e.exempt(&ri) {
 		e.trace(StepExempt, -1)
 		v.Exempt = true
 		return
@@ -606,7 +608,9 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	// held a request of the client behind a reservation made here
 	// (TestRefuseDoesNotFreeAnotherWorkersHeldTurn); with nothing behind
 	// it, a charge comes back at once.
-	e.refundCharges(e.local.Charged(), now)
+	if c := e.local.Charged(); len(c) > 0 {
+		e.refundCharges(c, now)
+	}
 	after := false
 	for _, i := range e.matcher.Matched() {
 		if i == rejected {

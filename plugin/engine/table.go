@@ -117,14 +117,16 @@ type Table struct {
 	signal  LayoutSignal // the store's, if it has one
 	bufs    BufferStore  // the store's, if it reads into buffers (fetch)
 	regions []region
-	total   int              // buckets of all regions
-	starts  []int            // where each region's entries start in Key's enumeration
-	key     []byte           // scratch for the key of a bucket
-	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
-	oldKey  []byte           // the same two for a bucket of the previous layout
-	old     [BucketSize]byte
-	record  [BucketSize]byte // a layout record read by a decision (renewLayout)
-	Stats   TableStats
+	total   int    // buckets of all regions
+	starts  []int  // where each region's entries start in Key's enumeration
+	key     []byte // scratch for the key of a bucket
+	// keyRegion is the region whose prefix key starts with (bucketKey).
+	keyRegion *region
+	fresh     [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
+	oldKey    []byte           // the same two for a bucket of the previous layout
+	old       [BucketSize]byte
+	record    [BucketSize]byte // a layout record read by a decision (renewLayout)
+	Stats     TableStats
 	// Overflow counts, per region, the decisions made on its overflow state.
 	Overflow []uint64
 	// pool is the spill pool (pool.go), nil without one.
@@ -504,10 +506,20 @@ func (t *Table) fetch(key string, buf []byte) (val []byte, cas uint32, found boo
 	return val, cas, found, err
 }
 
-// loadInto is loadValue reading into buf.
+// loadInto is loadValue reading into buf (fetch's read, without its call:
+// every request reads a bucket).
 func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
-	val, cas, found, err := t.fetch(key, buf[:])
+	var val []byte
+	var cas uint32
+	var found bool
+	var err error
+	if t.bufs != nil {
+		val, cas, found, err = t.bufs.GetInto(key, buf[:])
+	} else {
+		val, cas, found, err = t.store.Get(key)
+	}
 	if err != nil {
+		t.Stats.StoreErrors++
 		return nil, 0, err
 	}
 	switch {
@@ -544,7 +556,16 @@ func (t *Table) write(sp *spot, s []byte, expiry int64) (retry bool, err error) 
 func (t *Table) storeSlot(key string, val []byte, cas uint32, s []byte, fp uint64, expiry int64) (retry bool, err error) {
 	putUint64(s[0:8], fp)
 	putUint64(s[8:16], uint64(expiry))
-	return t.setCounted(key, val, cas)
+	// setCounted's write, without its call: every admitted request writes.
+	retry, err = t.store.Set(key, val, cas)
+	if err != nil {
+		t.Stats.StoreErrors++
+		return false, err
+	}
+	if retry {
+		t.Stats.CASRetries++
+	}
+	return retry, nil
 }
 
 // setCounted writes a bucket back under cas, counting a failed write
@@ -588,7 +609,12 @@ func (t *Table) StoreValue(key string, val []byte, cas uint32) (mismatch bool, e
 func (t *Table) Contended() { t.Stats.CASExhausted++ }
 
 func (t *Table) bucketKey(rg *region, fp uint64) string {
-	t.key = appendBucket(append(t.key[:0], rg.prefix...), jumpHash(fp, rg.buckets))
+	if t.keyRegion != rg {
+		// t.key starts with the prefix of the region it was built for
+		// last: most tables read one region after another of the same.
+		t.key, t.keyRegion = append(t.key[:0], rg.prefix...), rg
+	}
+	t.key = appendBucket(t.key[:len(rg.prefix)], jumpHash(fp, rg.buckets))
 	return unsafeString(t.key)
 }
 

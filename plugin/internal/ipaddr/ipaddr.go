@@ -194,51 +194,35 @@ func ParseAddr(s string) (Addr, bool) {
 // meaningless when not ok). It reads s once, for callers that find where
 // an address ends (the port after it) by its end.
 func ParseAddr4Prefix(s string) (a Addr, n int, ok bool) {
-	// Field by field, not byte by byte: on wasm every turn of a loop costs
-	// a pass through the function's dispatch.
 	var b [4]byte
-	for f := range b {
-		if f > 0 {
-			if n >= len(s) || s[n] != '.' {
+	field, val, digits := 0, 0, 0
+	for ; n < len(s); n++ {
+		c := s[n]
+		if c >= '0' && c <= '9' {
+			if digits == 1 && val == 0 {
+				return Addr{}, n, false // leading zero
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
 				return Addr{}, n, false
 			}
-			n++
+		} else if c == '.' {
+			if digits == 0 || field == 3 {
+				return Addr{}, n, false
+			}
+			b[field] = byte(val)
+			field, val, digits = field+1, 0, 0
+		} else {
+			break
 		}
-		v, next, ok := field4(s, n)
-		if !ok {
-			return Addr{}, n, false
-		}
-		b[f], n = byte(v), next
 	}
-	if n < len(s) && (isDigit(s[n]) || s[n] == '.') {
-		return Addr{}, n, false // a fifth field, or a fourth digit
+	if field != 3 || digits == 0 {
+		return Addr{}, n, false
 	}
+	b[3] = byte(val)
 	return AddrFrom4(b), n, true
 }
-
-// field4 reads the decimal field of an IPv4 address at s[i:]: one to three
-// digits, no leading zero, at most 255; next is the index after it.
-func field4(s string, i int) (v, next int, ok bool) {
-	if i >= len(s) || !isDigit(s[i]) {
-		return 0, i, false
-	}
-	v, i = int(s[i]-'0'), i+1
-	if i < len(s) && isDigit(s[i]) {
-		if v == 0 {
-			return 0, i, false // leading zero
-		}
-		v, i = v*10+int(s[i]-'0'), i+1
-		if i < len(s) && isDigit(s[i]) {
-			v, i = v*10+int(s[i]-'0'), i+1
-			if v > 255 {
-				return 0, i, false
-			}
-		}
-	}
-	return v, i, true
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // parse4 parses all of s as a dotted-decimal IPv4 address into out.
 func parse4(s string, out []byte) bool {
