@@ -17,12 +17,12 @@ func nowNanos() int64 { return time.Now().UnixNano() }
 
 var sourceAddressPathList = []string{"source", "address"}
 
-func getSourceAddress() []byte {
+func sourceAddress() string {
 	b, err := proxywasm.GetProperty(sourceAddressPathList)
 	if err != nil {
-		return nil
+		return ""
 	}
-	return b
+	return string(b)
 }
 
 var routeNamePathList = []string{"xds", "route_name"}

@@ -47,19 +47,20 @@ var sourceAddressPath = []byte("source\x00address")
 // anything longer than 64 bytes); a longer value gets a buffer of its own.
 var sourceAddressBuf [64]byte
 
-// getSourceAddress returns Envoy's source.address, in sourceAddressBuf when
-// it fits: valid until the next call (engine.Request.SourceAddress).
-func getSourceAddress() []byte {
+// sourceAddress returns Envoy's source.address, in sourceAddressBuf when it
+// fits: a view valid until the next call (engine.Request.SourceAddress).
+func sourceAddress() string {
 	out := &hostOut
 	*out = hostResult{}
 	allocInto = sourceAddressBuf[:]
 	st := proxyGetProperty(&sourceAddressPath[0], int32(len(sourceAddressPath)), unsafe.Pointer(&out.ret), &out.size)
 	allocInto = nil
 	ret, size := out.ret, out.size
-	if st != 0 || ret == nil {
-		return nil
+	if st != 0 || ret == nil || size <= 0 {
+		return ""
 	}
-	return viewOf(sourceAddressBuf[:], ret, size)
+	b := viewOf(sourceAddressBuf[:], ret, size)
+	return unsafe.String(&b[0], len(b))
 }
 
 // viewOf is the value of size bytes at ret that a host call returned: a
@@ -206,7 +207,7 @@ func (g gauge) Value() int64 {
 // of GC. `make build` (internal/wasmexports) exports
 // sluiceOnMemoryAllocate as proxy_on_memory_allocate in place of the SDK's.
 // It does what the SDK's does, except right after GetInto or
-// getSourceAddress armed it with a buffer: then the one allocation of that
+// sourceAddress armed it with a buffer: then the one allocation of that
 // host call (cpp-host's getSharedData and getProperty each copy the value
 // with one allocate) gets that buffer if the value fits. Arming lasts for one allocation and is always
 // undone when the host call returns, so no other host call (nor one that

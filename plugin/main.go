@@ -443,8 +443,21 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 	return false
 }
 
+// passesResponse reports that OnHttpResponseHeaders has nothing to do
+// (the response is let through as it is), checked in the export before
+// the call.
+func (h *httpContext) passesResponse() bool {
+	return !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil
+}
+
+// passesBody reports that OnHttpResponseBody has nothing to do: no slots
+// to give back at the response's end, no response held.
+func (h *httpContext) passesBody() bool {
+	return !h.heldResponse && (!h.decided || len(h.verdict.Slots) == 0)
+}
+
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
-	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
+	if h.passesResponse() {
 		return types.ActionContinue
 	}
 	p := h.plugin
@@ -528,7 +541,11 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.pending = nil
 	}
 	if h.decided {
-		h.end()
+		if v := h.verdict; v.Outcome == engine.Reject && len(v.Slots) == 0 {
+			h.plugin.redirect.reset() // all end does for it
+		} else {
+			h.end()
+		}
 		// Nothing refers to the verdict any more: the held queue and the
 		// waiters know the stream by its id, a pending call has its own.
 		h.decided = false
@@ -594,16 +611,10 @@ func (h *httpContext) HeaderFields(name string) (string, int) {
 	return h.plugin.pairs.fields(name)
 }
 
-// SourceAddress implements engine.Request.
-func (h *httpContext) SourceAddress() string {
-	b := getSourceAddress()
-	if len(b) == 0 {
-		return ""
-	}
-	// A view of a buffer the next request's address overwrites: the engine
-	// only parses it (engine.Request), so a string view saves a copy.
-	return unsafe.String(&b[0], len(b))
-}
+// SourceAddress implements engine.Request: a view of a buffer the next
+// request's address overwrites (the engine only parses it, so a string view
+// saves a copy), read by sourceAddress (hostcall_wasip1.go).
+func (h *httpContext) SourceAddress() string { return sourceAddress() }
 
 // RouteName implements engine.RouteRequest: read only when some rule
 // matches on Envoy routes, once per request.

@@ -56,12 +56,11 @@ var textBody = []byte(header.TextBody)
 // encoding, and whether that buffer holds it already: the headers and body
 // are the last rejection's when what they say is the same (rejectKey).
 func (b *problemBody) rejection(cfg *config.Config, v *engine.Verdict, pushback bool) (hdrs [][2]string, body []byte, enc *[]byte, same bool) {
-	k := rejectKeyOf(v)
-	if !b.built || !k.equal(&b.key) {
+	if !b.built || !b.key.says(v) {
 		if !cfg.TextBody {
 			b.build(cfg, v)
 		}
-		b.key = k
+		b.key = rejectKeyOf(v)
 		b.built = false // the headers below
 	}
 	body = b.body
@@ -99,9 +98,17 @@ type rejectKey struct {
 	rejected                  bool
 }
 
-// equal compares field by field (the key is not comparable: Violations).
-func (k *rejectKey) equal(o *rejectKey) bool {
-	return k.sameHeaders(o) && k.rejected == o.rejected && k.violated.Equal(&o.violated)
+// says reports whether k is rejectKeyOf(v), the cheap fields first, without
+// building v's key.
+func (k *rejectKey) says(v *engine.Verdict) bool {
+	if k.report != v.Report || k.shadow != v.Shadow || k.reportLimit != v.ReportLimit ||
+		k.remaining != max(v.Remaining, 0) || k.rejected != (v.Outcome == engine.Reject) || !v.ViolatedAs(&k.violated) {
+		return false
+	}
+	if k.retry != retryAfterSeconds(v.RetryAfter) || k.reset != ceilSeconds(v.Reset) {
+		return false
+	}
+	return v.Shadow == nil || k.shadowRetry == retryAfterSeconds(v.ShadowRetryAfter)
 }
 
 // sameHeaders compares what the headers of an admitted response say (all

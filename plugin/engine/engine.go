@@ -654,7 +654,10 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		d.Allowed, d.Delay, d.RetryAfter = true, 0, 0
 		return d, 0, err
 	}
-	n := e.requestCost(r, ri)
+	n := int64(1)
+	if r.Cost.RequestHeader != "" { // requestCost's own check, without its call
+		n = e.requestCost(r, ri)
+	}
 	// Table.update, not Update: one call less per request.
 	d, _, err := e.table.update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r), 0)
 	return d, n, err

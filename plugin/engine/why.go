@@ -78,8 +78,8 @@ func (v *Verdict) violate(i int) {
 
 // Violations is the rules that refused a request (Verdict.Violated) as a
 // value to keep and compare: the plugin sends the last rejection's body
-// again while the rules it names are the same. Compared with Equal (not
-// comparable: no equality function in the module).
+// again while the rules it names are the same. Compared with
+// Verdict.ViolatedAs (not comparable: no equality function in the module).
 type Violations struct {
 	_   [0]func()
 	set violatedSet
@@ -88,19 +88,21 @@ type Violations struct {
 // Violations returns the rules that refused v.
 func (v *Verdict) Violations() Violations { return Violations{set: v.Violated} }
 
-// Equal reports whether a and b name the same rules.
-func (a *Violations) Equal(b *Violations) bool {
-	n := a.set.n
+// ViolatedAs reports whether the rules that refused v are those a names.
+func (v *Verdict) ViolatedAs(a *Violations) bool { return v.Violated.equal(&a.set) }
+
+func (s *violatedSet) equal(o *violatedSet) bool {
+	n := s.n
 	switch {
-	case n != b.set.n:
+	case n != o.n:
 		return false
 	case n == 0:
 		return true
-	case a.set.idx[0] != b.set.idx[0]:
+	case s.idx[0] != o.idx[0]:
 		return false // most refusals name one rule: no loop for them
 	}
 	for i := uint8(1); i < n; i++ {
-		if a.set.idx[i] != b.set.idx[i] {
+		if s.idx[i] != o.idx[i] {
 			return false
 		}
 	}

@@ -152,5 +152,10 @@ func (m *Matcher) matchTarget(t *config.Target) {
 	m.matched = c[:k]
 }
 
+// Static reports whether no rule reads anything of a request to match, so
+// that every request matches the same rules: Matched returns them without
+// a Match, and Match reads nothing.
+func (m *Matcher) Static() bool { return m.static }
+
 // Matched returns the rules the last Match found.
 func (m *Matcher) Matched() []int { return m.matched }
