@@ -246,7 +246,7 @@ const (
 func sdkStatusToError(status uint32) error
 
 // GetInto implements engine.BufferStore: the value lands in buf when it fits.
-func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) {
+func (*sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) {
 	out := &hostOut
 	*out = hostResult{}
 	allocInto = buf
@@ -274,7 +274,7 @@ const statusCasMismatch = 8
 
 // Set implements engine.Store with one host call (the SDK's SetSharedData
 // and the error mapping are three calls more in the module per write).
-func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+func (*sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
 	var vp *byte
 	if len(value) > 0 {
 		vp = &value[0]

@@ -98,7 +98,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCritical(sprintf.Sprintf("sluice: invalid configuration: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
-	store := sharedData{}
+	store := &sharedData{}
 	seed, err := engine.LoadSeed(store)
 	if err != nil {
 		proxywasm.LogCritical(sprintf.Sprintf("sluice: shared data unavailable at start: %v", err))
@@ -641,10 +641,13 @@ func onErrorWord(c *config.Config) string {
 	return "allow"
 }
 
-// sharedData is engine.Store over proxy-wasm shared data.
+// sharedData is engine.Store over proxy-wasm shared data. Its methods take
+// a pointer: through an interface holding the (empty) value, a value
+// method is called by a generated wrapper, one more call in the module per
+// shared-data operation.
 type sharedData struct{}
 
-func (sharedData) Get(key string) ([]byte, uint32, bool, error) {
+func (*sharedData) Get(key string) ([]byte, uint32, bool, error) {
 	v, cas, err := proxywasm.GetSharedData(key)
 	if errors.Is(err, types.ErrorStatusNotFound) {
 		return nil, 0, false, nil

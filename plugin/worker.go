@@ -83,7 +83,7 @@ func (c *censusWorker) id() uint64 { return c.owner }
 // step counts a fifth of t's keys at now when this worker holds the lease;
 // done says a complete census is ready (n states, counts).
 func (c *censusWorker) step(t *engine.Table, now int64) (n int, counts *engine.Census, done bool) {
-	if !engine.AcquireLease(sharedData{}, c.owner, now, censusLease) {
+	if !engine.AcquireLease(&sharedData{}, c.owner, now, censusLease) {
 		return 0, nil, false
 	}
 	n, err := c.census.Step(t, now, (t.Keys()+4)/5)
