@@ -262,20 +262,18 @@ func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) err
 		ct, err := proxywasm.GetHttpRequestHeader("content-type")
 		pushback = err == nil && header.IsGRPC(ct)
 	}
-	p.logRejection(v, now)
+	if n, due := p.logs.rejection(now, v.Report != nil); due {
+		p.logRejection(v, n)
+	}
 	headers, body, enc, same := p.problem.rejection(cfg, v, pushback)
 	return sendLocalResponse(cfg.Status, headers, body, enc, same)
 }
 
-// logRejection logs a rejection at debug level, at most once a second per
-// worker (with the count since the last line): a log call per rejected
-// request would cost a host call and an allocation each, under exactly the
-// floods a rate limiter exists for.
-func (p *pluginContext) logRejection(v *engine.Verdict, now int64) {
-	n, due := p.logs.rejection(now, v.Report != nil)
-	if !due {
-		return
-	}
+// logRejection logs a rejection at debug level, with the n rejections
+// since the last line: reject logs one at most once a second per worker
+// (logLimits): a log call per rejected request would cost a host call and
+// an allocation each, under exactly the floods a rate limiter exists for.
+func (p *pluginContext) logRejection(v *engine.Verdict, n int) {
 	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
 		v.Report.Name, v.Client, v.RetryAfter, n))
 }

@@ -611,8 +611,12 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	if c := e.local.Charged(); len(c) > 0 {
 		e.refundCharges(c, now)
 	}
+	matched := e.matcher.Matched()
+	if len(matched) == 1 {
+		return // no rule after the one that refused
+	}
 	after := false
-	for _, i := range e.matcher.Matched() {
+	for _, i := range matched {
 		if i == rejected {
 			after = true
 			continue

@@ -209,8 +209,16 @@ func hashSeeded(seed, id uint64) uint64 {
 	return h
 }
 
-// hashBytes goes on from hash64's state h over data.
+// hashBytes goes on from hash64's state h over data, four bytes a turn
+// (on wasm a loop's every turn is dear).
 func hashBytes(h uint64, data []byte) uint64 {
+	for len(data) >= 4 {
+		h = (h ^ uint64(data[0])) * fnvPrime
+		h = (h ^ uint64(data[1])) * fnvPrime
+		h = (h ^ uint64(data[2])) * fnvPrime
+		h = (h ^ uint64(data[3])) * fnvPrime
+		data = data[4:]
+	}
 	for _, c := range data {
 		h = (h ^ uint64(c)) * fnvPrime
 	}

@@ -194,33 +194,41 @@ func ParseAddr(s string) (Addr, bool) {
 // meaningless when not ok). It reads s once, for callers that find where
 // an address ends (the port after it) by its end.
 func ParseAddr4Prefix(s string) (a Addr, n int, ok bool) {
+	// A turn per field, its one to three digits read without a loop: on
+	// wasm a loop's every turn costs a pass through the function's
+	// dispatch.
 	var b [4]byte
-	field, val, digits := 0, 0, 0
-	for ; n < len(s); n++ {
-		c := s[n]
-		if c >= '0' && c <= '9' {
-			if digits == 1 && val == 0 {
-				return Addr{}, n, false // leading zero
-			}
-			val = val*10 + int(c-'0')
-			digits++
-			if val > 255 {
+	for f := range b {
+		if f > 0 {
+			if n >= len(s) || s[n] != '.' {
 				return Addr{}, n, false
 			}
-		} else if c == '.' {
-			if digits == 0 || field == 3 {
-				return Addr{}, n, false
-			}
-			b[field] = byte(val)
-			field, val, digits = field+1, 0, 0
-		} else {
-			break
+			n++
 		}
+		if n >= len(s) || s[n]-'0' > 9 {
+			return Addr{}, n, false // an empty field
+		}
+		v := int(s[n] - '0')
+		n++
+		if n < len(s) && s[n]-'0' <= 9 {
+			if v == 0 {
+				return Addr{}, n, false // a leading zero
+			}
+			v = v*10 + int(s[n]-'0')
+			n++
+			if n < len(s) && s[n]-'0' <= 9 {
+				v = v*10 + int(s[n]-'0')
+				n++
+				if v > 255 {
+					return Addr{}, n, false
+				}
+			}
+		}
+		b[f] = byte(v)
 	}
-	if field != 3 || digits == 0 {
-		return Addr{}, n, false
+	if n < len(s) && (s[n]-'0' <= 9 || s[n] == '.') {
+		return Addr{}, n, false // a fourth digit, or a fifth field
 	}
-	b[3] = byte(val)
 	return AddrFrom4(b), n, true
 }
 
