@@ -62,6 +62,9 @@ func sluiceOnRequestHeaders(contextID uint32, numHeaders int32, endOfStream bool
 //go:wasmexport sluice_on_response_headers
 func sluiceOnResponseHeaders(contextID uint32, numHeaders int32, endOfStream bool) types.Action {
 	if h := streams.get(contextID); h != nil {
+		if h.passesResponse() {
+			return types.ActionContinue // a rejection's own local reply, most often
+		}
 		return h.OnHttpResponseHeaders(int(numHeaders), endOfStream)
 	}
 	return sdkOnResponseHeaders(contextID, numHeaders, endOfStream)
@@ -70,6 +73,9 @@ func sluiceOnResponseHeaders(contextID uint32, numHeaders int32, endOfStream boo
 //go:wasmexport sluice_on_response_body
 func sluiceOnResponseBody(contextID uint32, bodySize int32, endOfStream bool) types.Action {
 	if h := streams.get(contextID); h != nil {
+		if h.passesBody() {
+			return types.ActionContinue
+		}
 		return h.OnHttpResponseBody(int(bodySize), endOfStream)
 	}
 	return sdkOnResponseBody(contextID, bodySize, endOfStream)

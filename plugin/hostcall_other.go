@@ -17,12 +17,12 @@ func nowNanos() int64 { return time.Now().UnixNano() }
 
 var sourceAddressPathList = []string{"source", "address"}
 
-func getSourceAddress() []byte {
+func sourceAddress() string {
 	b, err := proxywasm.GetProperty(sourceAddressPathList)
 	if err != nil {
-		return nil
+		return ""
 	}
-	return b
+	return string(b)
 }
 
 var routeNamePathList = []string{"xds", "route_name"}
@@ -51,7 +51,7 @@ func (g gauge) Add(n int64)                            { proxywasm.MetricGauge(g
 func (g gauge) Value() int64                           { return proxywasm.MetricGauge(g).Value() }
 
 // GetInto implements engine.BufferStore with the SDK's read (a new buffer).
-func (s sharedData) GetInto(key string, _ []byte) ([]byte, uint32, bool, error) { return s.Get(key) }
+func (s *sharedData) GetInto(key string, _ []byte) ([]byte, uint32, bool, error) { return s.Get(key) }
 
 func setProperty(path []byte, value string) {
 	_ = proxywasm.SetProperty([]string{string(path)}, []byte(value))
@@ -65,7 +65,7 @@ func getRequestHeaderPairs() []byte {
 	return appendHeaderMap(nil, h)
 }
 
-func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+func (*sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
 	err := proxywasm.SetSharedData(key, value, cas)
 	if errors.Is(err, types.ErrorStatusCasMismatch) {
 		return true, nil

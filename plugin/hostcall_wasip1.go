@@ -47,17 +47,28 @@ var sourceAddressPath = []byte("source\x00address")
 // anything longer than 64 bytes); a longer value gets a buffer of its own.
 var sourceAddressBuf [64]byte
 
-// getSourceAddress returns Envoy's source.address, in sourceAddressBuf when
-// it fits: valid until the next call (engine.Request.SourceAddress).
-func getSourceAddress() []byte {
+// sourceAddress returns Envoy's source.address, in sourceAddressBuf when it
+// fits: a view valid until the next call (engine.Request.SourceAddress).
+func sourceAddress() string {
 	out := &hostOut
 	*out = hostResult{}
 	allocInto = sourceAddressBuf[:]
 	st := proxyGetProperty(&sourceAddressPath[0], int32(len(sourceAddressPath)), unsafe.Pointer(&out.ret), &out.size)
 	allocInto = nil
 	ret, size := out.ret, out.size
-	if st != 0 || ret == nil {
-		return nil
+	if st != 0 || ret == nil || size <= 0 {
+		return ""
+	}
+	b := viewOf(sourceAddressBuf[:], ret, size)
+	return unsafe.String(&b[0], len(b))
+}
+
+// viewOf is the value of size bytes at ret that a host call returned: a
+// slice of buf when the host wrote it there (sluiceOnMemoryAllocate),
+// without unsafe.Slice's checks, which are calls in the module.
+func viewOf(buf []byte, ret *byte, size int32) []byte {
+	if len(buf) > 0 && ret == &buf[0] && size >= 0 && int(size) <= len(buf) {
+		return buf[:size]
 	}
 	return unsafe.Slice(ret, size)
 }
@@ -200,7 +211,7 @@ func (g gauge) Value() int64 {
 // of GC. `make build` (internal/wasmexports) exports
 // sluiceOnMemoryAllocate as proxy_on_memory_allocate in place of the SDK's.
 // It does what the SDK's does, except right after GetInto or
-// getSourceAddress armed it with a buffer: then the one allocation of that
+// sourceAddress armed it with a buffer: then the one allocation of that
 // host call (cpp-host's getSharedData and getProperty each copy the value
 // with one allocate) gets that buffer if the value fits. Arming lasts for one allocation and is always
 // undone when the host call returns, so no other host call (nor one that
@@ -239,7 +250,7 @@ const (
 func sdkStatusToError(status uint32) error
 
 // GetInto implements engine.BufferStore: the value lands in buf when it fits.
-func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) {
+func (*sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) {
 	out := &hostOut
 	*out = hostResult{}
 	allocInto = buf
@@ -254,7 +265,7 @@ func (sharedData) GetInto(key string, buf []byte) ([]byte, uint32, bool, error) 
 	case ret == nil || size == 0:
 		return nil, cas, true, nil
 	}
-	return unsafe.Slice(ret, size), cas, true, nil
+	return viewOf(buf, ret, size), cas, true, nil
 }
 
 //go:wasmimport env proxy_set_shared_data
@@ -267,7 +278,7 @@ const statusCasMismatch = 8
 
 // Set implements engine.Store with one host call (the SDK's SetSharedData
 // and the error mapping are three calls more in the module per write).
-func (sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
+func (*sharedData) Set(key string, value []byte, cas uint32) (bool, error) {
 	var vp *byte
 	if len(value) > 0 {
 		vp = &value[0]

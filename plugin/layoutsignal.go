@@ -50,7 +50,7 @@ func defineLayoutWrites() (counter, bool) {
 }
 
 // LayoutWrites implements engine.LayoutSignal.
-func (sharedData) LayoutWrites() (uint64, bool) {
+func (*sharedData) LayoutWrites() (uint64, bool) {
 	c, ok := layoutCounter()
 	if !ok {
 		return 0, false
@@ -59,7 +59,7 @@ func (sharedData) LayoutWrites() (uint64, bool) {
 }
 
 // LayoutWritten implements engine.LayoutSignal.
-func (sharedData) LayoutWritten() {
+func (*sharedData) LayoutWritten() {
 	if c, ok := layoutCounter(); ok {
 		c.add()
 	}

@@ -69,8 +69,8 @@ type pluginContext struct {
 	id      uint32 // the plugin context's ID
 	retired bool   // its context ended (retire)
 	engine  *engine.Engine
-	rls     *rlsCaller // global rules' calls (nil without global rules)
-	headers engine.HeaderSet
+	rls     *rlsCaller   // global rules' calls (nil without global rules)
+	headers limitHeaders // an admitted response's (worker.go)
 	held    heldQueue
 	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
 	metrics *metrics
@@ -98,7 +98,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCritical(sprintf.Sprintf("sluice: invalid configuration: %v", err))
 		return types.OnPluginStartStatusFailed
 	}
-	store := sharedData{}
+	store := &sharedData{}
 	seed, err := engine.LoadSeed(store)
 	if err != nil {
 		proxywasm.LogCritical(sprintf.Sprintf("sluice: shared data unavailable at start: %v", err))
@@ -262,20 +262,18 @@ func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) err
 		ct, err := proxywasm.GetHttpRequestHeader("content-type")
 		pushback = err == nil && header.IsGRPC(ct)
 	}
-	p.logRejection(v, now)
-	headers, enc, same := p.problem.headers(cfg, v, pushback)
-	return sendLocalResponse(cfg.Status, headers, p.rejectionBody(v), enc, same)
+	if n, due := p.logs.rejection(now, v.Report != nil); due {
+		p.logRejection(v, n)
+	}
+	headers, body, enc, same := p.problem.rejection(cfg, v, pushback)
+	return sendLocalResponse(cfg.Status, headers, body, enc, same)
 }
 
-// logRejection logs a rejection at debug level, at most once a second per
-// worker (with the count since the last line): a log call per rejected
-// request would cost a host call and an allocation each, under exactly the
-// floods a rate limiter exists for.
-func (p *pluginContext) logRejection(v *engine.Verdict, now int64) {
-	n, due := p.logs.rejection(now, v.Report != nil)
-	if !due {
-		return
-	}
+// logRejection logs a rejection at debug level, with the n rejections
+// since the last line: reject logs one at most once a second per worker
+// (logLimits): a log call per rejected request would cost a host call and
+// an allocation each, under exactly the floods a rate limiter exists for.
+func (p *pluginContext) logRejection(v *engine.Verdict, n int) {
 	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s rejected client %s (retry after %v); %d rejection(s) on this worker since the last such line",
 		v.Report.Name, v.Client, v.RetryAfter, n))
 }
@@ -404,18 +402,19 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 // is decided as one (engine.DecideRedirect) and carries what that request
 // left to settle.
 func (p *pluginContext) decide(h *httpContext, now int64) {
-	carried, next := p.redirect.take()
 	redirected := false
-	if next {
+	if p.redirect.pending() {
 		// The redirect carries x-envoy-original-url, which Envoy sets on a
 		// redirect and strips from clients' requests.
 		_, redirected = h.Header("x-envoy-original-url")
 	}
 	h.verdict = p.pools.verdicts.get()
 	if !redirected {
+		p.redirect.reset()
 		p.engine.DecideInto(h.verdict, h, now)
 		return
 	}
+	carried := p.redirect.take()
 	*h.verdict = p.engine.DecideRedirect(h, now)
 	if h.verdict.Outcome == engine.Allow || h.verdict.Outcome == engine.Delay {
 		h.verdict.Carry(carried)
@@ -443,8 +442,21 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 	return false
 }
 
+// passesResponse reports that OnHttpResponseHeaders has nothing to do
+// (the response is let through as it is), checked in the export before
+// the call.
+func (h *httpContext) passesResponse() bool {
+	return !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil
+}
+
+// passesBody reports that OnHttpResponseBody has nothing to do: no slots
+// to give back at the response's end, no response held.
+func (h *httpContext) passesBody() bool {
+	return !h.heldResponse && (!h.decided || len(h.verdict.Slots) == 0)
+}
+
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
-	if !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil {
+	if h.passesResponse() {
 		return types.ActionContinue
 	}
 	p := h.plugin
@@ -456,8 +468,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
-	p.headers.Build(h.verdict, p.engine.Config().Headers, false)
-	for _, kv := range p.headers.List() {
+	for _, kv := range p.headers.build(h.verdict, p.engine.Config().Headers) {
 		replaceResponseHeader(kv[0], kv[1])
 	}
 	if endOfStream {
@@ -529,7 +540,11 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.pending = nil
 	}
 	if h.decided {
-		h.end()
+		if v := h.verdict; v.Outcome == engine.Reject && len(v.Slots) == 0 {
+			h.plugin.redirect.reset() // all end does for it
+		} else {
+			h.end()
+		}
 		// Nothing refers to the verdict any more: the held queue and the
 		// waiters know the stream by its id, a pending call has its own.
 		h.decided = false
@@ -565,9 +580,9 @@ func (h *httpContext) end() {
 	// on this worker, for the new request, the same request of the client,
 	// charged here already (it is decided without a charge).
 	if forwarded && !h.responded && string(getCodeDetails()) == "internal_redirect" {
-		p.redirect.set(true, p.engine.Redirecting(h.verdict))
+		p.redirect.set(p.engine.Redirecting(h.verdict))
 	} else {
-		p.redirect.set(false, engine.Carried{})
+		p.redirect.reset()
 	}
 	if len(h.verdict.Slots) > 0 {
 		now := nowNanos()
@@ -595,16 +610,10 @@ func (h *httpContext) HeaderFields(name string) (string, int) {
 	return h.plugin.pairs.fields(name)
 }
 
-// SourceAddress implements engine.Request.
-func (h *httpContext) SourceAddress() string {
-	b := getSourceAddress()
-	if len(b) == 0 {
-		return ""
-	}
-	// A view of a buffer the next request's address overwrites: the engine
-	// only parses it (engine.Request), so a string view saves a copy.
-	return unsafe.String(&b[0], len(b))
-}
+// SourceAddress implements engine.Request: a view of a buffer the next
+// request's address overwrites (the engine only parses it, so a string view
+// saves a copy), read by sourceAddress (hostcall_wasip1.go).
+func (h *httpContext) SourceAddress() string { return sourceAddress() }
 
 // RouteName implements engine.RouteRequest: read only when some rule
 // matches on Envoy routes, once per request.
@@ -631,10 +640,13 @@ func onErrorWord(c *config.Config) string {
 	return "allow"
 }
 
-// sharedData is engine.Store over proxy-wasm shared data.
+// sharedData is engine.Store over proxy-wasm shared data. Its methods take
+// a pointer: through an interface holding the (empty) value, a value
+// method is called by a generated wrapper, one more call in the module per
+// shared-data operation.
 type sharedData struct{}
 
-func (sharedData) Get(key string) ([]byte, uint32, bool, error) {
+func (*sharedData) Get(key string) ([]byte, uint32, bool, error) {
 	v, cas, err := proxywasm.GetSharedData(key)
 	if errors.Is(err, types.ErrorStatusNotFound) {
 		return nil, 0, false, nil

@@ -222,7 +222,7 @@ func (m *metrics) retire() {
 // (remove: takes them out) and sets the process-wide gauges to the sums
 // over the live workers (gauges.go).
 func (m *metrics) publishWorker(mine workerCounts, remove bool) {
-	sum, ok := m.workers.publish(sharedData{}, m.owner, nowNanos(), mine, remove)
+	sum, ok := m.workers.publish(&sharedData{}, m.owner, nowNanos(), mine, remove)
 	if !ok {
 		return
 	}

@@ -35,6 +35,9 @@ func (t *streamTable) get(id uint32) *httpContext {
 		return nil
 	}
 	mask := uint32(len(t.slots) - 1)
+	if s := &t.slots[id&mask]; s.id == id {
+		return s.h // at home, as most are: no loop (a loop's turn is dear on wasm)
+	}
 	for i := id & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.id == id {
@@ -55,6 +58,11 @@ func (t *streamTable) add(id uint32, h *httpContext) bool {
 		t.grow()
 	}
 	mask := uint32(len(t.slots) - 1)
+	if s := &t.slots[id&mask]; s.id == 0 {
+		*s = streamSlot{id: id, h: h} // its home is free, as most are
+		t.n++
+		return true
+	}
 	for i := id & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.id == id {
@@ -89,6 +97,13 @@ func (t *streamTable) remove(id uint32) *httpContext {
 	}
 	mask := uint32(len(t.slots) - 1)
 	i := id & mask
+	if s := &t.slots[i]; s.id == id && t.slots[(i+1)&mask].id == 0 {
+		// At home with none after it to move back, as most are.
+		h := s.h
+		*s = streamSlot{}
+		t.n--
+		return h
+	}
 	for t.slots[i].id != id {
 		if t.slots[i].id == 0 {
 			return nil
@@ -118,6 +133,9 @@ var roots []*pluginContext
 
 // rootOf returns the live plugin context with context ID id, nil if none.
 func rootOf(id uint32) *pluginContext {
+	if len(roots) > 0 && roots[0].id == id {
+		return roots[0] // most VMs run one configuration
+	}
 	for _, p := range roots {
 		if p.id == id {
 			return p

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
@@ -47,26 +49,26 @@ func (p *pluginContext) tell(v *engine.Verdict) {
 	}
 }
 
-// rejectionBody returns the body of v's rejection, built in a buffer the
-// next rejection reuses (the host copies it).
-func (p *pluginContext) rejectionBody(v *engine.Verdict) []byte {
-	cfg := p.engine.Config()
-	if cfg.TextBody {
-		return textBody
-	}
-	return p.problem.build(cfg, v)
-}
-
 var textBody = []byte(header.TextBody)
 
-// headers returns the headers of v's rejection under cfg (with gRPC's
-// retry pushback when pushback), the buffer for their encoding, and
-// whether that buffer holds it already: they are the last rejection's
-// when what they say is the same (rejectKey).
-func (b *problemBody) headers(cfg *config.Config, v *engine.Verdict, pushback bool) ([][2]string, *[]byte, bool) {
-	k := rejectKeyOf(v)
-	if !pushback && b.key == k {
-		return b.hdrs.List(), &b.encoded, true
+// rejection returns the headers of v's rejection under cfg (with gRPC's
+// retry pushback when pushback), its body, the buffer for the headers'
+// encoding, and whether that buffer holds it already: the headers and body
+// are the last rejection's when what they say is the same (rejectKey).
+func (b *problemBody) rejection(cfg *config.Config, v *engine.Verdict, pushback bool) (hdrs [][2]string, body []byte, enc *[]byte, same bool) {
+	if !b.built || !b.key.says(v) {
+		if !cfg.TextBody {
+			b.build(cfg, v)
+		}
+		b.key = rejectKeyOf(v)
+		b.built = false // the headers below
+	}
+	body = b.body
+	if cfg.TextBody {
+		body = textBody
+	}
+	if b.built && !pushback {
+		return b.hdrs.List(), body, &b.encoded, true
 	}
 	b.hdrs.Build(v, cfg.Headers, true)
 	if cfg.TextBody {
@@ -74,29 +76,81 @@ func (b *problemBody) headers(cfg *config.Config, v *engine.Verdict, pushback bo
 	} else {
 		b.hdrs.Add(header.ContentType, header.ProblemContentType)
 	}
+	b.built = !pushback
 	if pushback {
 		b.hdrs.AddPushback(v.RetryAfter)
-		k = rejectKey{} // its milliseconds change with every request
 	}
-	b.key = k
-	return b.hdrs.List(), &b.encoded, false
+	return b.hdrs.List(), body, &b.encoded, false
 }
 
-// rejectKey is what a rejection's headers say (engine.HeaderSet.Build with
-// rejected set): the rules they name, and their numbers as the headers
-// write them (whole seconds). Two rejections with equal keys have the same
-// headers; the zero key is no rejection (Retry-After is at least 1).
+// rejectKey is what a rejection's headers and body say
+// (engine.HeaderSet.Build with rejected set, Verdict.ViolatedNames,
+// header.AppendProblem): the rules they name, and their numbers as the
+// headers write them (whole seconds). Two rejections with equal keys have
+// the same headers and body under one configuration. An admitted
+// response's headers (rejected unset) depend on a part of it
+// (limitHeaders).
 type rejectKey struct {
 	report, shadow            *config.Rule
 	reportLimit, remaining    int64
 	retry, reset, shadowRetry int64
+	violated                  engine.Violations
+	rejected                  bool
+}
+
+// says reports whether k is rejectKeyOf(v), the cheap fields first, without
+// building v's key.
+func (k *rejectKey) says(v *engine.Verdict) bool {
+	if k.report != v.Report || k.shadow != v.Shadow || k.reportLimit != v.ReportLimit ||
+		k.remaining != max(v.Remaining, 0) || k.rejected != (v.Outcome == engine.Reject) || !v.ViolatedAs(&k.violated) {
+		return false
+	}
+	if k.retry != retryAfterSeconds(v.RetryAfter) || k.reset != ceilSeconds(v.Reset) {
+		return false
+	}
+	return v.Shadow == nil || k.shadowRetry == retryAfterSeconds(v.ShadowRetryAfter)
+}
+
+// sameHeaders compares what the headers of an admitted response say (all
+// but the rules that refused).
+func (k *rejectKey) sameHeaders(o *rejectKey) bool {
+	return k.report == o.report && k.shadow == o.shadow && k.reportLimit == o.reportLimit &&
+		k.remaining == o.remaining && k.retry == o.retry && k.reset == o.reset && k.shadowRetry == o.shadowRetry
 }
 
 func rejectKeyOf(v *engine.Verdict) rejectKey {
 	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
-		retry: header.RetryAfterSeconds(v.RetryAfter), reset: header.CeilSeconds(v.Reset)}
+		retry: retryAfterSeconds(v.RetryAfter), reset: ceilSeconds(v.Reset),
+		violated: v.Violations(), rejected: v.Outcome == engine.Reject}
 	if v.Shadow != nil {
-		k.shadowRetry = header.RetryAfterSeconds(v.ShadowRetryAfter)
+		k.shadowRetry = retryAfterSeconds(v.ShadowRetryAfter)
 	}
 	return k
 }
+
+// admitKeyOf is the part of rejectKeyOf(v) an admitted response's headers
+// say (sameHeaders; no Retry-After, no rules that refused).
+func admitKeyOf(v *engine.Verdict) rejectKey {
+	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
+		reset: ceilSeconds(v.Reset)}
+	if v.Shadow != nil {
+		k.shadowRetry = retryAfterSeconds(v.ShadowRetryAfter)
+	}
+	return k
+}
+
+// nsPerSecond is a variable, not a constant: on wasm a 64-bit division by
+// a constant becomes a multiply-high, emulated with several 64-bit
+// multiplies, and one by a variable a single division.
+var nsPerSecond uint64 = uint64(time.Second)
+
+// ceilSeconds is header.CeilSeconds(d).
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((uint64(d) + nsPerSecond - 1) / nsPerSecond)
+}
+
+// retryAfterSeconds is header.RetryAfterSeconds(d).
+func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }

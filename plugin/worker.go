@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
@@ -84,7 +83,7 @@ func (c *censusWorker) id() uint64 { return c.owner }
 // step counts a fifth of t's keys at now when this worker holds the lease;
 // done says a complete census is ready (n states, counts).
 func (c *censusWorker) step(t *engine.Table, now int64) (n int, counts *engine.Census, done bool) {
-	if !engine.AcquireLease(sharedData{}, c.owner, now, censusLease) {
+	if !engine.AcquireLease(&sharedData{}, c.owner, now, censusLease) {
 		return 0, nil, false
 	}
 	n, err := c.census.Step(t, now, (t.Keys()+4)/5)
@@ -142,31 +141,47 @@ func (w *waitingStreams) poll(e *engine.Engine, now int64) []engine.ConcEvent {
 
 // problemBody builds a rejection's body and headers in buffers the next
 // rejection reuses (the host copies them). Both depend only on the rules
-// that refused and the whole seconds they say, which most rejections of a
-// flood share with the one before: the last ones are kept and sent again
-// while those are the same (headers: why.go).
+// that refused and the whole seconds they say (rejectKey), which most
+// rejections of a flood share with the one before: the last ones are kept
+// and sent again while those are the same (why.go).
 type problemBody struct {
-	body      []byte
-	names     []string
-	bodyNames []string // the rules body names
-	bodySecs  int64    // and its Retry-After
-	// the last rejection's headers, their encoding and what they say
-	// (the zero key: nothing to reuse)
+	body    []byte
+	names   []string // the rules body names (scratch)
 	hdrs    engine.HeaderSet
 	encoded []byte
-	key     rejectKey
+	// key is what body, hdrs and encoded say; built: they are set and
+	// hdrs has no gRPC pushback (whose milliseconds change with every
+	// request).
+	key   rejectKey
+	built bool
 }
 
-// build returns the problem+json body of v's rejection under cfg.
-func (b *problemBody) build(cfg *config.Config, v *engine.Verdict) []byte {
+// build builds the problem+json body of v's rejection under cfg.
+func (b *problemBody) build(cfg *config.Config, v *engine.Verdict) {
 	b.names = v.ViolatedNames(cfg, b.names[:0])
-	secs := header.RetryAfterSeconds(v.RetryAfter)
-	if len(b.body) == 0 || secs != b.bodySecs || !slices.Equal(b.names, b.bodyNames) {
-		b.body = header.AppendProblem(b.body[:0], int(cfg.Status), b.names, v.RetryAfter)
-		b.bodySecs = secs
-		b.bodyNames = append(b.bodyNames[:0], b.names...)
+	b.body = header.AppendProblem(b.body[:0], int(cfg.Status), b.names, v.RetryAfter)
+}
+
+// limitHeaders builds an admitted response's headers in a set the next
+// response reuses. They depend only on a part of what a rejection's depend
+// on (admitKeyOf: the rules they name, the limit, the remaining quota and
+// the whole seconds), which most responses share with the one before
+// (every new client of a rule gets the same numbers): the last set is sent
+// again while those are the same.
+type limitHeaders struct {
+	set   engine.HeaderSet
+	key   rejectKey
+	built bool
+}
+
+// build returns the headers of v's response under mode.
+func (l *limitHeaders) build(v *engine.Verdict, mode header.Mode) [][2]string {
+	k := admitKeyOf(v)
+	if !l.built || !k.sameHeaders(&l.key) {
+		l.set.Build(v, mode, false)
+		l.key, l.built = k, true
 	}
-	return b.body
+	return l.set.List()
 }
 
 // headerPairs is the request header map of the decision under way
@@ -198,14 +213,27 @@ type redirects struct {
 	carried engine.Carried
 }
 
-// set records whether the stream that just ended was redirected (next),
-// with what it carries.
-func (r *redirects) set(next bool, c engine.Carried) { *r = redirects{next: next, carried: c} }
+// set records that the stream that just ended was redirected, with what
+// it carries.
+func (r *redirects) set(c engine.Carried) { *r = redirects{next: true, carried: c} }
 
-// take returns and forgets what set recorded: every decision takes it, so
-// that only the decision right after the redirected stream's end sees it.
-func (r *redirects) take() (engine.Carried, bool) {
-	c, next := r.carried, r.next
+// pending reports whether set recorded a redirect that no decision took
+// or reset since.
+func (r *redirects) pending() bool { return r.next }
+
+// reset forgets what set recorded (the stream that just ended was not
+// redirected, or the decision under way is not the redirect): only the
+// decision right after the redirected stream's end may take it. Nothing
+// is written when nothing is recorded (the carried charges are 160 bytes).
+func (r *redirects) reset() {
+	if r.next {
+		*r = redirects{}
+	}
+}
+
+// take returns and forgets what set recorded (pending).
+func (r *redirects) take() engine.Carried {
+	c := r.carried
 	*r = redirects{}
-	return c, next
+	return c
 }

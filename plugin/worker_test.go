@@ -1,8 +1,14 @@
 package main
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/plugin/config"
+	"github.com/sluicehq/sluice/plugin/engine"
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // TestLogLimits: one rejection line a second, with the count since the
@@ -57,5 +63,55 @@ func TestWaitingStreams(t *testing.T) {
 	w.drop(2)
 	if w.any() || w.take(2) != nil {
 		t.Fatal("drop: want stream 2 gone")
+	}
+}
+
+// TestSecondsAsHeaderWrites: the keys' whole seconds (a division by a
+// variable) are the headers' (header.CeilSeconds, RetryAfterSeconds).
+func TestSecondsAsHeaderWrites(t *testing.T) {
+	ds := []time.Duration{math.MinInt64, -time.Second, -1, 0, 1, time.Second - 1, time.Second, time.Second + 1,
+		1500 * time.Millisecond, time.Hour - 1, time.Hour, 73 * 365 * 24 * time.Hour, math.MaxInt64 - 1, math.MaxInt64}
+	for d := time.Duration(1); d < 1<<62; d = d*3 + 7 {
+		ds = append(ds, d, d-1, d+1)
+	}
+	for _, d := range ds {
+		if got, want := ceilSeconds(d), header.CeilSeconds(d); got != want {
+			t.Errorf("ceilSeconds(%d) = %d, want %d", d, got, want)
+		}
+		if got, want := retryAfterSeconds(d), header.RetryAfterSeconds(d); got != want {
+			t.Errorf("retryAfterSeconds(%d) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+// TestRejectKeySays: a kept key says a verdict's rejection exactly when
+// the verdict's own key is the same, field by field.
+func TestRejectKeySays(t *testing.T) {
+	r1, r2 := &config.Rule{Name: "a"}, &config.Rule{Name: "b"}
+	rnd := rand.New(rand.NewPCG(7, 8))
+	pick := func() *engine.Verdict {
+		v := &engine.Verdict{Outcome: engine.Outcome(rnd.IntN(2)) * engine.Reject, Remaining: rnd.Int64N(3) - 1,
+			ReportLimit: rnd.Int64N(2), Reset: time.Duration(rnd.Int64N(3)) * 700 * time.Millisecond,
+			RetryAfter: time.Duration(rnd.Int64N(3)) * 600 * time.Millisecond, ShadowRetryAfter: time.Duration(rnd.Int64N(2)) * time.Second}
+		if rnd.IntN(2) == 0 {
+			v.Report = r1
+		} else {
+			v.Report = r2
+		}
+		if rnd.IntN(3) == 0 {
+			v.Shadow = r1
+		}
+		return v
+	}
+	for range 20000 {
+		a, b := pick(), pick()
+		ka, kb := rejectKeyOf(a), rejectKeyOf(b)
+		same := ka.sameHeaders(&kb) && ka.rejected == kb.rejected && b.ViolatedAs(&ka.violated)
+		if got := ka.says(b); got != same {
+			t.Fatalf("key of %+v says %+v: %v, keys equal: %v", a, b, got, same)
+		}
+		if !ka.says(a) {
+			t.Fatalf("key of %+v does not say it", a)
+		}
 	}
 }

@@ -14,6 +14,17 @@ func ParseHostPort(s string) (ipaddr.Addr, bool) {
 	if s == "" || len(s) > 64 {
 		return ipaddr.Addr{}, false
 	}
+	// Most addresses are IPv4 with a port: read in one pass, with the
+	// result of the general path below (the host before the one colon).
+	if a, n, ok := ipaddr.ParseAddr4Prefix(s); ok && (n == len(s) || s[n] == ':' && strings.IndexByte(s[n+1:], ':') < 0) {
+		return a, true
+	}
+	return parseHostPort(s)
+}
+
+// parseHostPort is ParseHostPort for any address (s not empty, at most 64
+// bytes).
+func parseHostPort(s string) (ipaddr.Addr, bool) {
 	host := s
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')

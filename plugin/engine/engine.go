@@ -312,7 +312,10 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 	// An unparsable address leaves the zero Addr: such clients share one
 	// identity rather than escaping the limit.
 	if ok {
-		ri.own, ri.client = a, GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+		ri.own, ri.client = a, a
+		if !a.Is4() {
+			ri.client = GroupAddr(a, cfg.ClientIP.IPv6Prefix)
+		}
 	}
 	return ri.own
 }
@@ -332,8 +335,9 @@ func (e *Engine) Decide(req Request, now int64) Verdict {
 }
 
 // DecideInto is Decide writing the verdict into *v (the plugin's pooled
-// verdict): a Verdict is about 400 bytes, which a return by value copies
-// once more per request.
+// verdict), which must be the zero Verdict (new, or cleared): a Verdict is
+// about 480 bytes, which a return by value copies once more per request,
+// and clearing it again another time.
 func (e *Engine) DecideInto(v *Verdict, req Request, now int64) { e.decide(v, req, now, false) }
 
 // DecideRedirect decides req, Envoy's internal redirect of a request this
@@ -347,15 +351,16 @@ func (e *Engine) DecideRedirect(req Request, now int64) Verdict {
 	return v
 }
 
+// decide decides req into v, the zero Verdict.
 func (e *Engine) decide(v *Verdict, req Request, now int64, redirected bool) {
-	*v = Verdict{measured: now} // the rate rules' numbers are now's
+	v.measured = now // the rate rules' numbers are now's
 	ri := e.matchRules(req)
 	ri.redirected = redirected
 	if len(e.matcher.Matched()) == 0 {
 		return
 	}
 	e.traceMatched()
-	if e.exempt(&ri) {
+	if len(e.cfg.Exempt) > 0 && e.exempt(&ri) {
 		e.trace(StepExempt, -1)
 		v.Exempt = true
 		return
@@ -603,9 +608,15 @@ func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	// held a request of the client behind a reservation made here
 	// (TestRefuseDoesNotFreeAnotherWorkersHeldTurn); with nothing behind
 	// it, a charge comes back at once.
-	e.refundCharges(e.local.Charged(), now)
+	if c := e.local.Charged(); len(c) > 0 {
+		e.refundCharges(c, now)
+	}
+	matched := e.matcher.Matched()
+	if len(matched) == 1 {
+		return // no rule after the one that refused
+	}
 	after := false
-	for _, i := range e.matcher.Matched() {
+	for _, i := range matched {
 		if i == rejected {
 			after = true
 			continue
@@ -647,8 +658,12 @@ func (e *Engine) decideLocal(v *Verdict, r *config.Rule, i int, fp uint64, ri *r
 		d.Allowed, d.Delay, d.RetryAfter = true, 0, 0
 		return d, 0, err
 	}
-	n := e.requestCost(r, ri)
-	d, _, err := e.table.Update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r))
+	n := int64(1)
+	if r.Cost.RequestHeader != "" { // requestCost's own check, without its call
+		n = e.requestCost(r, ri)
+	}
+	// Table.update, not Update: one call less per request.
+	d, _, err := e.table.update(Charge, fp, i, &r.Limit, now, n, e.local.MaxDelay(r), 0)
 	return d, n, err
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -512,5 +513,34 @@ func TestExemptByOwnAddressKeyByGroup(t *testing.T) {
 	}
 	if v := e.Decide(req("/", "GET", "127.0.0.1:1", "x-forwarded-for", "2001:db8::12"), t0); v.Outcome != Reject {
 		t.Errorf("2001:db8::12, same /64 as ::11: outcome %d, want rejected (one budget per /64)", v.Outcome)
+	}
+}
+
+// TestParseHostPortOnePass: the one-pass IPv4 path of ParseHostPort gives
+// what the general path gives, on edge cases around IPv4 with and without
+// a port and on random strings of the bytes that matter.
+func TestParseHostPortOnePass(t *testing.T) {
+	ins := []string{"1.2.3.4", "1.2.3.4:80", "1.2.3.4:", "1.2.3.4:5:6", "01.2.3.4:1", "1.2.3.256:1", "1.2.3:4",
+		"1.2.3.4.5:6", "1.2.3.4x", "1.2.3.4%eth0", "1.2.3.4:80%x", "255.255.255.255:65535", "0.0.0.0:0", "1..2.3:4",
+		".1.2.3:4", "1.2.3.4.:1", "1.2.3.00:1", "1.2.3.4:[::1]", "::ffff:1.2.3.4", "1.2.3.4::", "10.0.1.23:0"}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "0123456789..::[]%af"
+	for range 20000 {
+		b := make([]byte, rnd.IntN(24))
+		for i := range b {
+			b[i] = alphabet[rnd.IntN(len(alphabet))]
+		}
+		ins = append(ins, string(b))
+	}
+	for _, s := range ins {
+		a, ok := ParseHostPort(s)
+		var wa ipaddr.Addr
+		wok := false
+		if s != "" && len(s) <= 64 {
+			wa, wok = parseHostPort(s)
+		}
+		if a != wa || ok != wok {
+			t.Fatalf("ParseHostPort(%q) = %v %v, the general path %v %v", s, a, ok, wa, wok)
+		}
 	}
 }

@@ -39,7 +39,16 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 	return e.local.KeepKey(b, r.ID)
 }
 
+// appendAddr appends a's 16 bytes (As16) as two 8-byte stores where b has
+// room: append would copy them with a call in the module.
 func appendAddr(b []byte, a ipaddr.Addr) []byte {
 	x := a.As16()
-	return append(b, x[:]...)
+	n := len(b)
+	if cap(b)-n < 16 {
+		return append(b, x[:]...)
+	}
+	b = b[:n+16]
+	putUint64(b[n:], getUint64(x[0:8]))
+	putUint64(b[n+8:], getUint64(x[8:16]))
+	return b
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -345,5 +346,20 @@ func TestTableKeyEnumeration(t *testing.T) {
 	}
 	if k, r, _ := tb.Key(tb.Keys()); k != "" || r != -1 {
 		t.Errorf("Key past the end: %q %d", k, r)
+	}
+}
+
+// TestAppendBucket: bucket numbers are written as strconv writes them (the
+// keys are shared with workers of other modules).
+func TestAppendBucket(t *testing.T) {
+	for _, n := range []uint64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 1<<32 - 1, 1 << 32, 1<<64 - 1} {
+		if got, want := string(appendBucket([]byte("p:"), n)), "p:"+strconv.FormatUint(n, 10); got != want {
+			t.Errorf("appendBucket(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for n := uint64(0); n < 200000; n += 7 {
+		if got, want := string(appendBucket(nil, n)), strconv.FormatUint(n, 10); got != want {
+			t.Fatalf("appendBucket(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

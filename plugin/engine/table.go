@@ -119,14 +119,16 @@ type Table struct {
 	signal  LayoutSignal // the store's, if it has one
 	bufs    BufferStore  // the store's, if it reads into buffers (fetch)
 	regions []region
-	total   int              // buckets of all regions
-	starts  []int            // where each region's entries start in Key's enumeration
-	key     []byte           // scratch for the key of a bucket
-	fresh   [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
-	oldKey  []byte           // the same two for a bucket of the previous layout
-	old     [BucketSize]byte
-	record  [BucketSize]byte // a layout record read by a decision (renewLayout)
-	Stats   TableStats
+	total   int    // buckets of all regions
+	starts  []int  // where each region's entries start in Key's enumeration
+	key     []byte // scratch for the key of a bucket
+	// keyRegion is the region whose prefix key starts with (bucketKey).
+	keyRegion *region
+	fresh     [BucketSize]byte // the bucket being updated when the store did not hand back one of its own
+	oldKey    []byte           // the same two for a bucket of the previous layout
+	old       [BucketSize]byte
+	record    [BucketSize]byte // a layout record read by a decision (renewLayout)
+	Stats     TableStats
 	// Overflow counts, per region, the decisions made on its overflow state.
 	Overflow []uint64
 	// pool is the spill pool (pool.go), nil without one.
@@ -266,19 +268,20 @@ type spot struct {
 
 func (sp *spot) slot() []byte { return sp.val[sp.i*slotSize : (sp.i+1)*slotSize] }
 
-// locate reads client fp's spot in rule's region: its own slot, else a free
-// one of its bucket, else the rule's overflow state.
-func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
+// locate reads client fp's spot in rule's region into sp: its own slot,
+// else a free one of its bucket, else the rule's overflow state. (Into the
+// caller's spot: a spot is 160 bytes, which a return copies once more.)
+func (t *Table) locate(sp *spot, fp uint64, rule int, now int64) error {
 	rg := &t.regions[rule]
 	key := t.bucketKey(rg, fp)
 	val, cas, err := t.loadValue(key, BucketSize)
 	if err != nil {
-		return spot{}, err
+		return err
 	}
-	sp := spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
+	*sp = spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
 	own := sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp
 	if own && active(val, sp.i, now) {
-		return sp, nil
+		return nil
 	}
 	// The client has no active state in its bucket: it gets a fresh one
 	// unless another layout holds it. This table's view of the layouts is
@@ -290,30 +293,32 @@ func (t *Table) locate(fp uint64, rule int, now int64) (spot, error) {
 	// written since this table last read it (LayoutSignal).
 	t.renewLayoutIfWritten(rg, now)
 	if own && !rg.twoLayouts(now) {
-		return sp, nil
+		return nil
 	}
 	// Not in its bucket: left elsewhere by a change of layout? (key and
 	// val stay valid: the other layout's bucket is read into other
 	// buffers.)
-	if ok, err := t.elsewhere(rg, &sp, now); err != nil || ok {
+	if ok, err := t.elsewhere(rg, sp, now); err != nil || ok {
 		if err == errStaleView {
 			// Renewed: the view names another layout now (at most
 			// once more: the record is read only on a view naming a
 			// newer layout, which it no longer does).
-			return t.locate(fp, rule, now)
+			return t.locate(sp, fp, rule, now)
 		}
-		return sp, err
+		return err
 	}
 	if rg.spill && t.pool != nil {
 		// In the pool, or to be put there (pool.go).
 		if ps, ok, err := t.spill(rg, fp, now, sp.i < 0); err != nil || ok {
-			return ps, err
+			*sp = ps
+			return err
 		}
 	}
 	if sp.i >= 0 {
-		return sp, nil
+		return nil
 	}
-	return t.overflow(rule)
+	*sp, err = t.overflow(rule)
+	return err
 }
 
 // overflow reads rule's overflow state.
@@ -351,9 +356,9 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 	if fp == 0 {
 		fp = 1 // 0 marks an empty slot
 	}
+	var sp spot
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
-		sp, err := t.locate(fp, rule, now)
-		if err != nil {
+		if err := t.locate(&sp, fp, rule, now); err != nil {
 			return limit.Decision{}, 0, err
 		}
 		s := sp.slot()
@@ -421,7 +426,7 @@ func (t *Table) Modify(fp uint64, rule int, onlyOverflow bool, now int64, m Modi
 		if onlyOverflow {
 			sp, err = t.overflow(rule)
 		} else {
-			sp, err = t.locate(fp, rule, now)
+			err = t.locate(&sp, fp, rule, now)
 		}
 		if err != nil {
 			return 0, err
@@ -503,10 +508,20 @@ func (t *Table) fetch(key string, buf []byte) (val []byte, cas uint32, found boo
 	return val, cas, found, err
 }
 
-// loadInto is loadValue reading into buf.
+// loadInto is loadValue reading into buf (fetch's read, without its call:
+// every request reads a bucket).
 func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
-	val, cas, found, err := t.fetch(key, buf[:])
+	var val []byte
+	var cas uint32
+	var found bool
+	var err error
+	if t.bufs != nil {
+		val, cas, found, err = t.bufs.GetInto(key, buf[:])
+	} else {
+		val, cas, found, err = t.store.Get(key)
+	}
 	if err != nil {
+		t.Stats.StoreErrors++
 		return nil, 0, err
 	}
 	switch {
@@ -543,7 +558,16 @@ func (t *Table) write(sp *spot, s []byte, expiry int64) (retry bool, err error) 
 func (t *Table) storeSlot(key string, val []byte, cas uint32, s []byte, fp uint64, expiry int64) (retry bool, err error) {
 	putUint64(s[0:8], fp)
 	putUint64(s[8:16], uint64(expiry))
-	return t.setCounted(key, val, cas)
+	// setCounted's write, without its call: every admitted request writes.
+	retry, err = t.store.Set(key, val, cas)
+	if err != nil {
+		t.Stats.StoreErrors++
+		return false, err
+	}
+	if retry {
+		t.Stats.CASRetries++
+	}
+	return retry, nil
 }
 
 // setCounted writes a bucket back under cas, counting a failed write
@@ -587,9 +611,37 @@ func (t *Table) StoreValue(key string, val []byte, cas uint32) (mismatch bool, e
 func (t *Table) Contended() { t.Stats.CASExhausted++ }
 
 func (t *Table) bucketKey(rg *region, fp uint64) string {
-	t.key = append(t.key[:0], rg.prefix...)
-	t.key = strconv.AppendUint(t.key, jumpHash(fp, rg.buckets), 10)
+	if t.keyRegion != rg {
+		// t.key starts with the prefix of the region it was built for
+		// last: most tables read one region after another of the same.
+		t.key, t.keyRegion = append(t.key[:0], rg.prefix...), rg
+	}
+	t.key = appendBucket(t.key[:len(rg.prefix)], jumpHash(fp, rg.buckets))
 	return unsafeString(t.key)
+}
+
+// appendBucket appends bucket number n in decimal (strconv.AppendUint's
+// digits). A number below 2^32 (any table's) is written with 32-bit
+// arithmetic: on wasm a 64-bit division by a constant has no multiply-high
+// to become and costs several times more.
+func appendBucket(dst []byte, n uint64) []byte {
+	if n >= 1<<32 {
+		return strconv.AppendUint(dst, n, 10)
+	}
+	x := uint32(n)
+	start := len(dst)
+	for v := x; ; v /= 10 {
+		dst = append(dst, 0)
+		if v < 10 {
+			break
+		}
+	}
+	for i := len(dst) - 1; i >= start; i-- {
+		q := x / 10
+		dst[i] = byte('0' + x - q*10)
+		x = q
+	}
+	return dst
 }
 
 // jumpHash is Lamping and Veach's jump consistent hash (flight.JumpHash).

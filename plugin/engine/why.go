@@ -55,6 +55,10 @@ func (v *Verdict) violate(i int) {
 	if i < 0 || i > 0xffff {
 		return
 	}
+	if s.n == 0 {
+		s.idx[0], s.n = uint16(i), 1 // the first: most refusals name one rule
+		return
+	}
 	k := int(s.n)
 	for k > 0 && int(s.idx[k-1]) >= i {
 		if int(s.idx[k-1]) == i {
@@ -71,6 +75,39 @@ func (v *Verdict) violate(i int) {
 	copy(s.idx[k+1:s.n+1], s.idx[k:s.n])
 	s.idx[k] = uint16(i)
 	s.n++
+}
+
+// Violations is the rules that refused a request (Verdict.Violated) as a
+// value to keep and compare: the plugin sends the last rejection's body
+// again while the rules it names are the same. Compared with
+// Verdict.ViolatedAs (not comparable: no equality function in the module).
+type Violations struct {
+	_   [0]func()
+	set violatedSet
+}
+
+// Violations returns the rules that refused v.
+func (v *Verdict) Violations() Violations { return Violations{set: v.Violated} }
+
+// ViolatedAs reports whether the rules that refused v are those a names.
+func (v *Verdict) ViolatedAs(a *Violations) bool { return v.Violated.equal(&a.set) }
+
+func (s *violatedSet) equal(o *violatedSet) bool {
+	n := s.n
+	switch {
+	case n != o.n:
+		return false
+	case n == 0:
+		return true
+	case s.idx[0] != o.idx[0]:
+		return false // most refusals name one rule: no loop for them
+	}
+	for i := uint8(1); i < n; i++ {
+		if s.idx[i] != o.idx[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Refuser is the rule that refused a rejected request: the first rule (in

@@ -90,8 +90,21 @@ import (
 // clearing, no equality functions for types never compared, and
 // strings.TrimSpace, strconv.Atoi/ParseInt, IndexAny, Trim cut sets and
 // substring search replaced by exact equivalents (docs/design/memory.md,
-// "Inlining" and "The module's code, by package").
-const moduleCeiling = 3_478_000
+// "Inlining" and "The module's code, by package"). Raised for cheaper
+// requests in Envoy (docs/design/request-cost.md, "Go's
+// own part, function by function"): an IPv4 address parsed in one pass,
+// the fingerprint hash resumed from the state after a key's first 13
+// bytes, bucket numbers written with 32-bit arithmetic, the matched rules
+// found once when no rule reads the request, an admitted response's
+// headers and a rejection's headers and body kept while what they say is
+// the same, fewer calls in the module on a bucket's read and write and on
+// the response callbacks that have nothing to do, the shared-data
+// methods on a pointer (no generated wrapper per call: 3.2 KB less), the
+// stream table's home slot and an IPv4 field's digits read without a loop
+// (2.3 KB); in all +13.6 KB with the functions' names and tables, about
+// 6.5k fewer instructions per admitted and 5.8k per rejected request:
+// 3,487,821 (merged with the cuts above) bytes then.
+const moduleCeiling = 3_492_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

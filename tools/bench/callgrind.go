@@ -259,6 +259,11 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 	if res.Status[want] != res.Requests {
 		return fmt.Errorf("expected every counted request to answer %d, got %v", want, res.Status)
 	}
+	if o.cgKeep != "" {
+		if err := keepFiles(out, o.cgKeep); err != nil {
+			return err
+		}
+	}
 	objs, err := workerThreadCost(out, busy.Seconds()/idle.Seconds())
 	if err != nil {
 		return err
@@ -270,6 +275,22 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 		v.ir += n / float64(res.Requests)
 	}
 	v.status = res.Status
+	return nil
+}
+
+// keepFiles copies the callgrind files of out (one per thread and dump)
+// into dir.
+func keepFiles(out, dir string) error {
+	files, _ := filepath.Glob(out + "*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

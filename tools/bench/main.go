@@ -101,6 +101,7 @@ type options struct {
 	cgWasm      string
 	cgBaseline  string
 	cgExtra     string
+	cgKeep      string
 	cgParallel  int
 	memWasm     string
 }
@@ -132,6 +133,7 @@ func main() {
 	flag.StringVar(&o.cgWasm, "callgrind-wasm", "build/sluice.wasm", "callgrind: the Sluice module to count (e.g. an older build to compare)")
 	flag.StringVar(&o.cgBaseline, "callgrind-baseline", "", "callgrind: also count this older Sluice module (rows sluice-base, sluice-base-reject)")
 	flag.StringVar(&o.cgExtra, "callgrind-extra", "", "callgrind: more Sluice modules counted beside the current one, as key=file.wasm,... (rows key and key-reject, always counted; key-reject=file for the rejected row alone): builds with one feature taken out price that feature")
+	flag.StringVar(&o.cgKeep, "callgrind-keep", "", "callgrind: copy each Envoy's raw callgrind files into this directory (per-function counts: callgrind_annotate; docs/design/request-cost.md)")
 	flag.IntVar(&o.cgParallel, "callgrind-parallel", 2, "callgrind: Envoys counted at once (counts do not depend on it)")
 	flag.StringVar(&o.memWasm, "memory-wasm", "build/sluice.wasm", "memory: the Sluice module to measure (e.g. an older build)")
 	flag.Parse()

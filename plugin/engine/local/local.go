@@ -8,6 +8,7 @@
 package local
 
 import (
+	"encoding/binary"
 	"slices"
 	"time"
 
@@ -51,6 +52,9 @@ type Rules struct {
 	// seed keys the fingerprint hash (KeepKey): every worker hashes with
 	// the same one.
 	seed uint64
+	// memo is the hash's state after the last long key's first bytes
+	// (KeepKey).
+	memo keyMemo
 	// holdsFull: the worker holds as many requests as it can (MaxDelay).
 	holdsFull bool
 	// kept are the reservations given back (Unhold, a waiter's or a
@@ -94,7 +98,39 @@ func (l *Rules) KeyBuf() []byte { return l.key[:0] }
 // next one, and returns the client's fingerprint under the rule.
 func (l *Rules) KeepKey(b []byte, id uint64) (fp uint64) {
 	l.key = b
-	return hash64(l.seed, id, b)
+	return l.memo.hash(l.seed, id, b)
+}
+
+// memoLen is how much of a key keyMemo keeps the hash of: a client IP key
+// is 'i', the 16-byte address and a 0, and every IPv4 address (::ffff:
+// a.b.c.d) starts with the same 12 bytes.
+const memoLen = 13
+
+// keyMemo keeps the fingerprint hash's state after the first memoLen bytes
+// of the last key of at least that length, with the rule id and those
+// bytes (as two overlapping words): a key of the same rule starting the
+// same way is hashed from there. The hash takes a byte at a time, and on
+// wasm a loop's every turn is dear (the function's dispatch), so a client
+// IP key hashes 5 bytes instead of 26.
+type keyMemo struct {
+	_     [0]func() // not comparable: no equality function in the module
+	ok    bool
+	id    uint64
+	w0    uint64 // the key's bytes 0-7
+	w1    uint64 // and memoLen-8 to memoLen-1
+	state uint64 // hashData's state after them (hashSeeded, then the bytes)
+}
+
+// hash is hash64(seed, id, b), from the kept state when it applies.
+func (m *keyMemo) hash(seed, id uint64, b []byte) uint64 {
+	if len(b) < memoLen {
+		return hash64(seed, id, b)
+	}
+	w0, w1 := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[memoLen-8:])
+	if !m.ok || id != m.id || w0 != m.w0 || w1 != m.w1 {
+		*m = keyMemo{ok: true, id: id, w0: w0, w1: w1, state: hashBytes(hashSeeded(seed, id), b[:memoLen])}
+	}
+	return hashFinish(hashBytes(m.state, b[memoLen:]))
 }
 
 // SetHoldsFull says whether the worker holds as many requests as it can
@@ -158,14 +194,39 @@ func (l *Rules) RefundHeld(c Charge, now int64) {
 // hash64 is a seeded 64-bit hash (FNV-1a over the seed, id and data, with
 // a final avalanche so that nearby keys spread over all buckets).
 func hash64(seed, id uint64, data []byte) uint64 {
-	const prime = 1099511628211
+	return hashFinish(hashBytes(hashSeeded(seed, id), data))
+}
+
+const fnvPrime = 1099511628211
+
+// hashSeeded is hash64's state after the seed and id: the same for every
+// key of one rule.
+func hashSeeded(seed, id uint64) uint64 {
 	h := uint64(14695981039346656037) ^ seed
 	for i := 0; i < 8; i++ {
-		h = (h ^ (id >> (8 * i) & 0xff)) * prime
+		h = (h ^ (id >> (8 * i) & 0xff)) * fnvPrime
+	}
+	return h
+}
+
+// hashBytes goes on from hash64's state h over data, four bytes a turn
+// (on wasm a loop's every turn is dear).
+func hashBytes(h uint64, data []byte) uint64 {
+	for len(data) >= 4 {
+		h = (h ^ uint64(data[0])) * fnvPrime
+		h = (h ^ uint64(data[1])) * fnvPrime
+		h = (h ^ uint64(data[2])) * fnvPrime
+		h = (h ^ uint64(data[3])) * fnvPrime
+		data = data[4:]
 	}
 	for _, c := range data {
-		h = (h ^ uint64(c)) * prime
+		h = (h ^ uint64(c)) * fnvPrime
 	}
+	return h
+}
+
+// hashFinish is hash64's final avalanche of state h.
+func hashFinish(h uint64) uint64 {
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 27

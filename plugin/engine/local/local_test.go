@@ -1,6 +1,7 @@
 package local
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -82,5 +83,61 @@ func TestKeyAndHold(t *testing.T) {
 	a.SetHoldsFull(true)
 	if a.MaxDelay(r) != 0 {
 		t.Error("a worker that holds all it can holds one more")
+	}
+}
+
+// fnv64Reference is the fingerprint hash as its first version wrote it, in
+// one pass: states in shared data outlive a module (a worker of an older
+// Sluice of the same vm_id reads them), so fingerprints never change.
+func fnv64Reference(seed, id uint64, data []byte) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) ^ seed
+	for i := 0; i < 8; i++ {
+		h = (h ^ (id >> (8 * i) & 0xff)) * prime
+	}
+	for _, c := range data {
+		h = (h ^ uint64(c)) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// TestFingerprintsUnchanged: KeepKey, which keeps the hash's state after
+// a key's first bytes for the next key of the rule that starts the same,
+// gives the reference hash for keys of rules in any order, keys that share
+// their first bytes (one word of them, or all) or not, short and long.
+func TestFingerprintsUnchanged(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","limit":1,"window":"1s"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		seed := rnd.Uint64()
+		l := New(cfg, nil, seed)
+		for range 200 {
+			id := rnd.Uint64N(4) // repeats and changes of rule
+			key := make([]byte, rnd.IntN(40))
+			for i := range key {
+				key[i] = byte(rnd.Uint32())
+			}
+			if len(key) >= 13 && rnd.IntN(4) > 0 {
+				// One of three starts: the first word alike in all,
+				// the rest up to byte 13 told apart by the second.
+				copy(key, "i\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff")
+				key[8+rnd.IntN(5)] ^= byte(rnd.IntN(3))
+			}
+			want := fnv64Reference(seed, id, key)
+			if got := l.KeepKey(append(l.KeyBuf(), key...), id); got != want {
+				t.Fatalf("seed %x rule %d key %x: fingerprint %x, want %x", seed, id, key, got, want)
+			}
+		}
+	}
+	if got, want := hash64(7, 9, []byte("i\x00")), fnv64Reference(7, 9, []byte("i\x00")); got != want {
+		t.Errorf("hash64 %x, want %x", got, want)
 	}
 }

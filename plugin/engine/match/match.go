@@ -47,6 +47,9 @@ type Matcher struct {
 	pathBuf []byte // config.CleanPath's scratch
 	foldBuf []byte // config.AppendFold's
 	matched []int
+	// static: no rule reads anything of a request to match (needs is
+	// empty), so every request matches the same rules, found once by New.
+	static bool
 }
 
 // New returns a Matcher of cfg's rules, with cfg's index (built if cfg has
@@ -55,6 +58,14 @@ func New(cfg *config.Config) Matcher {
 	m := Matcher{cfg: cfg, index: cfg.Index, needs: needsOf(cfg), matched: make([]int, 0, len(cfg.Rules))}
 	if m.index == nil {
 		m.index = config.BuildIndex(cfg)
+	}
+	if m.needs == (needs{}) {
+		// Nothing is read of a request, so its Target is always the zero
+		// one: the rules it matches are those of the zero Target, for
+		// every request. Found here once rather than by the index and
+		// every rule's check per request.
+		m.matchTarget(&config.Target{})
+		m.static = true
 	}
 	return m
 }
@@ -97,6 +108,9 @@ func needsOf(cfg *config.Config) needs {
 // Both are valid until the next Match: they view the Matcher's buffers.
 func (m *Matcher) Match(req Request) (config.Target, []int) {
 	var t config.Target
+	if m.static {
+		return t, m.matched
+	}
 	if m.needs.path {
 		// Rules match and key on the clean path, whatever the connection
 		// manager's normalize_path and merge_slashes (config.CleanPath).
@@ -118,20 +132,30 @@ func (m *Matcher) Match(req Request) (config.Target, []int) {
 			t.Route = rr.RouteName()
 		}
 	}
-	// The index lists the rules filed under the request's route, method
-	// and path (and those that match every request); each is checked in
-	// full. The cost follows the rules that may match, not all the rules.
-	c := m.index.Candidates(&t, m.matched[:0])
+	m.matchTarget(&t)
+	return t, m.matched
+}
+
+// matchTarget sets m.matched to the rules that apply to a request whose
+// Target is t. The index lists the rules filed under the request's route,
+// method and path (and those that match every request); each is checked
+// in full. The cost follows the rules that may match, not all the rules.
+func (m *Matcher) matchTarget(t *config.Target) {
+	c := m.index.Candidates(t, m.matched[:0])
 	k := 0
 	for _, i := range c {
-		if m.cfg.Rules[i].Match.AppliesTo(&t) {
+		if m.cfg.Rules[i].Match.AppliesTo(t) {
 			c[k] = i
 			k++
 		}
 	}
 	m.matched = c[:k]
-	return t, m.matched
 }
+
+// Static reports whether no rule reads anything of a request to match, so
+// that every request matches the same rules: Matched returns them without
+// a Match, and Match reads nothing.
+func (m *Matcher) Static() bool { return m.static }
 
 // Matched returns the rules the last Match found.
 func (m *Matcher) Matched() []int { return m.matched }

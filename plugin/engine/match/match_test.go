@@ -72,3 +72,36 @@ func TestMatch(t *testing.T) {
 		t.Errorf("matched %v, read %v; want rule 0 and no read", got, r.reads)
 	}
 }
+
+// TestStaticMatcher: with no rule reading the request, every rule applies
+// to every request, found once (Static), and nothing is read; a rule that
+// reads the path makes the matcher read it again per request.
+func TestStaticMatcher(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"rules":[
+		{"name":"a","limit":1,"window":"1m"},
+		{"name":"b","limit":1,"window":"1m","key":["client_ip"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(cfg)
+	if !m.Static() {
+		t.Fatal("a configuration whose rules read nothing is not static")
+	}
+	c := &counting{headers: headers{":path": "/x", ":method": "GET"}, reads: map[string]int{}}
+	if _, got := m.Match(c); len(got) != 2 || got[0] != 0 || got[1] != 1 || len(c.reads) != 0 {
+		t.Fatalf("matched %v, reads %v: want [0 1], none", got, c.reads)
+	}
+	if got := m.Matched(); len(got) != 2 {
+		t.Fatalf("Matched %v without a Match", got)
+	}
+	cfg, err = config.Parse([]byte(`{"rules":[{"name":"a","match":{"path_prefix":"/x"},"limit":1,"window":"1m"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m = New(cfg); m.Static() {
+		t.Fatal("a path rule's matcher is static")
+	}
+	if _, got := m.Match(c); len(got) != 1 || c.reads[":path"] != 1 {
+		t.Fatalf("matched %v, reads %v", got, c.reads)
+	}
+}

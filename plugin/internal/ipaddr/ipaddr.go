@@ -190,6 +190,50 @@ func ParseAddr(s string) (Addr, bool) {
 	return Addr{}, false
 }
 
+// ParseAddr4Prefix parses the dotted-decimal IPv4 address that starts s
+// and ends at its first byte that is neither a digit nor a dot (n, len(s)
+// if none): ok when s[:n] is one, and then a is ParseAddr(s[:n]) (n is
+// meaningless when not ok). It reads s once, for callers that find where
+// an address ends (the port after it) by its end.
+func ParseAddr4Prefix(s string) (a Addr, n int, ok bool) {
+	// A turn per field, its one to three digits read without a loop: on
+	// wasm a loop's every turn costs a pass through the function's
+	// dispatch.
+	var b [4]byte
+	for f := range b {
+		if f > 0 {
+			if n >= len(s) || s[n] != '.' {
+				return Addr{}, n, false
+			}
+			n++
+		}
+		if n >= len(s) || s[n]-'0' > 9 {
+			return Addr{}, n, false // an empty field
+		}
+		v := int(s[n] - '0')
+		n++
+		if n < len(s) && s[n]-'0' <= 9 {
+			if v == 0 {
+				return Addr{}, n, false // a leading zero
+			}
+			v = v*10 + int(s[n]-'0')
+			n++
+			if n < len(s) && s[n]-'0' <= 9 {
+				v = v*10 + int(s[n]-'0')
+				n++
+				if v > 255 {
+					return Addr{}, n, false
+				}
+			}
+		}
+		b[f] = byte(v)
+	}
+	if n < len(s) && (s[n]-'0' <= 9 || s[n] == '.') {
+		return Addr{}, n, false // a fourth digit, or a fifth field
+	}
+	return AddrFrom4(b), n, true
+}
+
 // parse4 parses all of s as a dotted-decimal IPv4 address into out.
 func parse4(s string, out []byte) bool {
 	field, val, digits := 0, 0, 0

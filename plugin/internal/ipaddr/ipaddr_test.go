@@ -36,6 +36,7 @@ func compare(t *testing.T, s string) {
 			}
 		}
 	}
+	compare4Prefix(t, s)
 	p, ok := ParsePrefix(s)
 	np, err := netip.ParsePrefix(s)
 	if ok != (err == nil) {
@@ -44,6 +45,24 @@ func compare(t *testing.T, s string) {
 	if ok {
 		comparePrefix(t, s, p, np)
 		comparePrefix(t, s+" masked", p.Masked(), np.Masked())
+	}
+}
+
+// compare4Prefix holds ParseAddr4Prefix to netip.ParseAddr of the digits
+// and dots that start s.
+func compare4Prefix(t *testing.T, s string) {
+	t.Helper()
+	end := 0
+	for end < len(s) && (s[end] >= '0' && s[end] <= '9' || s[end] == '.') {
+		end++
+	}
+	a, n, ok := ParseAddr4Prefix(s)
+	na, err := netip.ParseAddr(s[:end])
+	if ok != (err == nil) || ok && n != end {
+		t.Fatalf("ParseAddr4Prefix(%q) = %v %d, netip of %q: %v", s, ok, n, s[:end], err)
+	}
+	if ok {
+		compareAddr(t, s[:end], a, na)
 	}
 }
 
@@ -73,6 +92,7 @@ var cases = []string{
 	"0:0:1:0:0:0:0:0", "::ffff:0:0", "::ffff:ffff:ffff", "::ffff:1.2.3.4/120", "::ffff:1.2.3.4/96", "1.2.3.4/32", "1.2.3.4/33",
 	"1.2.3.4/0", "1.2.3.4/08", "1.2.3.4/+8", "1.2.3.4/", "1.2.3.4/-1", "10.0.0.0/8", "10.1.2.3/8", "2001:db8::/32", "2001:db8::/129",
 	"fe80::1%eth0/64", "::/0", "/8", "1.2.3.4/8/8", "1.2.3.4/0008", "::1/128", "a.b.c.d", "::a.2.3.4", "g::1", "1:2:3:4:5:6:7:8%z",
+	"10.0.1.23:0", "1.2.3.4:80:1", "1.2.3.4x", "1.2.3.04:1", "1.2.3.256:1", "1.2.3.4.:1", "9.9.9.9]",
 }
 
 func TestAgainstNetip(t *testing.T) {
