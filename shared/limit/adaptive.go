@@ -114,10 +114,11 @@ type Gauge struct {
 	// round's N samples (both saturate at MaxLatency).
 	Base, Mean time.Duration
 	N          int64
-	// BaseN counts the samples behind Base (saturates at 63): a Base
+	// BaseN counts the samples behind Base (saturates at 31): a Base
 	// from fewer than MinRound is as likely off as a small round.
 	BaseN int64
-	// Round identifies the round: its start (ms, modulo 2^26).
+	// Round identifies the round: its start (ms, modulo 2^19: 8.7
+	// minutes; a batch is added within seconds of its round).
 	Round uint32
 	// Calm counts the saturated round trips since the last backoff
 	// (saturates at 63): the limit holds until ProbeAfter.
@@ -142,6 +143,11 @@ type Gauge struct {
 	// a low Use is little demand, not the reserves' doing, and the round
 	// does not back off at all.
 	Use float64
+	// Fast is what the round's samples of fast classes said, for a rule
+	// with classes (see ClassBases.Fast): 0 (FastNone) none came back,
+	// FastCalm none read a queue, FastOnce one did, FastQueue two or more
+	// (see fastStep).
+	Fast int64
 }
 
 // Constants of the adaptive estimator.
@@ -170,11 +176,24 @@ const (
 
 	// roundMask: a round is identified by its start in ms modulo 2^20
 	// (17 minutes: a batch is added within seconds of its round).
-	roundMask = 1<<20 - 1
+	roundMask = 1<<19 - 1
 	useSteps  = 1<<6 - 1
 	maxCalm   = 1<<6 - 1
-	maxBaseN  = 1<<6 - 1
+	maxBaseN  = 1<<5 - 1
 )
+
+// What a round's samples of fast classes said (Gauge.Fast).
+const (
+	FastNone int64 = iota
+	FastCalm
+	FastOnce
+	FastQueue
+)
+
+// FastPause is how many saturated round trips the limit holds after a
+// step down on the fast classes' word (see fastStep) before it probes
+// again.
+const FastPause = ProbeAfter / 4
 
 // Samples is a batch of latency samples for one Gauge round.
 type Samples struct {
@@ -189,7 +208,15 @@ type Samples struct {
 	// (see ClassBases; 0: a rule without classes): the round's Base is
 	// then Exp/N, each sample compared with its own class's base.
 	Exp time.Duration
+	// Fast counts the samples of fast classes (see ClassBases.Fast),
+	// Queued those of them that took FastRise times their class's base
+	// or more: they waited for a slot at the upstream.
+	Fast, Queued int64
 }
+
+// FastRise is the latency over its class's base at which a sample of a
+// fast class waited in the upstream's queue (see ClassBases.Fast).
+const FastRise = 2
 
 // Add counts one request's latency; saturated: it was admitted at its
 // round's limit (see Gauge.AtLimit).
@@ -204,6 +231,16 @@ func (s *Samples) Add(latency time.Duration, saturated bool) {
 func (s *Samples) AddBase(latency, base time.Duration, saturated bool) {
 	s.Add(latency, saturated)
 	s.Exp += min(max(base, time.Microsecond), MaxLatency)
+}
+
+// AddFast counts one request's latency, of a fast class whose no-queue
+// latency is base (see ClassBases.Fast).
+func (s *Samples) AddFast(latency, base time.Duration, saturated bool) {
+	s.AddBase(latency, base, saturated)
+	s.Fast++
+	if latency >= FastRise*base {
+		s.Queued++
+	}
 }
 
 // Current returns the limit admission uses: the learnt limit, rounded
@@ -255,6 +292,9 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
+	if b.Fast > 0 {
+		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
+	}
 	need := g.need()
 	early := !g.Measure && !g.SlowStart && !g.holding() && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {
@@ -262,7 +302,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	}
 	g.Use = g.roundUse(now)
 	g = l.endRound(g)
-	g.N, g.Mean, g.Saturated, g.Use = 0, 0, false, 0
+	g.N, g.Mean, g.Saturated, g.Use, g.Fast = 0, 0, false, 0, FastNone
 	g.Round = msAt(now) & roundMask
 	if g.Round == 0 {
 		g.Round = 1 // 0 is a cold gauge's round
@@ -355,6 +395,8 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.slowStartRise(mean, mild, clamp)
 	case g.SlowStart && !rise && g.N >= MinRound/2 && float64(mean) > float64(g.Base)*(1+tol/2):
 		g = g.slowStartEdge(mean, clamp)
+	case g.Fast == FastQueue && g.Saturated && mild && !g.SlowStart:
+		g = g.fastStep(clamp)
 	case g.holding():
 		g = g.held(mean, rise, mild, clamp)
 	case rise && mild && !g.Warned:
@@ -418,6 +460,10 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 		// round trip: slow start, from where the limit is.
 		g.SlowStart = true
 	case !g.Saturated:
+	case g.Fast == FastOnce && !g.SlowStart:
+		// One sample of a fast class waited in the upstream's queue: the
+		// limit may already let the lower classes fill the upstream (see
+		// fastStep). No probe this round.
 	case g.SlowStart:
 		// Half again per round trip (see Gauge).
 		g.Limit, g.Grown = clamp(g.Limit*3/2), g.N >= MinRound/2
@@ -425,7 +471,16 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 		// max(1, Limit/16) per round trip. At most a quarter at once,
 		// though: a step of several round trips' growth overshoots the
 		// knee by as much.
-		g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4)))
+		step := min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4))
+		if g.Fast == FastCalm {
+			// The fast classes' samples say whether the upstream queues
+			// (see fastStep): one per round trip, the finest step a lower
+			// class's cap can take (the demo's buys: 19 of the store's 20
+			// slots at a limit of 22, 21 at 24; Limit/16 went from 22.8
+			// to 24.2).
+			step = min(step, g.trips())
+		}
+		g.Limit = clamp(g.Limit + step)
 	}
 	return g
 }
@@ -604,11 +659,37 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 		// again, down to 1 (TestClassBasesShift).
 		cut = max(cut, 2.0/3)
 	}
+	crossed := g.Grown && g.Use > 0 && !stalled && g.Fast != FastNone
 	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown = true, false, false, 0, stalled, false
-	if g.N < MinRound {
+	if g.N < MinRound || crossed {
+		// A rough estimate: probe from it at once. Or the crossing, with
+		// fast classes: the limit it keeps had no queue, and past it the
+		// fast classes' samples show the upstream's queue at once (see
+		// fastStep), so it probes on by one a round trip rather than
+		// holding ProbeAfter round trips under a knee it has not
+		// measured (in the demo's store, 20 where the buys' cap is 18:
+		// the store's 19th and 20th slots idle for the launch).
 		g.Calm = ProbeAfter
 	}
+	return g
+}
+
+// fastStep decides a saturated round, outside slow start, whose samples
+// of fast classes read a queue at the upstream (FastQueue: two or more
+// of them at FastRise times their class's base or more) while the round
+// as a whole did not rise clearly. A queue of W at an upstream that
+// serves in order delays every request by W, whatever its service time:
+// a 4 ms login waiting for one of twenty 150 ms buys to end reads 2-3x
+// its base, while the round's ratio (weighted by the bases, see
+// ClassBases) moves by 2-5% and says nothing. The limit lets the lower
+// classes fill the upstream: one less, and a pause of FastPause round
+// trips before the next probe. In the demo's store the buys' cap is
+// then 19 of the 20 slots (a limit of 22), where one more (20) makes
+// every login wait for a buy to end.
+func (g Gauge) fastStep(clamp func(float64) float64) Gauge {
+	g.Limit = clamp(g.Limit - 1)
+	g.Calm, g.Warned = ProbeAfter-FastPause, false
 	return g
 }
 
