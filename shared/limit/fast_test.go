@@ -180,3 +180,40 @@ func TestSamplerDoneFast(t *testing.T) {
 		t.Errorf("ready %+v, want 3 samples, 2 fast, 1 queued, Exp 160ms", r)
 	}
 }
+
+// Slow start's crossing, for a rule with classes, read as a mild rise
+// twice after a growth from a calm round (Grown): it backs off to the
+// limit it grew from, rather than ending slow start at the top and
+// probing on from there (a rule without classes, or a growth from a
+// round of few samples, still does).
+func TestGaugeCrossingMildTwiceBacksOff(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	mild := func(g Gauge) Gauge {
+		for range 2 {
+			g.N, g.Mean, g.Saturated = 15, 172*ms, true
+			g = lim.endRound(g)
+		}
+		return g
+	}
+	grown := Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Grown: true, Use: 0.9}
+	want := 30 * 150.0 / 172 * Backoff * 0.9 // the estimate, over the floor of 20
+	if g := mild(grown); g.SlowStart || g.Limit < want-0.01 || g.Limit > want+0.01 || !g.Measure {
+		t.Errorf("with classes, grown from 20: limit %.2f slow start %v measure %v, want %.2f (backed off, measuring)", g.Limit, g.SlowStart, g.Measure, want)
+	}
+	grown.Use = 0.5
+	if g := mild(grown); g.Limit != 20 {
+		t.Errorf("with classes, grown from 20, Use 0.5: limit %.2f, want 20 (the limit it grew from)", g.Limit)
+	}
+	for _, c := range []struct {
+		name string
+		g    Gauge
+	}{
+		{"without classes", Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Grown: true}},
+		{"grown on few samples", Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Use: 0.9}},
+	} {
+		if g := mild(c.g); g.SlowStart || g.Limit != 30 || g.Calm != ProbeAfter {
+			t.Errorf("%s: limit %.2f slow start %v calm %d, want slow start ended at 30, probing", c.name, g.Limit, g.SlowStart, g.Calm)
+		}
+	}
+}
