@@ -82,7 +82,12 @@ import (
 // 3,590,868 bytes then (main 3,580,263). Raised for the adaptive rule
 // with classes timing each class through the worker's loop lag
 // (limit.ClassBases.Timed, Bears; Sampler.AdmitBearing, LateBy: +2.3 KB).
-const moduleCeiling = 3_594_000
+// Raised for the fast classes' word on the upstream's queue in an adaptive
+// rule with classes (limit.ClassBases.Fast and its queued samples' sums,
+// Sampler.DoneFast, Gauge.Fast and fastStep, the crossing's backoff on two
+// mild rises: +5.2 KB, 3,598,544 bytes; the merged main 3,593,378; in the
+// store-wide model the orders' median 84% -> 88%).
+const moduleCeiling = 3_600_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
