@@ -217,3 +217,69 @@ func TestGaugeCrossingMildTwiceBacksOff(t *testing.T) {
 		}
 	}
 }
+
+// The fast classes' word comes before their samples' windows complete:
+// two waiting samples admitted after slow start's growth from a calm
+// round end the round at once, back at the limit it grew from (measured
+// next, then probing); one does not, nor two after a growth from a round
+// of few samples, nor outside slow start.
+func TestGaugeFastCrossing(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	now := int64(time.Second)
+	start := Gauge{Limit: 30, Base: 130 * ms, BaseN: 31, SlowStart: true, Grown: true, Round: 900, N: 3, Mean: 130 * ms, Use: 0.9}
+	word := func(g Gauge, queued int64) Gauge {
+		_, g = lim.Learn(EncodeGauge(g), now, Samples{Round: g.Round, Fast: queued, Queued: queued})
+		return g
+	}
+	g := word(start, 2)
+	if g.Limit != 20 || g.SlowStart || !g.Measure || g.Calm != ProbeAfter || g.Round == start.Round || g.N != 0 {
+		t.Errorf("two fast samples waited after the growth: %+v, want a new round at 20, measuring, then probing", g)
+	}
+	if g = word(start, 1); g.Limit != 30 || !g.SlowStart || g.Fast != FastOnce || g.N != 3 || g.Round != start.Round {
+		t.Errorf("one waited: %+v, want the round going on at 30, Fast one", g)
+	}
+	for _, c := range []struct {
+		name string
+		g    Gauge
+	}{
+		{"a growth from few samples", Gauge{Limit: 30, Base: 130 * ms, BaseN: 31, SlowStart: true, Round: 900, N: 3, Mean: 130 * ms, Use: 0.9}},
+		{"probing", Gauge{Limit: 30, Base: 130 * ms, BaseN: 31, Calm: ProbeAfter, Round: 900, N: 3, Mean: 130 * ms, Use: 0.9}},
+	} {
+		if g := word(c.g, 2); g.Limit != 30 || g.Round != 900 || g.Fast != FastQueue {
+			t.Errorf("%s, two waited: %+v, want the round going on at 30 with the word kept", c.name, g)
+		}
+	}
+	if _, g := lim.Learn(EncodeGauge(start), now, Samples{Round: start.Round + 1, Fast: 2, Queued: 2}); g.Limit != 30 {
+		t.Errorf("a word of another round: limit %.1f, want 30", g.Limit)
+	}
+}
+
+// A fast class's word reaches the Sampler's batch as soon as its sample is
+// back (its latency when its window completes), unless its window was
+// given up on.
+func TestSamplerFastWordAtOnce(t *testing.T) {
+	ms := time.Millisecond
+	var p Sampler
+	p.Reset(3, 0)
+	buy := p.Admit(0, ms)
+	login := p.Admit(0, ms)
+	p.DoneFast(login, 12*ms, 5*ms, true)
+	if r := p.Ready; r.N != 0 || r.Fast != 1 || r.Queued != 1 || !r.Pending() {
+		t.Errorf("a login back before its window's buy: ready %+v, want its word (1 fast, 1 queued), no sample yet", r)
+	}
+	p.DoneBase(buy, 150*ms, 150*ms, true, true)
+	p.Close(int64(2*ms), ms)
+	if r := p.Ready; r.N != 2 || r.Fast != 1 {
+		t.Errorf("the window complete: ready %+v, want 2 samples, the word once", r)
+	}
+	p.Reset(4, 0)
+	buy = p.Admit(0, ms)
+	login = p.Admit(0, ms)
+	p.Late(int64(ms), int64(2*ms))
+	p.DoneFast(login, 12*ms, 5*ms, true)
+	if r := p.Ready; r.Fast != 0 || r.Pending() {
+		t.Errorf("a login of a window given up on: ready %+v, want no word", r)
+	}
+	_ = buy
+}
