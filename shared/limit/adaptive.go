@@ -252,7 +252,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
 	}
 	if g.fastCrossing() {
-		return nextRound(g.crossed(l.MinLimit()), now)
+		return l.crossed(g, now)
 	}
 	if b.N <= 0 {
 		return EncodeGauge(g), g
@@ -285,11 +285,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 		return EncodeGauge(g), g
 	}
 	g.Use = g.roundUse(now)
-	return nextRound(l.endRound(g), now)
-}
-
-// nextRound starts the round after g's (decided) at now.
-func nextRound(g Gauge, now int64) (State, Gauge) {
+	g = l.endRound(g)
 	g.N, g.Mean, g.Saturated, g.Use, g.Fast = 0, 0, false, 0, FastNone
 	g.Round = msAt(now) & roundMask
 	if g.Round == 0 {

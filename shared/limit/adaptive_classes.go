@@ -95,12 +95,17 @@ func (g Gauge) fastCrossing() bool {
 	return g.SlowStart && !g.Measure && g.Grown && g.Fast == FastQueue
 }
 
-// crossed decides a round ended on the fast classes' word that slow
-// start crossed the knee (see fastCrossing): the limit it grew from (it
-// had no queue; at least lo), measured in the next round, then probing
-// at once (see backoff).
-func (g Gauge) crossed(lo int64) Gauge {
-	g.Limit = max(g.Limit*2/3, float64(lo))
+// crossed ends a round on the fast classes' word that slow start crossed
+// the knee (see fastCrossing): the limit it grew from (it had no queue),
+// measured in the next round, then probing at once (see backoff).
+func (l Limit) crossed(g Gauge, now int64) (State, Gauge) {
+	lo, hi := float64(l.MinLimit()), float64(l.limit)
+	g.Limit = min(max(g.Limit*2/3, lo), hi)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown = true, false, false, ProbeAfter, false, false
-	return g
+	g.N, g.Mean, g.Saturated, g.Use, g.Fast = 0, 0, false, 0, FastNone
+	g.Round = msAt(now) & roundMask
+	if g.Round == 0 {
+		g.Round = 1 // 0 is a cold gauge's round
+	}
+	return EncodeGauge(g), g
 }
