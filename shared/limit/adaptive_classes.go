@@ -23,10 +23,10 @@ const FastPause = ProbeAfter / 4
 // fast class waited in the upstream's queue (see ClassBases.Fast).
 const FastRise = 2
 
-// addFastWord counts the word of a sample of a fast class whose
-// no-queue latency is base (see ClassBases.Fast): Fast, and Queued if it
-// waited.
-func (s *Samples) addFastWord(latency, base time.Duration) {
+// AddFast counts one request's latency, of a fast class whose no-queue
+// latency is base (see ClassBases.Fast).
+func (s *Samples) AddFast(latency, base time.Duration, saturated bool) {
+	s.AddBase(latency, base, saturated)
 	s.Fast++
 	if latency >= FastRise*base {
 		s.Queued++
@@ -80,32 +80,4 @@ func (g Gauge) fastStep(clamp func(float64) float64) Gauge {
 	g.Limit = clamp(g.Limit - 1)
 	g.Calm, g.Warned = ProbeAfter-FastPause, false
 	return g
-}
-
-// fastCrossing reports whether the round's fast classes say that slow
-// start's last growth crossed the knee: two of them, admitted after a
-// growth decided on a calm round (Grown), waited for a slot. Their word
-// comes as soon as they are back (see Sampler.DoneFast): a 4 ms login
-// behind the crossing's queue of buys is back 100-200 ms before the
-// round's buys are, and every buy that ends meanwhile is replaced by a
-// press at the grown limit, so the store's queue lasts until the limit
-// comes down. In the store-wide model (40 seeds) the logins over 3x a
-// quiet day went from a median of 6 to 4 (90th percentile 10 to 8).
-func (g Gauge) fastCrossing() bool {
-	return g.SlowStart && !g.Measure && g.Grown && g.Fast == FastQueue
-}
-
-// crossed ends a round on the fast classes' word that slow start crossed
-// the knee (see fastCrossing): the limit it grew from (it had no queue),
-// measured in the next round, then probing at once (see backoff).
-func (l Limit) crossed(g Gauge, now int64) (State, Gauge) {
-	lo, hi := float64(l.MinLimit()), float64(l.limit)
-	g.Limit = min(max(g.Limit*2/3, lo), hi)
-	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown = true, false, false, ProbeAfter, false, false
-	g.N, g.Mean, g.Saturated, g.Use, g.Fast = 0, 0, false, 0, FastNone
-	g.Round = msAt(now) & roundMask
-	if g.Round == 0 {
-		g.Round = 1 // 0 is a cold gauge's round
-	}
-	return EncodeGauge(g), g
 }

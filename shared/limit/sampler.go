@@ -113,8 +113,7 @@ func (p *Sampler) DoneBase(ticket uint32, latency, base time.Duration, sample, s
 }
 
 // DoneFast is DoneBase with a sample of a fast class (see
-// ClassBases.Fast): it also counts in Ready's Fast and Queued at once
-// (unless its window was given up on), not when its window completes.
+// ClassBases.Fast): it also counts in Samples.Fast and Queued.
 func (p *Sampler) DoneFast(ticket uint32, latency, base time.Duration, saturated bool) bool {
 	return p.done(ticket, latency, base, true, base > 0, saturated)
 }
@@ -127,14 +126,7 @@ func (p *Sampler) done(ticket uint32, latency, base time.Duration, sample, fast,
 	w.out--
 	switch {
 	case sample && fast:
-		// Its latency waits for the window (see Sampler), its word on
-		// the queue does not: it is the round's first sign that the
-		// upstream is full (see Gauge.Fast), 100 ms and more before the
-		// buys of its window are back.
-		w.s.AddBase(latency, base, saturated)
-		if !w.cut {
-			p.Ready.addFastWord(latency, base)
-		}
+		w.s.AddFast(latency, base, saturated)
 	case sample && base > 0:
 		w.s.AddBase(latency, base, saturated)
 	case sample:
@@ -246,6 +238,8 @@ func (p *Sampler) complete() {
 			p.Ready.N += w.s.N
 			p.Ready.Sum += w.s.Sum
 			p.Ready.Exp += w.s.Exp
+			p.Ready.Fast += w.s.Fast
+			p.Ready.Queued += w.s.Queued
 			p.Ready.Saturated = p.Ready.Saturated || w.s.Saturated
 		}
 		copy(p.win[:], p.win[1:p.n])

@@ -215,8 +215,8 @@ func (a *Adaptive) learnerFor(i int, fp uint64, now int64) *learner {
 func (a *Adaptive) syncGauge(k learnKey, l *learner, now int64) {
 	r := &a.cfg.Rules[k.rule]
 	op := &a.gop
-	*op = gaugeOp{lim: &r.Limit, batch: l.smp.Ready, learn: l.smp.Ready.Pending()}
-	if l.smp.Ready.N > 0 && l.useN > 0 {
+	*op = gaugeOp{lim: &r.Limit, batch: l.smp.Ready, learn: l.smp.Ready.N > 0}
+	if op.learn && l.useN > 0 {
 		op.batch.Use = l.useSum / float64(l.useN)
 		l.useSum, l.useN = 0, 0
 	}
@@ -268,7 +268,7 @@ func gaugeRegions(cfg *config.Config) []int {
 // request in flight.
 func (a *Adaptive) forgetLearners(now int64, force bool) {
 	for k, l := range a.learners {
-		if !l.smp.Ready.Pending() && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
+		if l.smp.Ready.N == 0 && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
 			delete(a.learners, k)
 		}
 	}
@@ -423,7 +423,7 @@ func (a *Adaptive) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 			continue
 		}
 		l.used = now
-		if l.smp.Ready.Pending() && (now-l.synced >= int64(LearnEvery) || l.g.Completes(l.smp.Ready)) {
+		if l.smp.Ready.N > 0 && (now-l.synced >= int64(LearnEvery) || l.g.Completes(l.smp.Ready)) {
 			a.syncGauge(k, l, now)
 		}
 	}
@@ -440,9 +440,9 @@ func (a *Adaptive) Learn(now int64) {
 		l.smp.Close(now, span)
 		l.smp.Expire(now, wait)
 		switch {
-		case l.smp.Ready.Pending() && now-l.synced >= int64(LearnEvery):
+		case l.smp.Ready.N > 0 && now-l.synced >= int64(LearnEvery):
 			a.syncGauge(k, l, now)
-		case !l.smp.Ready.Pending() && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
+		case l.smp.Ready.N == 0 && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
 			a.syncGauge(k, l, now)
 		}
 	}
