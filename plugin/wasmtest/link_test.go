@@ -86,8 +86,8 @@ import (
 // rule with classes (limit.ClassBases.Fast and its queued samples' sums,
 // Sampler.DoneFast, Gauge.Fast and fastStep, the crossing's backoff on two
 // mild rises, the word in the debug line: +5.4 KB, 3,598,775 bytes; the
-// merged main 3,593,378; in the
-// store-wide model the orders' median 84% -> 88%).
+// merged main 3,593,378; in the store-wide model the orders' median 84% ->
+// 88%).
 const moduleCeiling = 3_600_000
 
 func TestModuleSize(t *testing.T) {
