@@ -217,3 +217,24 @@ func TestGaugeCrossingMildTwiceBacksOff(t *testing.T) {
 		}
 	}
 }
+
+// A hold begun without the fast classes' word ends at the first saturated
+// round where they read calm (the limit probes next); the pause after a
+// fast step runs its course; a hold whose rounds have no word holds as
+// before.
+func TestGaugeFastCalmEndsHold(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	hold := Gauge{Limit: 20, Base: 120 * ms, BaseN: 31, Calm: 3, Saturated: true, Use: 0.9, N: 22, Mean: 121 * ms}
+	if g := lim.endRound(withFast(hold, FastCalm)); g.Calm != ProbeAfter || g.Limit != 20 {
+		t.Errorf("holding at 20, the fast classes calm: calm %d limit %.1f, want the hold over (calm %d), the limit as it was", g.Calm, g.Limit, ProbeAfter)
+	}
+	if g := lim.endRound(hold); g.Calm >= ProbeAfter-FastPause {
+		t.Errorf("holding at 20, no fast word: calm %d, want the hold going on", g.Calm)
+	}
+	pause := withFast(hold, FastCalm)
+	pause.Calm = ProbeAfter - FastPause
+	if g := lim.endRound(pause); g.Calm >= ProbeAfter {
+		t.Errorf("in the pause after a fast step, the fast classes calm: calm %d, want the pause going on", g.Calm)
+	}
+}
