@@ -174,8 +174,9 @@ const (
 	// key starts cold again).
 	GaugeTTL = 10 * time.Minute
 
-	// roundMask: a round is identified by its start in ms modulo 2^20
-	// (17 minutes: a batch is added within seconds of its round).
+	// roundMask: a round is identified by its start in ms modulo 2^19
+	// (8.7 minutes: a batch is added within seconds of its round; the
+	// 20th bit went to Gauge.Fast).
 	roundMask = 1<<19 - 1
 	useSteps  = 1<<6 - 1
 	maxCalm   = 1<<6 - 1
