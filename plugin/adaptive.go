@@ -75,7 +75,7 @@ func (h *httpContext) sample(now int64, headers bool) {
 // from what (a round's mean latency against the no-queue latency). About
 // one line per round trip of the upstream per rule and key.
 func (p *pluginContext) logRound(i int, prev, next limit.Gauge) {
-	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s learnt: limit %d -> %d (round of %d samples, mean %v; no-queue latency %v -> %v; slow start %t; in flight %d%% of the limit; loop lag %v taken out; %d windows dropped in stalls)",
+	proxywasm.LogDebug(sprintf.Sprintf("sluice: rule %s learnt: limit %d -> %d (round of %d samples, mean %v; no-queue latency %v -> %v; slow start %t; in flight %d%% of the limit; loop lag %v taken out; %d windows dropped in stalls; fast classes' word %d: 0 none, 1 calm, 2-3 waited)",
 		p.engine.Config().Rules[i].Name, prev.Current(), next.Current(), prev.N, prev.Mean, prev.Base, next.Base, next.SlowStart, int(prev.Use*100),
-		p.engine.LoopLag(), p.engine.Stats.LateWindows))
+		p.engine.LoopLag(), p.engine.Stats.LateWindows, prev.Fast))
 }

@@ -52,14 +52,18 @@ type wideJob struct {
 }
 
 type wideRun struct {
-	orders      float64       // buys served in the launch seconds, of what 20 workers serve
-	loginP99    time.Duration // admitted logins' latency, launch seconds
-	loginQuiet  time.Duration // the same before the launch
-	loginsLost  int           // logins refused in the launch seconds
-	overSlots   int           // launch seconds with more buys at the store than its 20 workers
-	limits      []float64     // the limit every 250 ms from the launch
-	preLaunchHi float64       // the highest limit before the launch
-	peak        float64       // the highest limit in the launch seconds
+	orders     float64       // buys served in the launch seconds, of what 20 workers serve
+	loginP99   time.Duration // admitted logins' latency, launch seconds
+	loginQuiet time.Duration // the same before the launch
+	// slowLogins counts the launch's logins over 3x loginQuiet: the
+	// demo's login p99 is over its run's 900 logins, within 3x of a quiet
+	// day while at most 9 are slower.
+	slowLogins  int
+	loginsLost  int       // logins refused in the launch seconds
+	overSlots   int       // launch seconds with more buys at the store than its 20 workers
+	limits      []float64 // the limit every 250 ms from the launch
+	preLaunchHi float64   // the highest limit before the launch
+	peak        float64   // the highest limit in the launch seconds
 }
 
 const (
@@ -324,7 +328,14 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 			if wideOneBase {
 				base = 0 // one Base for the rule, as without classes
 			}
-			w.smp.DoneBase(j.ticket, lat, base, true, j.sat)
+			if wideDebug != nil {
+				wideDebug(now, j, lat, base, w.cb.Fast(j.class))
+			}
+			if w.cb.Fast(j.class) && !wideNoFast {
+				w.smp.DoneFast(j.ticket, lat, base, j.sat)
+			} else {
+				w.smp.DoneBase(j.ticket, lat, base, true, j.sat)
+			}
 		} else {
 			w.smp.Done(j.ticket, 0, false, false) // the loop's lag, not the store's latency
 		}
@@ -442,6 +453,11 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	}
 	run.orders = float64(served) / (20 / 0.150 * wideLaunch.Seconds())
 	run.loginP99, run.loginQuiet = p99(loginLat), p99(quietLat)
+	for _, l := range loginLat {
+		if l > 3*run.loginQuiet {
+			run.slowLogins++
+		}
+	}
 	return run
 }
 
@@ -450,6 +466,10 @@ var traceSeed = int64(1)
 
 // wideFixed, when set, replaces the learnt limit.
 var wideFixed int64
+
+// wideNoFast, when set, gives the Gauge no word of the fast classes
+// (Sampler.DoneBase for every class, as before ClassBases.Fast).
+var wideNoFast bool
 
 // wideOneBase, when set, compares every sample with one Base for the
 // rule (no per-class bases).
@@ -476,72 +496,103 @@ var (
 	}
 )
 
-// TestStoreWideLaunchModel: the demo's store-wide rule in the model, 20
+// wideStats is a set of seeds' runs: medians and spreads.
+type wideStats struct {
+	orders, peaks []float64
+	slow, over    []int
+	p99s          []time.Duration
+}
+
+// wideSeeds runs the model for seeds 1..n (each run passed to each, if
+// set) and sorts the figures.
+func wideSeeds(n int, each func(seed int64, r wideRun)) wideStats {
+	var s wideStats
+	for seed := int64(1); seed <= int64(n); seed++ {
+		r := wideModel(seed, demoClasses, demoEPs)
+		s.orders, s.peaks, s.p99s = append(s.orders, r.orders), append(s.peaks, r.peak), append(s.p99s, r.loginP99)
+		s.slow, s.over = append(s.slow, r.slowLogins), append(s.over, r.overSlots)
+		if each != nil {
+			each(seed, r)
+		}
+	}
+	slices.Sort(s.orders)
+	slices.Sort(s.peaks)
+	slices.Sort(s.p99s)
+	slices.Sort(s.slow)
+	slices.Sort(s.over)
+	return s
+}
+
+func (s wideStats) String() string {
+	n := len(s.orders)
+	return fmt.Sprintf("orders median %.1f%% (10th percentile %.0f%%, lowest %.0f%%); logins over 3x a quiet p99: median %d, 90th percentile %d; "+
+		"launch seconds over the slots: median %d, 90th percentile %d; logins' launch p99 median %v; the limit's peak median %.1f (%.1f-%.1f)",
+		s.orders[n/2]*100, s.orders[n/10]*100, s.orders[0]*100, s.slow[n/2], s.slow[n*9/10], s.over[n/2], s.over[n*9/10],
+		s.p99s[n/2], s.peaks[n/2], s.peaks[0], s.peaks[n-1])
+}
+
+// TestStoreWideLaunchModel: the demo's store-wide rule in the model, 40
 // seeds, against a fixed limit of 20 (the store's slots: the buys get 18
-// under the reserves). Each sample compared with its class's base, the
-// rule sells a median of about 84% of what the slots could serve in the
-// launch seconds (the fixed 20: 88%), no seed under 60% (one sold 27%
-// when the pre-launch's light rounds could leave slow start warned, and
-// a new class's first samples read a rise: slow start ended at 9 on the
-// launch's first round). One Base for the whole rule (each
-// sample compared with it, as without classes) sells a median of about
-// 10% in the same model, as `make demo` did: the first buys read as a
-// stall against the logins' latency, and the limit falls to 1-3. Run with
-// -v for each seed's limit every 250 ms of the launch and seed 1's rounds.
+// under the reserves) and 22 (19). Each sample compared with its class's
+// base, the rule sells a median of about 88% of what the slots could
+// serve in the launch seconds, none under 60% (one sold 27% when the
+// pre-launch's light rounds could leave slow start warned, and a new
+// class's first samples read a rise: slow start ended at 9 on the
+// launch's first round). Without the fast classes' word on the store's
+// queue (ClassBases.Fast; the logins and the home page wait for a buy to
+// end when the buys fill the store), the crossing's limit (20: the buys
+// 18) held for the launch: a median of 84%. One Base for the whole rule
+// (each sample compared with it, as without classes) sells a median of
+// about 10% in the same model, as `make demo` did: the first buys read as
+// a stall against the logins' latency, and the limit falls to 1-3. Run
+// with -v for each seed's limit every 250 ms of the launch and seed 1's
+// rounds.
 func TestStoreWideLaunchModel(t *testing.T) {
 	if testing.Verbose() {
 		wideTrace = func(now int64, p, n limit.Gauge) {
-			if now > int64(4500*time.Millisecond) && now < int64(7*time.Second) {
-				t.Logf("%5dms L %.1f -> %.1f  mean %v (N %d) base %v -> %v ss %v meas %v sat %v use %.2f warned %v calm %d",
-					now/1e6, p.Limit, n.Limit, p.Mean, p.N, p.Base, n.Base, p.SlowStart, p.Measure, p.Saturated, p.Use, p.Warned, p.Calm)
+			if now > int64(4500*time.Millisecond) && now < int64(9*time.Second) {
+				t.Logf("%5dms L %.1f -> %.1f  mean %v (N %d) base %v -> %v ss %v meas %v sat %v use %.2f warned %v calm %d fast %d",
+					now/1e6, p.Limit, n.Limit, p.Mean, p.N, p.Base, n.Base, p.SlowStart, p.Measure, p.Saturated, p.Use, p.Warned, p.Calm, p.Fast)
 			}
 		}
 		wideModel(traceSeed, demoClasses, demoEPs)
 		wideTrace = nil
 	}
-	wideFixed = 20
-	rf := wideModel(1, demoClasses, demoEPs)
+	for _, fixed := range []int64{20, 22, 23} {
+		wideFixed = fixed
+		r := wideModel(1, demoClasses, demoEPs)
+		t.Logf("fixed %d: orders %.0f%%, logins over 3x a quiet p99 %d, login p99 %v", fixed, r.orders*100, r.slowLogins, r.loginP99)
+	}
 	wideFixed = 0
-	t.Logf("fixed 20: orders %.0f%%, login p99 %v", rf.orders*100, rf.loginP99)
 	wideOneBase = true
-	var one []float64
-	for seed := int64(1); seed <= 20; seed++ {
-		one = append(one, wideModel(seed, demoClasses, demoEPs).orders)
-	}
+	one := wideSeeds(20, nil)
 	wideOneBase = false
-	slices.Sort(one)
-	t.Logf("one Base for the rule: orders median %.0f%%, %.0f%%-%.0f%%", one[10]*100, one[0]*100, one[19]*100)
-	if one[10] > 0.5 {
-		t.Errorf("one Base for the rule sold a median of %.0f%%: the model no longer shows why a base per class", one[10]*100)
+	t.Logf("one Base for the rule: orders median %.0f%%, %.0f%%-%.0f%%", one.orders[10]*100, one.orders[0]*100, one.orders[19]*100)
+	if one.orders[10] > 0.5 {
+		t.Errorf("one Base for the rule sold a median of %.0f%%: the model no longer shows why a base per class", one.orders[10]*100)
 	}
-	var orders, peaks []float64
-	var p99s []time.Duration
-	low := 0
-	for seed := int64(1); seed <= 20; seed++ {
-		r := wideModel(seed, demoClasses, demoEPs)
-		orders = append(orders, r.orders)
-		peaks = append(peaks, r.peak)
-		p99s = append(p99s, r.loginP99)
+	wideNoFast = true
+	old := wideSeeds(40, nil)
+	wideNoFast = false
+	now := wideSeeds(40, func(seed int64, r wideRun) {
 		var lims []string
 		for _, l := range r.limits {
 			lims = append(lims, fmt.Sprintf("%.0f", l))
 		}
-		t.Logf("seed %d: orders %.0f%%, login p99 %v (before the launch %v), logins refused in the launch %d, s over 20 slots %d, limit before %.1f, launch: %s",
-			seed, r.orders*100, r.loginP99, r.loginQuiet, r.loginsLost, r.overSlots, r.preLaunchHi, strings.Join(lims, " "))
-		if r.orders < 0.6 {
-			low++
-		}
+		t.Logf("seed %d: orders %.0f%%, logins over 3x %d, login p99 %v (before the launch %v), logins refused in the launch %d, s over 20 slots %d, limit before %.1f, launch: %s",
+			seed, r.orders*100, r.slowLogins, r.loginP99, r.loginQuiet, r.loginsLost, r.overSlots, r.preLaunchHi, strings.Join(lims, " "))
 		if r.loginsLost > 20 || r.overSlots > 6 {
 			t.Errorf("seed %d: %d logins refused in the launch, %d s with buys over the 20 slots", seed, r.loginsLost, r.overSlots)
 		}
+	})
+	t.Logf("without the fast classes' word: %v", old)
+	t.Logf("with it: %v", now)
+	if now.orders[20] < 0.86 || now.orders[0] < 0.6 || now.slow[20] > 9 {
+		t.Errorf("orders median %.1f%%, lowest %.0f%%, logins over 3x a median %d: want a median of 86%% or more, none under 60%%, at most 9 slow logins (the demo's p99 over its 900)",
+			now.orders[20]*100, now.orders[0]*100, now.slow[20])
 	}
-	slices.Sort(orders)
-	slices.Sort(peaks)
-	slices.Sort(p99s)
-	t.Logf("orders median %.0f%%, %.0f%%-%.0f%%; logins' launch p99 median %v (%v-%v); the limit's peak median %.1f (%.1f-%.1f)",
-		orders[10]*100, orders[0]*100, orders[19]*100, p99s[10], p99s[0], p99s[19], peaks[10], peaks[0], peaks[19])
-	if orders[10] < 0.75 || low > 0 {
-		t.Errorf("orders median %.0f%%, %d seeds under 60%%: want a median of 75%% or more, none under 60%%", orders[10]*100, low)
+	if old.orders[20] > 0.855 {
+		t.Errorf("without the fast classes' word the median sold %.1f%%: the model no longer shows what they add", old.orders[20]*100)
 	}
 }
 
@@ -609,8 +660,44 @@ func TestStoreWideLaunchEnvoyModel(t *testing.T) {
 	if oldBack < 4 {
 		t.Errorf("counting every sample, %d of 40 seeds backed off in the launch's first 2 s: the model no longer shows the demo's backoff", oldBack)
 	}
+	wideNoFast = true
+	t.Logf("without the fast classes' word: %v", wideSeeds(40, nil))
+	wideNoFast = false
+	t.Logf("with it: %v", wideSeeds(40, nil))
 	if nowBack > 0 || now[0] < 0.7 || now[20] < 0.8 {
 		t.Errorf("%d seeds backed off in the launch's first 2 s, the lowest sold %.0f%%, the median %.0f%%: want none, none under 70%%, a median of 80%% or more",
 			nowBack, now[0]*100, now[20]*100)
+	}
+}
+
+var wideDebug func(now int64, j *wideJob, lat, base time.Duration, fast bool)
+
+// TestStoreWideLaunchSlowStoreModel: the store's own process slowed in
+// the launch's first second (each request up to 10 ms longer, uniformly:
+// the store sharing the machine's CPUs with Envoy and the load
+// generator), 40 seeds, one Sluice worker. Every class's latency then
+// rises by the same few milliseconds, and the fast classes (4 ms logins)
+// read twice their base without any queue: their word must not cost the
+// launch. Ending slow start at once on their first two waiting samples
+// (a variant not kept) took the limit back from 9 to 6 at the launch's
+// first growth in such seeds, then probed from there (a median of 78%,
+// the 10th percentile 43%). Decided at the rounds' end, with the crossing
+// as before, the word costs nothing against the rule without it.
+func TestStoreWideLaunchSlowStoreModel(t *testing.T) {
+	wideEnvoy = envoyOpts{slow: func(now int64) int64 {
+		if now >= int64(wideLaunchAt) && now < int64(wideLaunchAt+time.Second) {
+			return int64(5 * time.Millisecond)
+		}
+		return 0
+	}}
+	defer func() { wideEnvoy, wideNoFast = envoyOpts{}, false }()
+	wideNoFast = true
+	old := wideSeeds(40, nil)
+	wideNoFast = false
+	now := wideSeeds(40, nil)
+	t.Logf("without the fast classes' word: %v", old)
+	t.Logf("with it: %v", now)
+	if now.orders[20] < 0.85 || now.orders[4] < 0.75 {
+		t.Errorf("orders median %.1f%%, 10th percentile %.0f%%: want 85%% or more and 75%% or more", now.orders[20]*100, now.orders[4]*100)
 	}
 }

@@ -317,3 +317,53 @@ func TestAdaptiveClassWindowsBearStalls(t *testing.T) {
 		t.Error("a login of 5 ms out during a stall of 5 ms: its window counted")
 	}
 }
+
+// An adaptive rule with classes: a sample of a fast class (its base at
+// most an eighth of the slowest class's, limit.ClassBases.Fast) reaches
+// the Gauge's batch as the fast classes' word on the upstream's queue
+// (limit.Samples.Fast, and Queued at twice its base or more), a buy's
+// does not; before the buys' base is known, the logins are no fast class.
+func TestAdaptiveFastClassSamples(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+	now := t0
+	// one answers a request of path after lat and returns the fast and
+	// queued samples it added to the batch.
+	one := func(path string, lat time.Duration) (fast, queued int64) {
+		e.Learn(now)
+		v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
+		if v.Outcome != Allow {
+			t.Fatalf("%s: %v", path, v.Outcome)
+		}
+		fp := v.Slots[0].FP
+		before := learnt(e, 0, fp)
+		e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
+		e.Release(v.Slots, now+int64(lat))
+		now += int64(lat)
+		e.flight.CloseWindow(0, fp, now, 0)
+		after := learnt(e, 0, fp)
+		now += int64(LearnEvery)
+		if after.Gauge.Round != before.Gauge.Round {
+			t.Fatalf("%s: the round ended on this sample", path)
+		}
+		return after.Ready.Fast - before.Ready.Fast, after.Ready.Queued - before.Ready.Queued
+	}
+	for range 16 {
+		one("/login", 5*time.Millisecond)
+	}
+	if f, _ := one("/login", 5*time.Millisecond); f != 0 {
+		t.Errorf("a login with no slower class known: %d fast samples, want none", f)
+	}
+	for range 16 {
+		one("/buy", 150*time.Millisecond)
+	}
+	if f, q := one("/login", 5*time.Millisecond); f != 1 || q != 0 {
+		t.Errorf("a login of 5 ms (base 5 ms, buys 150 ms): fast %d queued %d, want 1, 0", f, q)
+	}
+	if f, q := one("/login", 12*time.Millisecond); f != 1 || q != 1 {
+		t.Errorf("a login of 12 ms (base 5 ms): fast %d queued %d, want 1, 1", f, q)
+	}
+	if f, _ := one("/buy", 150*time.Millisecond); f != 0 {
+		t.Errorf("a buy: %d fast samples, want none", f)
+	}
+}

@@ -103,8 +103,13 @@ import (
 // stream table's home slot and an IPv4 field's digits read without a loop
 // (2.3 KB); in all +13.6 KB with the functions' names and tables, about
 // 6.5k fewer instructions per admitted and 5.8k per rejected request:
-// 3,487,821 (merged with the cuts above) bytes then.
-const moduleCeiling = 3_492_000
+// 3,487,821 bytes then (merged with the cuts above). Raised for the fast
+// classes' word on the upstream's queue in an adaptive rule with classes
+// (limit.ClassBases.Fast and its queued samples' sums, Sampler.DoneFast,
+// Gauge.Fast and fastStep, the crossing's backoff on two mild rises, the
+// word in the debug line: +5.4 KB; in the store-wide model the orders'
+// median 84% -> 88%): 3,493,565 bytes then.
+const moduleCeiling = 3_497_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

@@ -115,10 +115,11 @@ type Gauge struct {
 	// round's N samples (both saturate at MaxLatency).
 	Base, Mean time.Duration
 	N          int64
-	// BaseN counts the samples behind Base (saturates at 63): a Base
+	// BaseN counts the samples behind Base (saturates at 31): a Base
 	// from fewer than MinRound is as likely off as a small round.
 	BaseN int64
-	// Round identifies the round: its start (ms, modulo 2^26).
+	// Round identifies the round: its start (ms, modulo 2^19: 8.7
+	// minutes; a batch is added within seconds of its round).
 	Round uint32
 	// Calm counts the saturated round trips since the last backoff
 	// (saturates at 63): the limit holds until ProbeAfter.
@@ -143,6 +144,11 @@ type Gauge struct {
 	// a low Use is little demand, not the reserves' doing, and the round
 	// does not back off at all.
 	Use float64
+	// Fast is what the round's samples of fast classes said, for a rule
+	// with classes (see ClassBases.Fast): 0 (FastNone) none came back,
+	// FastCalm none read a queue, FastOnce one did, FastQueue two or more
+	// (see fastStep).
+	Fast int64
 }
 
 // Constants of the adaptive estimator.
@@ -169,12 +175,13 @@ const (
 	// key starts cold again).
 	GaugeTTL = 10 * time.Minute
 
-	// roundMask: a round is identified by its start in ms modulo 2^20
-	// (17 minutes: a batch is added within seconds of its round).
-	roundMask = 1<<20 - 1
+	// roundMask: a round is identified by its start in ms modulo 2^19
+	// (8.7 minutes: a batch is added within seconds of its round; the
+	// 20th bit went to Gauge.Fast).
+	roundMask = 1<<19 - 1
 	useSteps  = 1<<6 - 1
 	maxCalm   = 1<<6 - 1
-	maxBaseN  = 1<<6 - 1
+	maxBaseN  = 1<<5 - 1
 )
 
 // Samples is a batch of latency samples for one Gauge round.
@@ -191,6 +198,10 @@ type Samples struct {
 	// (see ClassBases; 0: a rule without classes): the round's Base is
 	// then Exp/N, each sample compared with its own class's base.
 	Exp time.Duration
+	// Fast counts the samples of fast classes (see ClassBases.Fast),
+	// Queued those of them that took FastRise times their class's base
+	// or more: they waited for a slot at the upstream.
+	Fast, Queued int64
 }
 
 // Add counts one request's latency; saturated: it was admitted at its
@@ -257,6 +268,9 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
 	g.Saturated = g.Saturated || b.Saturated
+	if b.Fast > 0 {
+		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
+	}
 	need := g.need()
 	early := !g.Measure && !g.SlowStart && !g.holding() && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {
@@ -264,7 +278,7 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	}
 	g.Use = g.roundUse(now)
 	g = l.endRound(g)
-	g.N, g.Mean, g.Saturated, g.Use = 0, 0, false, 0
+	g.N, g.Mean, g.Saturated, g.Use, g.Fast = 0, 0, false, 0, FastNone
 	g.Round = msAt(now) & roundMask
 	if g.Round == 0 {
 		g.Round = 1 // 0 is a cold gauge's round
@@ -357,6 +371,8 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.slowStartRise(mean, mild, clamp)
 	case g.SlowStart && !rise && g.N >= MinRound/2 && float64(mean) > float64(g.Base)*(1+tol/2):
 		g = g.slowStartEdge(mean, clamp)
+	case g.Fast == FastQueue && g.Saturated && mild && !g.SlowStart:
+		g = g.fastStep(clamp)
 	case g.holding():
 		g = g.held(mean, rise, mild, clamp)
 	case rise && mild && !g.Warned:
@@ -420,6 +436,10 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 		// round trip: slow start, from where the limit is.
 		g.SlowStart = true
 	case !g.Saturated:
+	case g.Fast == FastOnce && !g.SlowStart:
+		// One sample of a fast class waited in the upstream's queue: the
+		// limit may already let the lower classes fill the upstream (see
+		// fastStep). No probe this round.
 	case g.SlowStart:
 		// Half again per round trip (see Gauge).
 		g.Limit, g.Grown = clamp(g.Limit*3/2), g.N >= MinRound/2
@@ -427,7 +447,16 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 		// max(1, Limit/16) per round trip. At most a quarter at once,
 		// though: a step of several round trips' growth overshoots the
 		// knee by as much.
-		g.Limit = clamp(g.Limit + min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4)))
+		step := min(max(1, g.Limit/16)*g.trips(), max(1, g.Limit/4))
+		if g.Fast == FastCalm {
+			// The fast classes' samples say whether the upstream queues
+			// (see fastStep): one per round trip, the finest step a lower
+			// class's cap can take (the demo's buys: 19 of the store's 20
+			// slots at a limit of 22, 21 at 24; Limit/16 went from 22.8
+			// to 24.2).
+			step = min(step, g.trips())
+		}
+		g.Limit = clamp(g.Limit + step)
 	}
 	return g
 }
@@ -471,6 +500,16 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 		return g
 	}
 	if g.Warned && (g.N >= MinRound/2 || !mild) {
+		if g.Grown && g.Use > 0 {
+			// The crossing of the knee, for a rule with classes (see
+			// backoff): the queue the growth built read as a mild rise,
+			// twice (the first answers of a round are its quickest; in
+			// the demo, a worker's loop running late under the launch
+			// hid the rest). Probing on from the top kept 27 of the
+			// store's 20 slots' buys at the store for a second or more;
+			// back off to the limit it grew from.
+			return g.backoff(mean, clamp)
+		}
 		g.SlowStart, g.Calm, g.Grown = false, ProbeAfter, false
 	}
 	g.Warned = !g.Warned
@@ -532,6 +571,15 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 			trips /= 2
 		}
 		g.Calm += int64(max(1, trips))
+		if g.Fast == FastCalm && g.Calm < ProbeAfter-FastPause {
+			// The fast classes read calm (see fastStep): a probe past the
+			// knee costs one step and a round trip, and they stop it. A
+			// hold begun without their word (the crossing's, while Envoy
+			// ran too late to time them: the demo's limit of 20, the buys'
+			// cap 18, for the launch) ends here; the pause after a step
+			// (ProbeAfter-FastPause and on) runs its course.
+			g.Calm = ProbeAfter
+		}
 	}
 	return g
 }
@@ -580,35 +628,20 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	if !g.SlowStart || stalled {
 		cut = max(cut, 0.5)
 	}
-	// The latency was measured at Limit × Use in flight (lower classes
-	// alone hold only part of the limit, the round used a class's cap):
-	// the capacity estimate is from that, or the limit would settle at
-	// capacity / Use, and the reserve of the classes above would sit
-	// past the knee. It halves the limit at most, as one backoff does (a
-	// stall is no estimate, and a round of a few samples is rough).
-	if g.Use > 0 && g.Use < 1 {
-		cut = max(cut*g.Use, min(cut, 0.5))
+	if g.Use > 0 {
+		cut = g.classesCut(cut, stalled)
 	}
-	if g.Grown && g.Use > 0 && !stalled {
-		// The crossing of the knee, for a rule with classes: slow start
-		// grew the limit by half from a round of MinRound/2 samples or
-		// more that read calm, and this round shows the queue the growth
-		// built. The limit it grew from had no queue, with the same mix
-		// of classes: the estimate (scaled by Use, with the Backoff
-		// margin, from a round whose first answers had not all queued)
-		// keeps at least that. In the demo's store (20 slots) it put
-		// the limit at 17-19 after a crossing from 20 to 30, the buys'
-		// cap 15-17, where 20 had read calm (the buys' 18); the median
-		// launch sold 81% of the slots' orders, now 84% (80 seeds of the
-		// store-wide model). A growth decided on fewer samples is no
-		// such proof: where the upstream's speed moved by the second,
-		// the limit then held over the knee and backed off again and
-		// again, down to 1 (TestClassBasesShift).
-		cut = max(cut, 2.0/3)
-	}
+	crossed := g.Grown && g.Use > 0 && !stalled && g.Fast != FastNone
 	g.Limit = clamp(g.Limit * cut)
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown = true, false, false, 0, stalled, false
-	if g.N < MinRound {
+	if g.N < MinRound || crossed {
+		// A rough estimate: probe from it at once. Or the crossing, with
+		// fast classes: the limit it keeps had no queue, and past it the
+		// fast classes' samples show the upstream's queue at once (see
+		// fastStep), so it probes on by one a round trip rather than
+		// holding ProbeAfter round trips under a knee it has not
+		// measured (in the demo's store, 20 where the buys' cap is 18:
+		// the store's 19th and 20th slots idle for the launch).
 		g.Calm = ProbeAfter
 	}
 	return g

@@ -28,11 +28,11 @@ func EncodeGauge(g Gauge) State {
 	}
 	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
 	use := uint64(math.Round(min(max(g.Use, 0), 1) * useSteps))
-	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | use<<44 | uint64(min(max(g.Calm, 0), maxCalm))<<50
+	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | use<<43 | uint64(min(max(g.Calm, 0), maxCalm))<<49
 	if g.Stalled {
-		b |= 1 << 56
+		b |= 1 << 55
 	}
-	b |= uint64(min(max(g.BaseN, 0), maxBaseN)) << 57
+	b |= uint64(min(max(g.BaseN, 0), maxBaseN))<<56 | uint64(min(max(g.Fast, 0), FastQueue))<<61
 	if g.Grown {
 		b |= 1 << 63
 	}
@@ -50,11 +50,12 @@ func DecodeGauge(st State) Gauge {
 		N:     int64(a >> 44 & (1<<16 - 1)),
 		Mean:  time.Duration(b&(1<<24-1)) * time.Microsecond,
 		Round: uint32(b >> 24 & roundMask),
-		Use:   float64(b>>44&useSteps) / useSteps,
-		Calm:  int64(b >> 50 & maxCalm),
-		BaseN: int64(b >> 57 & maxBaseN),
+		Use:   float64(b>>43&useSteps) / useSteps,
+		Calm:  int64(b >> 49 & maxCalm),
+		BaseN: int64(b >> 56 & maxBaseN),
+		Fast:  int64(b >> 61 & 3),
 
-		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0, Stalled: b>>56&1 != 0,
+		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0, Stalled: b>>55&1 != 0,
 		Grown: b>>63 != 0,
 	}
 }

@@ -111,12 +111,24 @@ func (p *Sampler) Done(ticket uint32, latency time.Duration, sample, saturated b
 // DoneBase is Done for a rule with classes: the request's class has the
 // no-queue latency base (see ClassBases; 0: a rule without classes).
 func (p *Sampler) DoneBase(ticket uint32, latency, base time.Duration, sample, saturated bool) bool {
+	return p.done(ticket, latency, base, sample, false, saturated)
+}
+
+// DoneFast is DoneBase with a sample of a fast class (see
+// ClassBases.Fast): it also counts in Samples.Fast and Queued.
+func (p *Sampler) DoneFast(ticket uint32, latency, base time.Duration, saturated bool) bool {
+	return p.done(ticket, latency, base, true, base > 0, saturated)
+}
+
+func (p *Sampler) done(ticket uint32, latency, base time.Duration, sample, fast, saturated bool) bool {
 	w := p.window(ticket)
 	if w == nil {
 		return false
 	}
 	w.out--
 	switch {
+	case sample && fast:
+		w.s.AddFast(latency, base, saturated)
 	case sample && base > 0:
 		w.s.AddBase(latency, base, saturated)
 	case sample:
@@ -228,6 +240,8 @@ func (p *Sampler) complete() {
 			p.Ready.N += w.s.N
 			p.Ready.Sum += w.s.Sum
 			p.Ready.Exp += w.s.Exp
+			p.Ready.Fast += w.s.Fast
+			p.Ready.Queued += w.s.Queued
 			p.Ready.Saturated = p.Ready.Saturated || w.s.Saturated
 		}
 		copy(p.win[:], p.win[1:p.n])

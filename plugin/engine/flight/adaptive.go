@@ -430,6 +430,8 @@ func (a *Adaptive) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 			ok = l.smp.Cut(ticket) // its window would count only the quick
 		case l.cb != nil && !l.cb.Timed(int(s.Class), lag):
 			ok = l.smp.Done(ticket, lat, false, false) // the loop's lag, not the upstream's latency
+		case counts && l.cb != nil && l.cb.Fast(int(s.Class)):
+			ok = l.smp.DoneFast(ticket, lat, l.classBase(ticket, s.Class, lat), s.Saturated) // its word on the queue (see limit.Gauge.Fast)
 		case counts && l.cb != nil:
 			ok = l.smp.DoneBase(ticket, lat, l.classBase(ticket, s.Class, lat), true, s.Saturated)
 		default:

@@ -1,0 +1,240 @@
+package limit
+
+import (
+	"testing"
+	"time"
+)
+
+// A probing round whose fast classes' samples read a queue (two or more
+// at FastRise times their base) steps the limit down by one and pauses the
+// probe FastPause round trips, even where the round's ratio read calm;
+// the same round without the fast classes' word grows the limit as a
+// probe, as before. A round where they read calm grows it by one.
+func TestGaugeFastClassesStepDown(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	probe := Gauge{Limit: 23.2, Base: 120 * ms, BaseN: 31, Calm: ProbeAfter, Saturated: true, Use: 0.9, N: 25, Mean: 121 * ms}
+	g := probe
+	g.Fast = FastQueue
+	if g = lim.endRound(g); g.Limit < 22.19 || g.Limit > 22.21 || g.Calm != ProbeAfter-FastPause || !g.holding() {
+		t.Errorf("probe at 23.2, fast classes queued: limit %.2f calm %d, want 22.2 and a pause of %d round trips", g.Limit, g.Calm, FastPause)
+	}
+	if g = lim.endRound(probe); g.Limit <= 24.2 {
+		t.Errorf("probe at 23.2, no fast class: limit %.2f, want the probe's max(1, L/16) = %.2f", g.Limit, 23.2+23.2/16)
+	}
+	g = probe
+	g.Fast = FastCalm
+	if g = lim.endRound(g); g.Limit < 24.19 || g.Limit > 24.21 {
+		t.Errorf("probe at 23.2, fast classes calm: limit %.2f, want 24.2 (one more)", g.Limit)
+	}
+	g = probe
+	g.Fast = FastOnce
+	if g = lim.endRound(g); g.Limit != 23.2 {
+		t.Errorf("probe at 23.2, one fast sample queued: limit %.2f, want 23.2 (no probe)", g.Limit)
+	}
+	held := probe
+	held.Calm, held.Fast = 10, FastQueue
+	if g = lim.endRound(held); g.Limit < 22.19 || g.Limit > 22.21 {
+		t.Errorf("holding at 23.2, fast classes queued: limit %.2f, want 22.2", g.Limit)
+	}
+	for _, c := range []struct {
+		name string
+		g    Gauge
+	}{
+		{"a round that did not use the limit", Gauge{Limit: 23.2, Base: 120 * ms, BaseN: 31, Calm: ProbeAfter, Use: 0.4, N: 25, Mean: 121 * ms, Fast: FastQueue}},
+		{"slow start", Gauge{Limit: 20, Base: 120 * ms, BaseN: 31, SlowStart: true, Saturated: true, Use: 0.9, N: 12, Mean: 121 * ms, Fast: FastQueue}},
+		{"a clear rise", Gauge{Limit: 23.2, Base: 120 * ms, BaseN: 31, Calm: ProbeAfter, Saturated: true, Use: 0.9, N: 25, Mean: 180 * ms, Fast: FastQueue}},
+	} {
+		want := lim.endRound(withFast(c.g, FastNone))
+		if got := lim.endRound(c.g); got.Limit != want.Limit || got.SlowStart != want.SlowStart {
+			t.Errorf("%s: the fast classes' queue moved the limit to %.2f, want %.2f as without", c.name, got.Limit, want.Limit)
+		}
+	}
+}
+
+func withFast(g Gauge, f int64) Gauge {
+	g.Fast = f
+	return g
+}
+
+// Learn gathers the fast classes' word over a round's batches (a batch
+// with fast samples: calm; each queued sample adds one, up to FastQueue)
+// and starts each round without it.
+func TestGaugeLearnsFastWord(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	g := Gauge{Limit: 40, Base: 120 * ms, BaseN: 31, Calm: 10, Round: 7}
+	st := EncodeGauge(g)
+	now := int64(time.Second)
+	batch := func(fast, queued int64) {
+		st, g = lim.Learn(st, now, Samples{Round: g.Round, N: 2, Sum: 240 * ms, Exp: 240 * ms, Use: 0.9, Saturated: true, Fast: fast, Queued: queued})
+	}
+	batch(0, 0)
+	if g.Fast != FastNone {
+		t.Fatalf("no fast sample: Fast %d", g.Fast)
+	}
+	batch(1, 0)
+	if g.Fast != FastCalm {
+		t.Fatalf("a calm fast sample: Fast %d, want FastCalm", g.Fast)
+	}
+	batch(1, 1)
+	if g.Fast != FastOnce {
+		t.Fatalf("then a queued one: Fast %d, want FastOnce", g.Fast)
+	}
+	batch(2, 2)
+	if g.Fast != FastQueue {
+		t.Fatalf("then two more: Fast %d, want FastQueue", g.Fast)
+	}
+	for g.Round == 7 {
+		now += int64(10 * ms)
+		batch(0, 0)
+	}
+	if g.Fast != FastNone {
+		t.Errorf("the next round starts with Fast %d, want none", g.Fast)
+	}
+}
+
+// The crossing of the knee with fast classes probes from the limit it
+// keeps at once (the fast classes stop it, see fastStep); without their
+// word it holds there, as before.
+func TestGaugeCrossingProbesWithFastClasses(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	cross := Gauge{Limit: 30, Base: 130 * ms, BaseN: 31, SlowStart: true, Grown: true, Saturated: true, Use: 0.93, N: 18, Mean: 185 * ms}
+	if g := lim.endRound(cross); g.Limit != 20 || g.Calm != 0 {
+		t.Fatalf("crossing without the fast classes' word: limit %.2f calm %d, want 20 and a hold", g.Limit, g.Calm)
+	}
+	for _, f := range []int64{FastCalm, FastOnce, FastQueue} {
+		if g := lim.endRound(withFast(cross, f)); g.Limit != 20 || g.Calm != ProbeAfter || !g.Measure {
+			t.Errorf("crossing, Fast %d: limit %.2f calm %d measure %v, want 20, calm %d (probe once measured)", f, g.Limit, g.Calm, g.Measure, ProbeAfter)
+		}
+	}
+}
+
+// A class is fast once its base is known and at most an eighth of the
+// slowest class's.
+func TestClassBasesFast(t *testing.T) {
+	var b ClassBases
+	for range firstSamples {
+		b.Expect(0, 5*time.Millisecond)
+		b.Expect(1, 20*time.Millisecond)
+	}
+	if b.Fast(0) || b.Fast(1) {
+		t.Errorf("5 and 20 ms classes, nothing slower: fast %v %v, want neither", b.Fast(0), b.Fast(1))
+	}
+	b.Expect(2, 150*time.Millisecond)
+	if !b.Fast(0) || b.Fast(1) || b.Fast(2) {
+		t.Errorf("5, 20 and 150 ms: fast %v %v %v, want only the 5 ms class", b.Fast(0), b.Fast(1), b.Fast(2))
+	}
+	if b.Fast(-1) || b.Fast(maxClassBases) || b.Fast(5) {
+		t.Error("a class out of range or never seen is fast")
+	}
+}
+
+// A fast class's samples that waited in the upstream's queue while the
+// limit was in use do not move its base (they are the Gauge's word on
+// that queue); in a round that did not use the limit they do, as any
+// sample.
+func TestClassBasesLeaveQueuedFastSamples(t *testing.T) {
+	ms := time.Millisecond
+	run := func(saturated bool) time.Duration {
+		var b ClassBases
+		for range firstSamples {
+			b.Expect(0, 5*ms)
+			b.Expect(1, 150*ms)
+		}
+		b.RoundEnded(Gauge{}, Gauge{})
+		g := Gauge{Limit: 22, Saturated: saturated}
+		for range 4 {
+			for range 6 {
+				b.Expect(0, 15*ms) // waited 10 ms for a buy to end
+			}
+			b.Expect(0, 5*ms)
+			b.Expect(1, 150*ms)
+			b.RoundEnded(g, g)
+		}
+		return b.Base(0)
+	}
+	if got := run(true); got != 5*ms {
+		t.Errorf("logins at 3x while the limit was used: base %v, want 5ms", got)
+	}
+	if got := run(false); got < 7*ms {
+		t.Errorf("logins at 3x in rounds that did not use the limit: base %v, want it to follow (over 7ms)", got)
+	}
+}
+
+// DoneFast counts a fast class's sample in Samples.Fast, and in Queued
+// when it took FastRise times its base.
+func TestSamplerDoneFast(t *testing.T) {
+	ms := time.Millisecond
+	var p Sampler
+	p.Reset(3, 0)
+	a := p.Admit(0, ms)
+	b := p.Admit(0, ms)
+	c := p.Admit(0, ms)
+	p.DoneFast(a, 4*ms, 5*ms, true)
+	p.DoneFast(b, 12*ms, 5*ms, true)
+	p.DoneBase(c, 150*ms, 150*ms, true, true)
+	p.Close(int64(2*ms), ms)
+	if r := p.Ready; r.N != 3 || r.Fast != 2 || r.Queued != 1 || r.Exp != 160*ms {
+		t.Errorf("ready %+v, want 3 samples, 2 fast, 1 queued, Exp 160ms", r)
+	}
+}
+
+// Slow start's crossing, for a rule with classes, read as a mild rise
+// twice after a growth from a calm round (Grown): it backs off to the
+// limit it grew from, rather than ending slow start at the top and
+// probing on from there (a rule without classes, or a growth from a
+// round of few samples, still does).
+func TestGaugeCrossingMildTwiceBacksOff(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	mild := func(g Gauge) Gauge {
+		for range 2 {
+			g.N, g.Mean, g.Saturated = 15, 172*ms, true
+			g = lim.endRound(g)
+		}
+		return g
+	}
+	grown := Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Grown: true, Use: 0.9}
+	want := 30 * 150.0 / 172 * Backoff * 0.9 // the estimate, over the floor of 20
+	if g := mild(grown); g.SlowStart || g.Limit < want-0.01 || g.Limit > want+0.01 || !g.Measure {
+		t.Errorf("with classes, grown from 20: limit %.2f slow start %v measure %v, want %.2f (backed off, measuring)", g.Limit, g.SlowStart, g.Measure, want)
+	}
+	grown.Use = 0.5
+	if g := mild(grown); g.Limit != 20 {
+		t.Errorf("with classes, grown from 20, Use 0.5: limit %.2f, want 20 (the limit it grew from)", g.Limit)
+	}
+	for _, c := range []struct {
+		name string
+		g    Gauge
+	}{
+		{"without classes", Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Grown: true}},
+		{"grown on few samples", Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Use: 0.9}},
+	} {
+		if g := mild(c.g); g.SlowStart || g.Limit != 30 || g.Calm != ProbeAfter {
+			t.Errorf("%s: limit %.2f slow start %v calm %d, want slow start ended at 30, probing", c.name, g.Limit, g.SlowStart, g.Calm)
+		}
+	}
+}
+
+// A hold begun without the fast classes' word ends at the first saturated
+// round where they read calm (the limit probes next); the pause after a
+// fast step runs its course; a hold whose rounds have no word holds as
+// before.
+func TestGaugeFastCalmEndsHold(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	hold := Gauge{Limit: 20, Base: 120 * ms, BaseN: 31, Calm: 3, Saturated: true, Use: 0.9, N: 22, Mean: 121 * ms}
+	if g := lim.endRound(withFast(hold, FastCalm)); g.Calm != ProbeAfter || g.Limit != 20 {
+		t.Errorf("holding at 20, the fast classes calm: calm %d limit %.1f, want the hold over (calm %d), the limit as it was", g.Calm, g.Limit, ProbeAfter)
+	}
+	if g := lim.endRound(hold); g.Calm >= ProbeAfter-FastPause {
+		t.Errorf("holding at 20, no fast word: calm %d, want the hold going on", g.Calm)
+	}
+	pause := withFast(hold, FastCalm)
+	pause.Calm = ProbeAfter - FastPause
+	if g := lim.endRound(pause); g.Calm >= ProbeAfter {
+		t.Errorf("in the pause after a fast step, the fast classes calm: calm %d, want the pause going on", g.Calm)
+	}
+}
