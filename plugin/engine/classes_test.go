@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/plugin/engine/flight"
 )
 
 const classDoc = `{"rules":[{"name":"store","algorithm":"concurrency","limit":4,"key":[]%s,
@@ -205,7 +207,6 @@ func TestAdaptiveClassUntimedUnderLoopLag(t *testing.T) {
 	counted := func(late time.Duration, path string, lat time.Duration) bool {
 		e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
 		now := t0
-		var fp uint64
 		done, lag := now, time.Duration(0) // the last tick's end, the ticks' lateness
 		tick := func(until int64) {
 			for done+int64(period+lag) <= until {
@@ -218,20 +219,8 @@ func TestAdaptiveClassUntimedUnderLoopLag(t *testing.T) {
 		// its sample reached the Gauge or the batch (the samples before
 		// it added at once).
 		one := func(path string, lat time.Duration) bool {
-			e.Learn(now)
-			v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
-			if v.Outcome != Allow {
-				t.Fatalf("%s: %v", path, v.Outcome)
-			}
-			fp = v.Slots[0].FP
-			before := learnt(e, 0, fp)
-			tick(now + int64(lat))
-			e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
-			e.Release(v.Slots, now+int64(lat))
-			now += int64(lat)
-			e.flight.CloseWindow(0, fp, now, 0)
-			after := learnt(e, 0, fp)
-			now += int64(LearnEvery)
+			var before, after flight.LearnerView
+			before, after, _, now = answerOne(t, e, path, now, lat, tick)
 			return after.Gauge.Round != before.Gauge.Round || after.Gauge.N+after.Ready.N > before.Gauge.N+before.Ready.N
 		}
 		e.Ticked(now, period)
@@ -330,19 +319,8 @@ func TestAdaptiveFastClassSamples(t *testing.T) {
 	// one answers a request of path after lat and returns the fast and
 	// queued samples it added to the batch.
 	one := func(path string, lat time.Duration) (fast, queued int64) {
-		e.Learn(now)
-		v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
-		if v.Outcome != Allow {
-			t.Fatalf("%s: %v", path, v.Outcome)
-		}
-		fp := v.Slots[0].FP
-		before := learnt(e, 0, fp)
-		e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
-		e.Release(v.Slots, now+int64(lat))
-		now += int64(lat)
-		e.flight.CloseWindow(0, fp, now, 0)
-		after := learnt(e, 0, fp)
-		now += int64(LearnEvery)
+		var before, after flight.LearnerView
+		before, after, _, now = answerOne(t, e, path, now, lat, nil)
 		if after.Gauge.Round != before.Gauge.Round {
 			t.Fatalf("%s: the round ended on this sample", path)
 		}
@@ -366,4 +344,27 @@ func TestAdaptiveFastClassSamples(t *testing.T) {
 	if f, _ := one("/buy", 150*time.Millisecond); f != 0 {
 		t.Errorf("a buy: %d fast samples, want none", f)
 	}
+}
+
+// answerOne decides a request of path at now on rule 0 of e, answers it
+// after lat (wait, if not nil, runs first with the answer's time: ticks up
+// to it) and returns its learner's view before and after the sample, the
+// learner's key and the time LearnEvery after the answer.
+func answerOne(t *testing.T, e *Engine, path string, now int64, lat time.Duration, wait func(int64)) (before, after flight.LearnerView, fp uint64, next int64) {
+	t.Helper()
+	e.Learn(now)
+	v := e.Decide(req(path, "POST", "10.0.0.1:1"), now)
+	if v.Outcome != Allow {
+		t.Fatalf("%s: %v", path, v.Outcome)
+	}
+	fp = v.Slots[0].FP
+	before = learnt(e, 0, fp)
+	if wait != nil {
+		wait(now + int64(lat))
+	}
+	e.Sample(v.Slots, now, now+int64(lat), SampleResponse)
+	e.Release(v.Slots, now+int64(lat))
+	now += int64(lat)
+	e.flight.CloseWindow(0, fp, now, 0)
+	return before, learnt(e, 0, fp), fp, now + int64(LearnEvery)
 }
