@@ -1,8 +1,6 @@
 package main
 
 import (
-	"time"
-
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
 	"github.com/sluicehq/sluice/sdk/header"
@@ -105,10 +103,10 @@ func (k *rejectKey) says(v *engine.Verdict) bool {
 		k.remaining != max(v.Remaining, 0) || k.rejected != (v.Outcome == engine.Reject) || !v.ViolatedAs(&k.violated) {
 		return false
 	}
-	if k.retry != retryAfterSeconds(v.RetryAfter) || k.reset != ceilSeconds(v.Reset) {
+	if k.retry != header.RetryAfterSeconds(v.RetryAfter) || k.reset != header.CeilSeconds(v.Reset) {
 		return false
 	}
-	return v.Shadow == nil || k.shadowRetry == retryAfterSeconds(v.ShadowRetryAfter)
+	return v.Shadow == nil || k.shadowRetry == header.RetryAfterSeconds(v.ShadowRetryAfter)
 }
 
 // sameHeaders compares what the headers of an admitted response say (all
@@ -120,10 +118,10 @@ func (k *rejectKey) sameHeaders(o *rejectKey) bool {
 
 func rejectKeyOf(v *engine.Verdict) rejectKey {
 	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
-		retry: retryAfterSeconds(v.RetryAfter), reset: ceilSeconds(v.Reset),
+		retry: header.RetryAfterSeconds(v.RetryAfter), reset: header.CeilSeconds(v.Reset),
 		violated: v.Violations(), rejected: v.Outcome == engine.Reject}
 	if v.Shadow != nil {
-		k.shadowRetry = retryAfterSeconds(v.ShadowRetryAfter)
+		k.shadowRetry = header.RetryAfterSeconds(v.ShadowRetryAfter)
 	}
 	return k
 }
@@ -132,25 +130,9 @@ func rejectKeyOf(v *engine.Verdict) rejectKey {
 // say (sameHeaders; no Retry-After, no rules that refused).
 func admitKeyOf(v *engine.Verdict) rejectKey {
 	k := rejectKey{report: v.Report, shadow: v.Shadow, reportLimit: v.ReportLimit, remaining: max(v.Remaining, 0),
-		reset: ceilSeconds(v.Reset)}
+		reset: header.CeilSeconds(v.Reset)}
 	if v.Shadow != nil {
-		k.shadowRetry = retryAfterSeconds(v.ShadowRetryAfter)
+		k.shadowRetry = header.RetryAfterSeconds(v.ShadowRetryAfter)
 	}
 	return k
 }
-
-// nsPerSecond is a variable, not a constant: on wasm a 64-bit division by
-// a constant becomes a multiply-high, emulated with several 64-bit
-// multiplies, and one by a variable a single division.
-var nsPerSecond uint64 = uint64(time.Second)
-
-// ceilSeconds is header.CeilSeconds(d).
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((uint64(d) + nsPerSecond - 1) / nsPerSecond)
-}
-
-// retryAfterSeconds is header.RetryAfterSeconds(d).
-func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }

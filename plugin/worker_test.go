@@ -1,14 +1,12 @@
 package main
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/engine"
-	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // TestLogLimits: one rejection line a second, with the count since the
@@ -63,24 +61,6 @@ func TestWaitingStreams(t *testing.T) {
 	w.drop(2)
 	if w.any() || w.take(2) != nil {
 		t.Fatal("drop: want stream 2 gone")
-	}
-}
-
-// TestSecondsAsHeaderWrites: the keys' whole seconds (a division by a
-// variable) are the headers' (header.CeilSeconds, RetryAfterSeconds).
-func TestSecondsAsHeaderWrites(t *testing.T) {
-	ds := []time.Duration{math.MinInt64, -time.Second, -1, 0, 1, time.Second - 1, time.Second, time.Second + 1,
-		1500 * time.Millisecond, time.Hour - 1, time.Hour, 73 * 365 * 24 * time.Hour, math.MaxInt64 - 1, math.MaxInt64}
-	for d := time.Duration(1); d < 1<<62; d = d*3 + 7 {
-		ds = append(ds, d, d-1, d+1)
-	}
-	for _, d := range ds {
-		if got, want := ceilSeconds(d), header.CeilSeconds(d); got != want {
-			t.Errorf("ceilSeconds(%d) = %d, want %d", d, got, want)
-		}
-		if got, want := retryAfterSeconds(d), header.RetryAfterSeconds(d); got != want {
-			t.Errorf("retryAfterSeconds(%d) = %d, want %d", d, got, want)
-		}
 	}
 }
 

@@ -65,26 +65,25 @@ func (m Mode) Legacy() bool { return m == Both || m == Legacy }
 // Draft reports whether m includes the RateLimit/RateLimit-Policy family.
 func (m Mode) Draft() bool { return m == Both || m == Draft }
 
+// nsPerSecond is a variable, not a constant: on wasm a 64-bit division by
+// a constant becomes a multiply-high, emulated with several 64-bit
+// multiplies, and one by a variable a single division (the plugin computes
+// these on every response it writes headers for).
+var nsPerSecond = uint64(time.Second)
+
 // CeilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
 func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
+	return int64((uint64(d) + nsPerSecond - 1) / nsPerSecond)
 }
 
 // RetryAfterSeconds is the Retry-After value for a wait of d: whole seconds,
 // rounded up, at least 1 (a client told "0" would retry at once and be
 // rejected again).
 func RetryAfterSeconds(d time.Duration) int64 {
-	if s := CeilSeconds(d); s > 1 {
-		return s
-	}
-	return 1
+	return max(CeilSeconds(d), 1)
 }
 
 // AppendRetryAfter appends the Retry-After value for a wait of d.

@@ -3,6 +3,7 @@
 package header
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,34 @@ func TestIsGRPC(t *testing.T) {
 	} {
 		if got := IsGRPC(ct); got != want {
 			t.Errorf("IsGRPC(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}
+
+// TestCeilSeconds: the division by a variable rounds exactly as the
+// signed arithmetic it replaces, at the edges of int64 too.
+func TestCeilSeconds(t *testing.T) {
+	ceil := func(d time.Duration) int64 {
+		if d <= 0 {
+			return 0
+		}
+		s := int64(d / time.Second)
+		if d%time.Second != 0 {
+			s++
+		}
+		return s
+	}
+	ds := []time.Duration{math.MinInt64, -time.Second, -1, 0, 1, time.Second - 1, time.Second, time.Second + 1,
+		1500 * time.Millisecond, time.Hour - 1, time.Hour, math.MaxInt64 - 1, math.MaxInt64}
+	for d := time.Duration(1); d < 1<<62; d = d*3 + 7 {
+		ds = append(ds, d, d-1, d+1)
+	}
+	for _, d := range ds {
+		if got, want := CeilSeconds(d), ceil(d); got != want {
+			t.Errorf("CeilSeconds(%d) = %d, want %d", d, got, want)
+		}
+		if got, want := RetryAfterSeconds(d), max(ceil(d), 1); got != want {
+			t.Errorf("RetryAfterSeconds(%d) = %d, want %d", d, got, want)
 		}
 	}
 }
