@@ -258,6 +258,10 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	if b.Fast > 0 {
 		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
 	}
+	// A batch of only the fast classes' word (see WordAtOnce) may also
+	// say that the round used its limit: the worker's batch starts
+	// afresh once added.
+	g.Saturated = g.Saturated || b.Saturated
 	if g.fastCrossing() {
 		return nextRound(g.crossed(l.MinLimit()), now)
 	}
@@ -285,7 +289,6 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	}
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
-	g.Saturated = g.Saturated || b.Saturated
 	need := g.need()
 	early := !g.Measure && !g.SlowStart && !g.holding() && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {

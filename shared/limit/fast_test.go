@@ -261,6 +261,9 @@ func TestGaugeFastCrossing(t *testing.T) {
 	if g = word(start, 1); g.Limit != 30 || !g.SlowStart || g.Fast != FastOnce || g.N != 3 || g.Round != start.Round {
 		t.Errorf("one waited: %+v, want the round going on at 30, Fast one", g)
 	}
+	if _, g = lim.Learn(EncodeGauge(start), now, Samples{Round: start.Round, Fast: 1, Saturated: true}); !g.Saturated || g.N != 3 {
+		t.Errorf("a batch of only the word, saturated: %+v, want the round saturated (the worker's batch starts afresh)", g)
+	}
 	notCalm := start
 	notCalm.FastGrown = false
 	probing := start
