@@ -695,7 +695,7 @@ var wideDebug func(now int64, j *wideJob, lat, base time.Duration, fast bool)
 // (a variant not kept) took the limit back from 9 to 6 at the launch's
 // first growth in such seeds, then probed from there (a median of 78%,
 // the 10th percentile 43%). Ended only after a growth from a round where
-// they read calm, and on two samples at 4x (limit.CrossRise): 86.9%
+// they read calm, and on two samples at 4x (limit.CrossRise): 87.0%
 // (87.1% ending at the round's end), the lowest 76%, and the buys over the
 // slots in one launch second in the median seed (2).
 func TestStoreWideLaunchSlowStoreModel(t *testing.T) {

@@ -118,9 +118,15 @@ func (g Gauge) fastCrossing() bool {
 // crossed decides a round ended on the fast classes' word that slow
 // start crossed the knee (see fastCrossing): the limit it grew from (it
 // had no queue; at least lo), measured in the next round, then probing
-// at once (see backoff).
+// at once (see backoff). The measuring round does not back off once more
+// on a rise (Warned, see endRound): that limit had no queue, and this
+// round starts while the growth's queue drains, the lower classes over
+// their caps, its first samples the higher classes' (in a store slowed
+// as the crossing came, 2x their bases: it backed off from 20 to 14, a
+// seed of the store-wide model sold 58% where the crossing decided at the
+// round's end sold 80%).
 func (g Gauge) crossed(lo int64) Gauge {
 	g.Limit = max(g.Limit*2/3, float64(lo))
-	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown, g.FastGrown = true, false, false, ProbeAfter, false, false, false
+	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown, g.FastGrown = true, false, true, ProbeAfter, false, false, false
 	return g
 }

@@ -242,9 +242,9 @@ func TestGaugeFastCalmEndsHold(t *testing.T) {
 // After slow start's growth from a saturated round where the fast classes
 // read calm (FastGrown), their word comes before their samples' windows
 // complete: two samples that waited CrossRise times their base end the
-// round at once, back at the limit it grew from (measured next, then
-// probing); one does not, nor two after a growth from a round where they
-// did not read calm, nor outside slow start.
+// round at once, back at the limit it grew from (measured next, without
+// a second backoff, then probing); one does not, nor two after a growth
+// from a round where they did not read calm, nor outside slow start.
 func TestGaugeFastCrossing(t *testing.T) {
 	lim, _ := NewAdaptive(1, 1000)
 	ms := time.Millisecond
@@ -257,6 +257,11 @@ func TestGaugeFastCrossing(t *testing.T) {
 	g := word(start, 2)
 	if g.Limit != 20 || g.SlowStart || !g.Measure || g.Calm != ProbeAfter || g.Round == start.Round || g.N != 0 || g.Grown || g.FastGrown {
 		t.Errorf("two fast samples waited after the growth: %+v, want a new round at 20, measuring, then probing", g)
+	}
+	m := g
+	m.N, m.Mean, m.Base, m.Saturated, m.Use = 24, 120*ms, 100*ms, true, 0.9
+	if m = lim.endRound(m); m.Limit != 20 || m.Measure {
+		t.Errorf("its measuring round 1.2x its base: %+v, want 20 measured (that limit had no queue), no second backoff", m)
 	}
 	if g = word(start, 1); g.Limit != 30 || !g.SlowStart || g.Fast != FastOnce || g.N != 3 || g.Round != start.Round {
 		t.Errorf("one waited: %+v, want the round going on at 30, Fast one", g)
