@@ -259,14 +259,17 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 	sync := func(w *wideWorker, now int64) {
 		b := w.smp.Ready
 		b.Saturated = b.Saturated || w.batchSat
-		if w.useN > 0 {
+		if w.useN > 0 && b.N > 0 {
 			b.Use = w.useSum / float64(w.useN)
+			w.useSum, w.useN = 0, 0
 		}
 		prev := lim.Gauge(st)
 		st, g = lim.Learn(st, now, b)
 		if g.Round != prev.Round && wideTrace != nil {
 			// The round as decided: prev with this batch added.
-			prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
+			if prev.N+b.N > 0 {
+				prev.Mean = (prev.Mean*time.Duration(prev.N) + b.Sum) / time.Duration(prev.N+b.N)
+			}
 			if b.Exp > 0 {
 				prev.Base = (prev.Base*time.Duration(prev.N) + b.Exp) / time.Duration(prev.N+b.N)
 			}
@@ -275,24 +278,24 @@ func wideModel(seed int64, classes []wideClass, eps []wideEndpoint) wideRun {
 			wideTrace(now, prev, g)
 		}
 		if g.Round != w.g.Round {
-			w.smp.Reset(g.Round, now)
+			w.smp.ResetTo(g, now)
 			w.cb.RoundEnded(w.g, g)
 		} else {
 			w.smp.Ready = limit.Samples{Round: g.Round}
 		}
 		w.g = g
-		w.useSum, w.useN, w.batchSat = 0, 0, false
+		w.batchSat = false
 	}
 	learn := func(w *wideWorker, now int64) {
 		span, wait := w.cb.Timing()
 		w.smp.Close(now, span)
 		w.smp.Expire(now, wait)
-		if w.smp.Ready.N == 0 {
+		if !w.smp.Ready.Pending() {
 			if nw > 1 && now%(50*ms) == 0 {
 				w.g = lim.Gauge(st) // the engine's refresh
 				if w.g.Round != w.smp.Ready.Round {
 					prev := w.g
-					w.smp.Reset(w.g.Round, now)
+					w.smp.ResetTo(w.g, now)
 					w.cb.RoundEnded(prev, w.g)
 				}
 			}
@@ -541,7 +544,12 @@ func (s wideStats) String() string {
 // launch's first round). Without the fast classes' word on the store's
 // queue (ClassBases.Fast; the logins and the home page wait for a buy to
 // end when the buys fill the store), the crossing's limit (20: the buys
-// 18) held for the launch: a median of 84%. One Base for the whole rule
+// 18) held for the launch: a median of 84%. Slow start's last growth
+// (20 to 30: 27 buys on the 20 slots) lasted until the buys' own samples
+// were back, two rounds, the logins behind it: 6 logins over 3x a quiet
+// day's p99 in the median seed, the buys over the store's slots in 2
+// launch seconds; ended on the fast classes' word at once (see
+// limit.Gauge.WordAtOnce), 3 and 1. One Base for the whole rule
 // (each sample compared with it, as without classes) sells a median of
 // about 10% in the same model, as `make demo` did: the first buys read as
 // a stall against the logins' latency, and the limit falls to 1-3. Run
@@ -587,9 +595,10 @@ func TestStoreWideLaunchModel(t *testing.T) {
 	})
 	t.Logf("without the fast classes' word: %v", old)
 	t.Logf("with it: %v", now)
-	if now.orders[20] < 0.86 || now.orders[0] < 0.6 || now.slow[20] > 9 {
-		t.Errorf("orders median %.1f%%, lowest %.0f%%, logins over 3x a median %d: want a median of 86%% or more, none under 60%%, at most 9 slow logins (the demo's p99 over its 900)",
-			now.orders[20]*100, now.orders[0]*100, now.slow[20])
+	if now.orders[20] < 0.86 || now.orders[0] < 0.6 || now.slow[20] > 5 || now.slow[36] > 9 || now.over[20] > 1 {
+		t.Errorf("orders median %.1f%%, lowest %.0f%%; logins over 3x a median %d, 90th percentile %d; seconds over the slots a median %d: "+
+			"want a median of 86%% or more, none under 60%%; at most 5 slow logins in the median seed, 9 in the 90th percentile (the demo's p99 over its 900 allows 9); one second over",
+			now.orders[20]*100, now.orders[0]*100, now.slow[20], now.slow[36], now.over[20])
 	}
 	if old.orders[20] > 0.855 {
 		t.Errorf("without the fast classes' word the median sold %.1f%%: the model no longer shows what they add", old.orders[20]*100)
@@ -663,7 +672,11 @@ func TestStoreWideLaunchEnvoyModel(t *testing.T) {
 	wideNoFast = true
 	t.Logf("without the fast classes' word: %v", wideSeeds(40, nil))
 	wideNoFast = false
-	t.Logf("with it: %v", wideSeeds(40, nil))
+	with := wideSeeds(40, nil)
+	t.Logf("with it: %v", with)
+	if with.over[20] > 3 {
+		t.Errorf("with the fast classes' word, the buys over the slots in %d launch seconds in the median seed: want 3 at most", with.over[20])
+	}
 	if nowBack > 0 || now[0] < 0.7 || now[20] < 0.8 {
 		t.Errorf("%d seeds backed off in the launch's first 2 s, the lowest sold %.0f%%, the median %.0f%%: want none, none under 70%%, a median of 80%% or more",
 			nowBack, now[0]*100, now[20]*100)
@@ -678,11 +691,13 @@ var wideDebug func(now int64, j *wideJob, lat, base time.Duration, fast bool)
 // generator), 40 seeds, one Sluice worker. Every class's latency then
 // rises by the same few milliseconds, and the fast classes (4 ms logins)
 // read twice their base without any queue: their word must not cost the
-// launch. Ending slow start at once on their first two waiting samples
+// launch. Ending slow start at once on any two samples that waited 2x
 // (a variant not kept) took the limit back from 9 to 6 at the launch's
 // first growth in such seeds, then probed from there (a median of 78%,
-// the 10th percentile 43%). Decided at the rounds' end, with the crossing
-// as before, the word costs nothing against the rule without it.
+// the 10th percentile 43%). Ended only after a growth from a round where
+// they read calm, and on two samples at 4x (limit.CrossRise): 87.0%
+// (87.1% ending at the round's end), the lowest 76%, and the buys over the
+// slots in one launch second in the median seed (2).
 func TestStoreWideLaunchSlowStoreModel(t *testing.T) {
 	wideEnvoy = envoyOpts{slow: func(now int64) int64 {
 		if now >= int64(wideLaunchAt) && now < int64(wideLaunchAt+time.Second) {
@@ -697,7 +712,8 @@ func TestStoreWideLaunchSlowStoreModel(t *testing.T) {
 	now := wideSeeds(40, nil)
 	t.Logf("without the fast classes' word: %v", old)
 	t.Logf("with it: %v", now)
-	if now.orders[20] < 0.85 || now.orders[4] < 0.75 {
-		t.Errorf("orders median %.1f%%, 10th percentile %.0f%%: want 85%% or more and 75%% or more", now.orders[20]*100, now.orders[4]*100)
+	if now.orders[20] < 0.85 || now.orders[4] < 0.75 || now.orders[0] < 0.7 || now.over[20] > 1 {
+		t.Errorf("orders median %.1f%%, 10th percentile %.0f%%, lowest %.0f%%, seconds over the slots median %d: want 85%% or more, 75%% or more, 70%% or more, 1 at most",
+			now.orders[20]*100, now.orders[4]*100, now.orders[0]*100, now.over[20])
 	}
 }

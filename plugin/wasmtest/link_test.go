@@ -108,8 +108,12 @@ import (
 // (limit.ClassBases.Fast and its queued samples' sums, Sampler.DoneFast,
 // Gauge.Fast and fastStep, the crossing's backoff on two mild rises, the
 // word in the debug line: +5.4 KB; in the store-wide model the orders'
-// median 84% -> 88%): 3,493,565 bytes then.
-const moduleCeiling = 3_497_000
+// median 84% -> 88%): 3,493,565 bytes then. Raised for slow start's
+// growth watched by the fast classes' word at once (Gauge.FastGrown and
+// WordAtOnce, Sampler.ResetTo, the round ended on two waiting samples:
+// +3.8 KB; in the store-wide model the buys over the store's slots in 1
+// launch second in the median seed, 2 before): 3,497,382 bytes then.
+const moduleCeiling = 3_498_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {

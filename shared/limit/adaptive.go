@@ -133,7 +133,11 @@ type Gauge struct {
 	// backoff).
 	// Grown: slow start grew the limit to where it is from a round of
 	// MinRound/2 samples or more that read calm (see backoff).
-	SlowStart, Measure, Saturated, Warned, Stalled, Grown bool
+	// FastGrown: Grown, and the fast classes read calm in that round
+	// (Fast was FastCalm: they were timed and none waited), for a rule
+	// with classes: the limit it grew from had no queue in front of them
+	// (see fastCrossing).
+	SlowStart, Measure, Saturated, Warned, Stalled, Grown, FastGrown bool
 	// Use is the share of Limit the round's requests held in flight, for
 	// a rule whose priority classes keep part of the limit from lower
 	// classes (0: not measured, a rule without classes: all of it). A
@@ -219,6 +223,11 @@ func (s *Samples) AddBase(latency, base time.Duration, saturated bool) {
 	s.Exp += min(max(base, time.Microsecond), MaxLatency)
 }
 
+// Pending reports whether the batch has anything to add: samples, or
+// the fast classes' word (see Gauge.Fast), which comes before its
+// samples' windows are complete.
+func (s Samples) Pending() bool { return s.N > 0 || s.Fast > 0 }
+
 // Current returns the limit admission uses: the learnt limit, rounded
 // down, at least 1.
 func (g Gauge) Current() int64 { return max(int64(g.Limit), 1) }
@@ -243,8 +252,21 @@ func (l Limit) Gauge(st State) Gauge {
 // nothing.
 func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	g := l.Gauge(st)
-	if b.N <= 0 || b.Round != g.Round {
+	if !b.Pending() || b.Round != g.Round {
 		return st, g
+	}
+	if b.Fast > 0 {
+		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
+	}
+	// A batch of only the fast classes' word (see WordAtOnce) may also
+	// say that the round used its limit: the worker's batch starts
+	// afresh once added.
+	g.Saturated = g.Saturated || b.Saturated
+	if g.fastCrossing() {
+		return nextRound(g.crossed(l.MinLimit()), now)
+	}
+	if b.N <= 0 {
+		return EncodeGauge(g), g
 	}
 	total := min(g.N+b.N, 1<<16-1)
 	if b.Use > 0 {
@@ -267,17 +289,17 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	}
 	g.Mean = time.Duration((int64(g.Mean)*g.N + int64(min(b.Sum, MaxLatency*time.Duration(b.N)))) / (g.N + b.N))
 	g.N = total
-	g.Saturated = g.Saturated || b.Saturated
-	if b.Fast > 0 {
-		g.Fast = min(max(g.Fast, FastCalm)+b.Queued, FastQueue)
-	}
 	need := g.need()
 	early := !g.Measure && !g.SlowStart && !g.holding() && g.N >= max(need/2, 4) && float64(g.Mean) > float64(g.Base)*(1+2*Tolerance)
 	if g.N < need && !early {
 		return EncodeGauge(g), g
 	}
 	g.Use = g.roundUse(now)
-	g = l.endRound(g)
+	return nextRound(l.endRound(g), now)
+}
+
+// nextRound starts the round after g's (decided) at now.
+func nextRound(g Gauge, now int64) (State, Gauge) {
 	g.N, g.Mean, g.Saturated, g.Use, g.Fast = 0, 0, false, 0, FastNone
 	g.Round = msAt(now) & roundMask
 	if g.Round == 0 {
@@ -443,6 +465,7 @@ func (g Gauge) calm(mean time.Duration, clamp func(float64) float64) Gauge {
 	case g.SlowStart:
 		// Half again per round trip (see Gauge).
 		g.Limit, g.Grown = clamp(g.Limit*3/2), g.N >= MinRound/2
+		g.FastGrown = g.Grown && g.Fast == FastCalm
 	default:
 		// max(1, Limit/16) per round trip. At most a quarter at once,
 		// though: a step of several round trips' growth overshoots the
@@ -510,7 +533,7 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 			// back off to the limit it grew from.
 			return g.backoff(mean, clamp)
 		}
-		g.SlowStart, g.Calm, g.Grown = false, ProbeAfter, false
+		g.SlowStart, g.Calm, g.Grown, g.FastGrown = false, ProbeAfter, false, false
 	}
 	g.Warned = !g.Warned
 	if g.BaseN < MinRound {
@@ -622,7 +645,7 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 		// the capacity, and every class's cap to 1: the reserves would
 		// protect nothing. Base is measured afresh instead; a round that
 		// uses the limit backs off if the queue is real.
-		g.Measure, g.Warned = true, false
+		g.Measure, g.Warned, g.FastGrown = true, false, false
 		return g
 	}
 	if !g.SlowStart || stalled {
@@ -633,7 +656,7 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 	}
 	crossed := g.Grown && g.Use > 0 && !stalled && g.Fast != FastNone
 	g.Limit = clamp(g.Limit * cut)
-	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown = true, false, false, 0, stalled, false
+	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown, g.FastGrown = true, false, false, 0, stalled, false, false
 	if g.N < MinRound || crossed {
 		// A rough estimate: probe from it at once. Or the crossing, with
 		// fast classes: the limit it keeps had no queue, and past it the
@@ -657,7 +680,7 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 // (saturated) also doubles the limit: it had no Base to compare with.
 func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 	old, stalled, oldN := g.Base, g.Stalled, g.BaseN
-	g.Base, g.BaseN, g.Measure, g.Warned, g.Stalled, g.Grown = mean, g.N, false, false, false, false
+	g.Base, g.BaseN, g.Measure, g.Warned, g.Stalled, g.Grown, g.FastGrown = mean, g.N, false, false, false, false, false
 	switch {
 	case stalled && float64(mean) <= float64(old)*(1+Tolerance):
 		// The stall is over: latency is back where it was. Grow as from

@@ -486,8 +486,10 @@ func TestAdaptiveBoundsAndIdle(t *testing.T) {
 func TestGaugeEncoding(t *testing.T) {
 	for _, g := range []Gauge{
 		{Limit: 1},
-		{Limit: 65535.9375, Base: MaxLatency, Mean: MaxLatency, N: 65535, Round: roundMask, Calm: 63, Use: 1, SlowStart: true, Measure: true, Saturated: true, Warned: true, Stalled: true, Grown: true, BaseN: 31, Fast: FastQueue},
+		{Limit: 65535.9375, Base: MaxLatency, Mean: MaxLatency, N: 65535, Round: roundMask, Calm: 63, Use: 1, SlowStart: true, Measure: true, Saturated: true, Warned: true, Stalled: true, Grown: true, BaseN: 31, Fast: FastQueue}, // Stalled (Measure): not FastGrown
 		{Limit: 12.5, Base: 50 * time.Millisecond, Mean: 73 * time.Millisecond, N: 7, Round: 123456, Calm: 17, Measure: true, Use: 48.0 / 63, Fast: FastCalm},
+		{Limit: 30, SlowStart: true, Grown: true, FastGrown: true, Saturated: true}, // FastGrown shares Stalled's bit (never both)
+		{Limit: 20, Measure: true, Stalled: true},
 	} {
 		if got := DecodeGauge(EncodeGauge(g)); !reflect.DeepEqual(got, g) { // Gauge is not comparable (no equality function in the module)
 			t.Errorf("round trip %+v -> %+v", g, got)

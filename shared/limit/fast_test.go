@@ -238,3 +238,129 @@ func TestGaugeFastCalmEndsHold(t *testing.T) {
 		t.Errorf("in the pause after a fast step, the fast classes calm: calm %d, want the pause going on", g.Calm)
 	}
 }
+
+// After slow start's growth from a saturated round where the fast classes
+// read calm (FastGrown), their word comes before their samples' windows
+// complete: two samples that waited CrossRise times their base end the
+// round at once, back at the limit it grew from (measured next, without
+// a second backoff, then probing); one does not, nor two after a growth
+// from a round where they did not read calm, nor outside slow start.
+func TestGaugeFastCrossing(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	now := int64(time.Second)
+	start := Gauge{Limit: 30, Base: 130 * ms, BaseN: 31, SlowStart: true, Grown: true, FastGrown: true, Round: 900, N: 3, Mean: 130 * ms, Use: 0.9}
+	word := func(g Gauge, queued int64) Gauge {
+		_, g = lim.Learn(EncodeGauge(g), now, Samples{Round: g.Round, Fast: queued, Queued: queued})
+		return g
+	}
+	g := word(start, 2)
+	if g.Limit != 20 || g.SlowStart || !g.Measure || g.Calm != ProbeAfter || g.Round == start.Round || g.N != 0 || g.Grown || g.FastGrown {
+		t.Errorf("two fast samples waited after the growth: %+v, want a new round at 20, measuring, then probing", g)
+	}
+	m := g
+	m.N, m.Mean, m.Base, m.Saturated, m.Use = 24, 120*ms, 100*ms, true, 0.9
+	if m = lim.endRound(m); m.Limit != 20 || m.Measure {
+		t.Errorf("its measuring round 1.2x its base: %+v, want 20 measured (that limit had no queue), no second backoff", m)
+	}
+	if g = word(start, 1); g.Limit != 30 || !g.SlowStart || g.Fast != FastOnce || g.N != 3 || g.Round != start.Round {
+		t.Errorf("one waited: %+v, want the round going on at 30, Fast one", g)
+	}
+	if _, g = lim.Learn(EncodeGauge(start), now, Samples{Round: start.Round, Fast: 1, Saturated: true}); !g.Saturated || g.N != 3 {
+		t.Errorf("a batch of only the word, saturated: %+v, want the round saturated (the worker's batch starts afresh)", g)
+	}
+	notCalm := start
+	notCalm.FastGrown = false
+	probing := start
+	probing.SlowStart, probing.Grown, probing.FastGrown, probing.Calm = false, false, false, ProbeAfter
+	for _, c := range []struct {
+		name string
+		g    Gauge
+	}{
+		{"a growth from a round where the fast classes did not read calm", notCalm},
+		{"probing", probing},
+	} {
+		if g := word(c.g, 2); g.Limit != 30 || g.Round != 900 || g.Fast != FastQueue {
+			t.Errorf("%s, two waited: %+v, want the round going on at 30 with the word kept", c.name, g)
+		}
+	}
+	if _, g := lim.Learn(EncodeGauge(start), now, Samples{Round: start.Round + 1, Fast: 2, Queued: 2}); g.Limit != 30 {
+		t.Errorf("a word of another round: limit %.1f, want 30", g.Limit)
+	}
+}
+
+// Slow start's growth is FastGrown from a saturated round of MinRound/2
+// samples or more where the fast classes read calm, not where one waited
+// or none came back; every way out of slow start clears it.
+func TestGaugeFastGrown(t *testing.T) {
+	lim, _ := NewAdaptive(1, 1000)
+	ms := time.Millisecond
+	round := Gauge{Limit: 20, Base: 130 * ms, BaseN: 31, SlowStart: true, Saturated: true, N: 10, Mean: 131 * ms, Use: 0.9}
+	for _, c := range []struct {
+		fast int64
+		n    int64
+		want bool
+	}{{FastCalm, 10, true}, {FastOnce, 10, false}, {FastNone, 10, false}, {FastCalm, MinRound/2 - 1, false}} {
+		r := withFast(round, c.fast)
+		r.N = c.n
+		if g := lim.endRound(r); g.Limit != 30 || g.FastGrown != c.want || !g.WordAtOnce() == c.want {
+			t.Errorf("fast %d, %d samples: limit %.1f FastGrown %v, want 30, %v", c.fast, c.n, g.Limit, g.FastGrown, c.want)
+		}
+	}
+	grown := Gauge{Limit: 30, Base: 130 * ms, BaseN: 31, SlowStart: true, Saturated: true, Grown: true, FastGrown: true, N: 20, Use: 0.9}
+	for _, mean := range []time.Duration{200 * ms, 150 * ms} { // a clear rise: backoff; a mild one, twice
+		g := grown
+		g.Mean, g.Warned = mean, true
+		if g = lim.endRound(g); g.SlowStart || g.FastGrown || g.WordAtOnce() {
+			t.Errorf("mean %v after the growth: %+v, want slow start over, FastGrown cleared", mean, g)
+		}
+	}
+}
+
+// In a round that watches slow start's growth (Gauge.WordAtOnce), a fast
+// class's word reaches the Sampler's batch as soon as its sample is back
+// (its latency when its window completes), waited at CrossRise times its
+// base, unless its window was given up on; in any other round it comes
+// with the window, waited at FastRise.
+func TestSamplerFastWordAtOnce(t *testing.T) {
+	ms := time.Millisecond
+	watch := Gauge{Limit: 30, SlowStart: true, Grown: true, FastGrown: true, Round: 3}
+	var p Sampler
+	p.ResetTo(watch, 0)
+	buy := p.Admit(0, ms)
+	login := p.Admit(0, ms)
+	calm := p.Admit(0, ms)
+	p.DoneFast(login, 25*ms, 5*ms, true)
+	p.DoneFast(calm, 12*ms, 5*ms, true)
+	if r := p.Ready; r.N != 0 || r.Fast != 2 || r.Queued != 1 || !r.Pending() {
+		t.Errorf("logins of 25 and 12 ms (base 5 ms) back before their window's buy: ready %+v, want their word (2 fast, 1 queued), no sample yet", r)
+	}
+	p.DoneBase(buy, 150*ms, 150*ms, true, true)
+	p.Close(int64(2*ms), ms)
+	if r := p.Ready; r.N != 3 || r.Fast != 2 || r.Queued != 1 {
+		t.Errorf("the window complete: ready %+v, want 3 samples, the word once", r)
+	}
+	p.ResetTo(watch, 0)
+	buy = p.Admit(0, ms)
+	login = p.Admit(0, ms)
+	p.Late(int64(ms), int64(2*ms))
+	p.DoneFast(login, 25*ms, 5*ms, true)
+	if r := p.Ready; r.Fast != 0 || r.Pending() {
+		t.Errorf("a login of a window given up on: ready %+v, want no word", r)
+	}
+	_ = buy
+	other := watch
+	other.FastGrown = false
+	p.ResetTo(other, 0)
+	buy = p.Admit(0, ms)
+	login = p.Admit(0, ms)
+	p.DoneFast(login, 12*ms, 5*ms, true)
+	if r := p.Ready; r.Fast != 0 || r.Pending() {
+		t.Errorf("a round that does not watch a growth: ready %+v, want no word before the window completes", r)
+	}
+	p.DoneBase(buy, 150*ms, 150*ms, true, true)
+	p.Close(int64(2*ms), ms)
+	if r := p.Ready; r.N != 2 || r.Fast != 1 || r.Queued != 1 {
+		t.Errorf("its window complete: ready %+v, want 2 samples, the word (a login of 12 ms on 5 waited)", r)
+	}
+}

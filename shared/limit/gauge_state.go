@@ -29,7 +29,10 @@ func EncodeGauge(g Gauge) State {
 	a := lim | micros(g.Base)<<20 | n<<44 | f<<60
 	use := uint64(math.Round(min(max(g.Use, 0), 1) * useSteps))
 	b := micros(g.Mean) | uint64(g.Round&roundMask)<<24 | use<<43 | uint64(min(max(g.Calm, 0), maxCalm))<<49
-	if g.Stalled {
+	if g.Measure && g.Stalled || !g.Measure && g.FastGrown {
+		// One bit for two flags: Stalled is only set while the limit
+		// measures Base (a backoff sets both, measured clears both),
+		// FastGrown only while it does not (slow start's growth).
 		b |= 1 << 55
 	}
 	b |= uint64(min(max(g.BaseN, 0), maxBaseN))<<56 | uint64(min(max(g.Fast, 0), FastQueue))<<61
@@ -44,6 +47,7 @@ func EncodeGauge(g Gauge) State {
 func DecodeGauge(st State) Gauge {
 	a, b := uint64(st.A), uint64(st.B)
 	f := a >> 60
+	bit55 := b>>55&1 != 0
 	return Gauge{
 		Limit: float64(a&(1<<20-1)) / 16,
 		Base:  time.Duration(a>>20&(1<<24-1)) * time.Microsecond,
@@ -55,8 +59,8 @@ func DecodeGauge(st State) Gauge {
 		BaseN: int64(b >> 56 & maxBaseN),
 		Fast:  int64(b >> 61 & 3),
 
-		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0, Stalled: b>>55&1 != 0,
-		Grown: b>>63 != 0,
+		SlowStart: f&1 != 0, Measure: f&2 != 0, Saturated: f&4 != 0, Warned: f&8 != 0,
+		Stalled: bit55 && f&2 != 0, FastGrown: bit55 && f&2 == 0, Grown: b>>63 != 0,
 	}
 }
 

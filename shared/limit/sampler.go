@@ -34,6 +34,9 @@ type Sampler struct {
 	win   [samplerWindows]window
 	n     int    // windows in use; win[n-1] is open
 	next  uint32 // the ticket of the next window opened
+	// atOnce: the fast classes' word counts in Ready as soon as each
+	// sample is back, not when its window completes (see ResetTo).
+	atOnce bool
 }
 
 // window is the requests admitted from a time on, until the next window
@@ -62,6 +65,14 @@ func (p *Sampler) Reset(round uint32, now int64) {
 	next := p.next
 	*p = Sampler{Ready: Samples{Round: round}, next: next}
 	p.open(now)
+}
+
+// ResetTo is Reset for g's round. In a round that watches slow start's
+// growth (see Gauge.WordAtOnce), a sample of a fast class gives its word
+// on the upstream's queue at once (see DoneFast).
+func (p *Sampler) ResetTo(g Gauge, now int64) {
+	p.Reset(g.Round, now)
+	p.atOnce = g.WordAtOnce()
 }
 
 func (p *Sampler) open(now int64) {
@@ -115,7 +126,9 @@ func (p *Sampler) DoneBase(ticket uint32, latency, base time.Duration, sample, s
 }
 
 // DoneFast is DoneBase with a sample of a fast class (see
-// ClassBases.Fast): it also counts in Samples.Fast and Queued.
+// ClassBases.Fast): it also counts in Samples.Fast and Queued, when its
+// window completes, or at once in Ready in a round that watches slow
+// start's growth (see ResetTo; unless its window was given up on).
 func (p *Sampler) DoneFast(ticket uint32, latency, base time.Duration, saturated bool) bool {
 	return p.done(ticket, latency, base, true, base > 0, saturated)
 }
@@ -128,7 +141,18 @@ func (p *Sampler) done(ticket uint32, latency, base time.Duration, sample, fast,
 	w.out--
 	switch {
 	case sample && fast:
-		w.s.AddFast(latency, base, saturated)
+		// Its latency waits for the window (see Sampler). Its word on
+		// the queue does not, after slow start's growth: it is the
+		// round's first sign that the growth filled the upstream (see
+		// Gauge.WordAtOnce), 100 ms and more before the buys of its
+		// window are back.
+		w.s.AddBase(latency, base, saturated)
+		switch {
+		case !p.atOnce:
+			w.s.addFastWord(latency, base, FastRise)
+		case !w.cut:
+			p.Ready.addFastWord(latency, base, CrossRise)
+		}
 	case sample && base > 0:
 		w.s.AddBase(latency, base, saturated)
 	case sample:

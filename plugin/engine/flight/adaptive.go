@@ -213,7 +213,7 @@ func (a *Adaptive) learnerFor(i int, fp uint64, now int64) *learner {
 			l.cb = &limit.ClassBases{}
 		}
 		l.g = a.cfg.Rules[i].Limit.Gauge(limit.State{})
-		l.smp.Reset(l.g.Round, now)
+		l.smp.ResetTo(l.g, now)
 		a.learners[k] = l
 		a.syncGauge(k, l, now)
 	}
@@ -226,8 +226,8 @@ func (a *Adaptive) learnerFor(i int, fp uint64, now int64) *learner {
 func (a *Adaptive) syncGauge(k learnKey, l *learner, now int64) {
 	r := &a.cfg.Rules[k.rule]
 	op := &a.gop
-	*op = gaugeOp{lim: &r.Limit, batch: l.smp.Ready, learn: l.smp.Ready.N > 0}
-	if op.learn && l.useN > 0 {
+	*op = gaugeOp{lim: &r.Limit, batch: l.smp.Ready, learn: l.smp.Ready.Pending()}
+	if l.smp.Ready.N > 0 && l.useN > 0 {
 		op.batch.Use = l.useSum / float64(l.useN)
 		l.useSum, l.useN = 0, 0
 	}
@@ -248,7 +248,7 @@ func (a *Adaptive) syncGauge(k learnKey, l *learner, now int64) {
 	case op.out.Round != l.g.Round:
 		// A new round: the requests in flight were admitted under the
 		// old limit.
-		l.smp.Reset(op.out.Round, now)
+		l.smp.ResetTo(op.out, now)
 		if l.cb != nil {
 			l.cb.RoundEnded(l.g, op.out)
 		}
@@ -282,7 +282,7 @@ func (a *Adaptive) forgetLearners(now int64, force bool) {
 	// has been looked at.
 	for i := len(a.list) - 1; i >= 0; i-- {
 		l := a.list[i]
-		if l.smp.Ready.N == 0 && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
+		if !l.smp.Ready.Pending() && l.inFlight == 0 && (force || now-l.used > int64(learnerIdle)) {
 			delete(a.learners, l.key)
 			last := a.list[len(a.list)-1]
 			a.list[i], last.at = last, i
@@ -441,7 +441,7 @@ func (a *Adaptive) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 			continue
 		}
 		l.used = now
-		if l.smp.Ready.N > 0 && (now-l.synced >= int64(LearnEvery) || l.g.Completes(l.smp.Ready)) {
+		if l.smp.Ready.Pending() && (now-l.synced >= int64(LearnEvery) || l.g.Completes(l.smp.Ready)) {
 			a.syncGauge(k, l, now)
 		}
 	}
@@ -459,9 +459,9 @@ func (a *Adaptive) Learn(now int64) {
 		l.smp.Close(now, span)
 		l.smp.Expire(now, wait)
 		switch {
-		case l.smp.Ready.N > 0 && now-l.synced >= int64(LearnEvery):
+		case l.smp.Ready.Pending() && now-l.synced >= int64(LearnEvery):
 			a.syncGauge(k, l, now)
-		case l.smp.Ready.N == 0 && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
+		case !l.smp.Ready.Pending() && now-l.synced >= int64(RefreshEvery) && now-l.used < int64(time.Second):
 			a.syncGauge(k, l, now)
 		}
 	}
