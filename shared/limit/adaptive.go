@@ -365,6 +365,8 @@ func (l Limit) endRound(g Gauge) Gauge {
 			g = g.backoff(mean, clamp)
 		}
 		g.Warned = true
+	case g.confirming():
+		g = g.confirmSlower(mean, clamp)
 	case g.Measure:
 		g = g.measured(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
@@ -674,7 +676,7 @@ func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 			g.Limit = clamp(g.Limit * 2) // a cold start: the first doubling
 		}
 	case mean > old*3/2:
-		g.SlowStart = true
+		g = g.slower(clamp)
 	case mean*3/2 > old:
 		g.Base, g.BaseN = (old+mean)/2, oldN
 		g = g.based()
