@@ -58,4 +58,3 @@ func (g Gauge) confirmSlower(mean time.Duration, clamp func(float64) float64) Ga
 	g.Measure, g.Warned, g.Stalled, g.SlowStart = false, false, false, true
 	return g.based()
 }
-

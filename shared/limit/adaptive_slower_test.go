@@ -76,7 +76,9 @@ func TestAdaptiveTwoEnvoysKeepTheirBases(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			service := fixed(50 * time.Millisecond)
 			if jitter {
-				service = func() time.Duration { return 43*time.Millisecond + time.Duration(rng.Int63n(int64(20*time.Millisecond))) }
+				service = func() time.Duration {
+					return 43*time.Millisecond + time.Duration(rng.Int63n(int64(20*time.Millisecond)))
+				}
 			}
 			s := newSim(t, 1, 1000, 8, 32, service)
 			s.addFront(32)
