@@ -39,9 +39,9 @@ import (
 // logins' median (most find a free slot) and their p90 within 4x the
 // quiet p90 (a login that finds the 8 slots busy waits for one of 8 buys
 // to end, about a buy's service time / 8 = 25 ms, and as long again for
-// each buy queued at the store; measured 1.0-1.1x and 1.0-3.0x, and with
-// the word disabled, the limit holding the buys' cap over the slots, 2.5x
-// and 5.2x). The learnt limit over the last 5 s (its median: each probe
+// each buy queued at the store; measured 1.0-1.1x and 1.0-3.0x; with
+// the word disabled, the limit holding the buys' cap over the slots,
+// 1.1-2.5x and 3.8-5.2x, and the limit's median 13-14). The learnt limit over the last 5 s (its median: each probe
 // of the fast classes' word takes it one or two higher for a round trip)
 // is where the buys' cap (3/4 of it) is within one of the store's slots
 // and at least half of them (6..12), the
