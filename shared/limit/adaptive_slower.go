@@ -33,6 +33,15 @@ func (g Gauge) slower(clamp func(float64) float64) Gauge {
 	return g
 }
 
+// measuring ends a round that measured Base (see measured), or measured
+// it again at half the limit (see confirmSlower).
+func (g Gauge) measuring(mean time.Duration, clamp func(float64) float64) Gauge {
+	if g.confirming() {
+		return g.confirmSlower(mean, clamp)
+	}
+	return g.measured(mean, clamp)
+}
+
 // confirming reports whether the round measures Base again at half the
 // limit (see slower): Measure, Warned and Stalled, a combination no other
 // state has (a measuring round after a stall decides at once, see
