@@ -82,8 +82,8 @@ func (l Limit) At(n int64) Limit {
 //     yet queued much): back off once more from this round, a steady
 //     state, and measure again. Measured twice 1.5x the old Base, the
 //     upstream itself slowed down (service time, not a queue; once could
-//     be other Envoys' queue, whose backoff comes a round later): slow
-//     start again to find the limit that fits it.
+//     be other Envoys' queue, whose backoff comes a round later; then
+//     at half the limit, see slower): slow start again to fit it.
 //   - A round at twice Base or more is a stall or a loss of half the
 //     upstream, not a queue the last growth built: the limit halves, no
 //     more, and if the next round finds the latency back at Base, slow
@@ -388,7 +388,7 @@ func (l Limit) endRound(g Gauge) Gauge {
 		}
 		g.Warned = true
 	case g.Measure:
-		g = g.measured(mean, clamp)
+		g = g.measuring(mean, clamp)
 	case g.SlowStart && rise && (mild || g.N < MinRound/2):
 		g = g.slowStartRise(mean, mild, clamp)
 	case g.SlowStart && !rise && g.N >= MinRound/2 && float64(mean) > float64(g.Base)*(1+tol/2):
@@ -673,8 +673,8 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 // measured ends a round that measured Base: the mean of one round,
 // averaged with the previous measurement unless the upstream's latency
 // clearly moved; a Base 1.5x the old one, in the second round measuring
-// it (see endRound), means the upstream itself slowed down (not a queue):
-// slow start again. After a stall (the limit halved), a round under 1.5x
+// it (see endRound) and then at half the limit (see slower), is the
+// upstream slowed down: slow start again. After a stall, a round under 1.5x
 // the old Base is no queue either (the limit had none before the stall):
 // slow start again, from it. A cold rule's first round
 // (saturated) also doubles the limit: it had no Base to compare with.
@@ -697,7 +697,7 @@ func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 			g.Limit = clamp(g.Limit * 2) // a cold start: the first doubling
 		}
 	case mean > old*3/2:
-		g.SlowStart = true
+		g = g.slower(clamp)
 	case mean*3/2 > old:
 		g.Base, g.BaseN = (old+mean)/2, oldN
 		g = g.based()

@@ -196,6 +196,9 @@ func (s *upstreamSim) paused(now int64) int64 {
 func (s *upstreamSim) read(r simReq) {
 	s.served++
 	f := r.front
+	if f == nil {
+		return // a request of no Envoy's (see backlog)
+	}
 	f.inFlight--
 	f.waiting++ // the client sends its next request at once
 	lat := time.Duration(s.now - r.admitted)
@@ -689,8 +692,13 @@ func TestAdaptiveKeepsQueueOutOfBase(t *testing.T) {
 	if g.Limit != 16 || !g.Measure || g.SlowStart || g.Base != base {
 		t.Fatalf("measure round 1.6x Base: %+v, want limit 16, measuring again, Base %v", g, base)
 	}
-	if _, g = roundOf(lim, st, &now, 16, 160*time.Millisecond); !g.SlowStart || g.Measure || g.Base != 160*time.Millisecond {
-		t.Fatalf("second measure round 1.6x Base: %+v, want slow start from Base 160ms", g)
+	// Twice: the upstream slowed down, or a queue of others stands at it;
+	// a round at half the limit tells (see TestGaugeConfirmsSlowerAtHalf).
+	if st, g = roundOf(lim, st, &now, 16, 160*time.Millisecond); !g.confirming() || g.Limit != 8 || g.Base != 160*time.Millisecond {
+		t.Fatalf("second measure round 1.6x Base: %+v, want Base 160ms measured again at limit 8", g)
+	}
+	if _, g = roundOf(lim, st, &now, 8, 160*time.Millisecond); !g.SlowStart || g.Measure || g.Base != 160*time.Millisecond {
+		t.Fatalf("the round at half the limit 1.6x Base too: %+v, want slow start from Base 160ms", g)
 	}
 
 	g = Gauge{Limit: 8, Base: base, Round: 5, SlowStart: true}
@@ -763,8 +771,10 @@ func TestAdaptiveStallHalvesAndRegrows(t *testing.T) {
 	if _, o := roundOf(lim, st, &now, 8, 170*time.Millisecond); !o.SlowStart || o.Limit != 4 || o.Base != 150*time.Millisecond {
 		t.Errorf("the measure round 1.3x Base: %+v, want slow start from 4, Base 150ms", o)
 	}
-	if _, o := roundOf(lim, st, &now, 8, 200*time.Millisecond); !o.SlowStart || o.Base != 200*time.Millisecond {
-		t.Errorf("the measure round 1.54x Base: %+v, want slow start from Base 200ms (the upstream slowed down)", o)
+	if st2, o := roundOf(lim, st, &now, 8, 200*time.Millisecond); !o.confirming() || o.Limit != 2 || o.Base != 200*time.Millisecond {
+		t.Errorf("the measure round 1.54x Base: %+v, want Base 200ms measured again at limit 2", o)
+	} else if _, o = roundOf(lim, st2, &now, 8, 200*time.Millisecond); !o.SlowStart || o.Base != 200*time.Millisecond {
+		t.Errorf("at half the limit 1.54x Base too: %+v, want slow start from Base 200ms (the upstream slowed down)", o)
 	}
 	st, g = roundOf(lim, st, &now, 8, 135*time.Millisecond)
 	if !g.SlowStart || g.Stalled || g.Base != 130*time.Millisecond || g.Limit != 4 {
