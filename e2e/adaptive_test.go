@@ -252,10 +252,20 @@ func startSlotServer(t *testing.T, slots int, service time.Duration) slotServer 
 // adaptive rule's throughput is judged against it, since a busy machine
 // that cannot push the capacity through Envoy at all limits the
 // throughput, not the rule. The clients, all queued at the upstream,
-// keep every slot busy unless the machine is late.
+// keep every slot busy unless the machine is late. It returns once the
+// upstream has served the queue they leave (it serves a request whose
+// client is gone: 55 at 8 slots x 50 ms), so that the rule the test
+// measures next starts cold on an idle upstream, as a rule does in
+// production, instead of learning its no-queue latency from this
+// phase's backlog.
 func (up slotServer) machineShare(t *testing.T, clients int, capacity float64, envoys ...*envoytest.Envoy) float64 {
 	t.Helper()
 	x, _ := up.load(t, "no limit", "/free", clients, 3*time.Second, 2*time.Second, envoys...)
+	for end := time.Now().Add(10 * time.Second); up.Busy() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the upstream still holds %d requests 10 s after the no-limit phase", up.Busy())
+		}
+	}
 	return min(1, x/capacity)
 }
 

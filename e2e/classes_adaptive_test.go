@@ -53,10 +53,6 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 		}
 	}()
 	m := up.machineShare(t, 64, 160, e)
-	// The clients of that phase left about 55 requests in the upstream's
-	// queue (it serves a request whose client is gone): 0.35 s of work.
-	// The rule starts cold on an upstream without a backlog.
-	time.Sleep(time.Second)
 
 	okLimit := func(lim uint64) bool { return lim >= 6 && lim <= 10 }
 	var lim uint64

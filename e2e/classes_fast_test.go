@@ -86,7 +86,6 @@ func TestClassesFastLoginInEnvoy(t *testing.T) {
 // process's timers fired at most during the launch.
 func fastLaunch(t *testing.T, up slotServer, e *envoytest.Envoy, capacity float64) (string, time.Duration) {
 	m := up.machineShare(t, 64, capacity, e)
-	time.Sleep(time.Second) // the backlog that phase's clients left: 55 buys, 1.4 s with the second below
 
 	// A quiet day: 4 buyers (half the store's slots) and the logins. The
 	// rule learns each class's no-queue latency, as the demo's store

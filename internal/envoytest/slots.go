@@ -76,6 +76,10 @@ func (s *SlotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ok")
 }
 
+// Busy returns the requests in the server now: served or waiting for a
+// slot.
+func (s *SlotServer) Busy() int64 { return s.waiting.Load() + int64(len(s.sem)) }
+
 // Take returns the requests served since the last Take and the 90th
 // percentile of the queue they found at arrival.
 func (s *SlotServer) Take() (served int64, p90 int64) {
