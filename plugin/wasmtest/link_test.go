@@ -113,7 +113,11 @@ import (
 // WordAtOnce, Sampler.ResetTo, the round ended on two waiting samples:
 // +3.8 KB; in the store-wide model the buys over the store's slots in 1
 // launch second in the median seed, 2 before): 3,497,382 bytes then.
-const moduleCeiling = 3_498_000
+// Raised for the Base re-measured at half the limit before a raise of
+// half or more is taken (Gauge.slower, confirming; two Envoys' Bases no
+// longer ratchet on each other's queue: 6 -> 1 of 200 model runs over the
+// knee): 3,499,210 bytes then (merged with the header's CeilSeconds).
+const moduleCeiling = 3_500_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
