@@ -674,8 +674,11 @@ func TestStoreWideLaunchEnvoyModel(t *testing.T) {
 	wideNoFast = false
 	with := wideSeeds(40, nil)
 	t.Logf("with it: %v", with)
-	if with.over[20] > 3 {
-		t.Errorf("with the fast classes' word, the buys over the slots in %d launch seconds in the median seed: want 3 at most", with.over[20])
+	if with.over[20] > 2 || with.orders[20] < 0.833 {
+		// 3 seconds over when slow start's crossing waited for a second
+		// mild round with the fast classes untimed (see limit's grownRise).
+		t.Errorf("with the fast classes' word, the buys over the slots in %d launch seconds in the median seed, orders median %.1f%%: want 2 at most, 83.3%% or more",
+			with.over[20], with.orders[20]*100)
 	}
 	if nowBack > 0 || now[0] < 0.7 || now[20] < 0.8 {
 		t.Errorf("%d seeds backed off in the launch's first 2 s, the lowest sold %.0f%%, the median %.0f%%: want none, none under 70%%, a median of 80%% or more",
