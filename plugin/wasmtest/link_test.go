@@ -113,7 +113,12 @@ import (
 // WordAtOnce, Sampler.ResetTo, the round ended on two waiting samples:
 // +3.8 KB; in the store-wide model the buys over the store's slots in 1
 // launch second in the median seed, 2 before): 3,497,382 bytes then.
-const moduleCeiling = 3_498_000
+// Raised for slow start's crossing read under Envoy's loop lag (the first
+// mild rise after a calm growth backs off when the fast classes are
+// silent; an untimed fast class's word with the lag's error out,
+// Sampler.DoneWord: in the store-wide model with lag, the buys over the
+// slots in 1 launch second in the median seed, 3 before): 3,499,907 bytes.
+const moduleCeiling = 3_501_000
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
