@@ -368,3 +368,48 @@ func answerOne(t *testing.T, e *Engine, path string, now int64, lat time.Duratio
 	e.flight.CloseWindow(0, fp, now, 0)
 	return before, learnt(e, 0, fp), fp, now + int64(LearnEvery)
 }
+
+// A fast class's sample read while the worker's loop runs too late to
+// time it (limit.ClassBases.Timed: a 5 ms login, the loop 10 ms late)
+// gives no latency but its word on the queue, the lag's error out
+// (limit.Sampler.DoneWord): 12 ms is no wait, 40 ms is.
+func TestAdaptiveUntimedFastWord(t *testing.T) {
+	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
+	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
+	now := t0
+	for range 16 {
+		_, _, _, now = answerOne(t, e, "/login", now, 5*time.Millisecond, nil)
+	}
+	for range 16 {
+		_, _, _, now = answerOne(t, e, "/buy", now, 150*time.Millisecond, nil)
+	}
+	const period, late = 20 * time.Millisecond, 10 * time.Millisecond
+	done := now
+	e.Ticked(done, period)
+	e.TickDone(done)
+	tick := func(until int64) {
+		for done+int64(period+late) <= until {
+			done += int64(period + late)
+			e.Ticked(done, period)
+			e.TickDone(done)
+		}
+	}
+	tick(done + int64(12*(period+late)))
+	now = done + int64(time.Millisecond)
+	one := func(lat time.Duration) (n, fast, queued int64) {
+		var before, after flight.LearnerView
+		before, after, _, now = answerOne(t, e, "/login", now, lat, tick)
+		if after.Gauge.Round != before.Gauge.Round {
+			t.Fatalf("the round ended on this sample")
+		}
+		tick(now + int64(LearnEvery)) // the next Learn adds the batch
+		now = done + int64(time.Millisecond)
+		return after.Ready.N - before.Ready.N, after.Ready.Fast - before.Ready.Fast, after.Ready.Queued - before.Ready.Queued
+	}
+	if n, f, q := one(12 * time.Millisecond); n != 0 || f != 1 || q != 0 {
+		t.Errorf("a login of 12 ms, the loop 10 ms late: %d samples, fast %d queued %d, want none, 1, 0", n, f, q)
+	}
+	if n, f, q := one(40 * time.Millisecond); n != 0 || f != 1 || q != 1 {
+		t.Errorf("a login of 40 ms, the loop 10 ms late: %d samples, fast %d queued %d, want none, 1, 1", n, f, q)
+	}
+}
