@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -264,7 +265,11 @@ func countVariant(ctx context.Context, v *cgVariant, envoyBin, tmp string, ips [
 			return err
 		}
 	}
-	objs, err := workerThreadCost(out, busy.Seconds()/idle.Seconds())
+	img, err := envoyImage(envoyBin)
+	if err != nil {
+		return err
+	}
+	objs, err := workerThreadCost(out, busy.Seconds()/idle.Seconds(), img)
 	if err != nil {
 		return err
 	}
@@ -308,11 +313,11 @@ type cgDump struct {
 // a wasm filter; otherwise among all threads): V8's background compiler
 // threads run no compiled wasm, and their tier-up work lands whenever the
 // slowed-down scheduler lets it, which would make the count unrepeatable.
-func workerThreadCost(out string, scale float64) (map[string]float64, error) {
+func workerThreadCost(out string, scale float64, img addrRange) (map[string]float64, error) {
 	files, _ := filepath.Glob(out + "*")
 	var dumps []cgDump
 	for _, f := range files {
-		d, err := callgrindObjects(f)
+		d, err := callgrindObjects(f, img)
 		if err != nil {
 			return nil, err
 		}
@@ -374,7 +379,7 @@ func workerThreadCost(out string, scale float64) (map[string]float64, error) {
 // V8's runtime and the proxy-wasm host), the libraries, and code outside
 // any file, which is what V8 compiled at run time: the wasm module (the Go
 // code) and V8's trampolines between wasm and C++.
-func callgrindObjects(f string) (cgDump, error) {
+func callgrindObjects(f string, img addrRange) (cgDump, error) {
 	sums := map[string]int64{}
 	d := cgDump{objs: sums}
 	{
@@ -417,7 +422,7 @@ func callgrindObjects(f string) (cgDump, error) {
 			} else if rest, ok := strings.CutPrefix(line, "cob="); ok {
 				objName(names, rest) // defines the name for later references
 			} else if rest, ok := strings.CutPrefix(line, "fn="); ok {
-				cur = costObject(obj, objName(fns, rest))
+				cur = costObject(obj, objName(fns, rest), img)
 			} else if rest, ok := strings.CutPrefix(line, "cfn="); ok {
 				objName(fns, rest)
 			} else if strings.HasPrefix(line, "calls=") {
@@ -431,20 +436,48 @@ func callgrindObjects(f string) (cgDump, error) {
 
 // envoyAllocator is the object the report files Envoy's allocator under.
 // tcmalloc is in the envoy binary's own ELF section (google_malloc), which
-// callgrind maps to no object ("???"), as it does V8's generated code;
-// the code V8 generates lies far above the binary (valgrind loads the
-// position-independent envoy at 0x108000), so a "???" function below 2^40
-// is the binary's.
+// callgrind maps to no object ("???"), as it does V8's generated code; a
+// "???" function inside the binary's loaded image is the binary's.
 const envoyAllocator = "envoy's allocator (google_malloc: no object to callgrind)"
+
+// addrRange is the envoy binary's image as valgrind loads it.
+type addrRange struct{ lo, hi uint64 }
+
+// valgrindPIEBase is where valgrind loads a position-independent
+// executable (google_malloc's runtime addresses are its section's plus
+// this; V8's code lies elsewhere: 0xa5_9784_6000 and 0x19b3_dbfb_8000 in
+// two runs).
+const valgrindPIEBase = 0x108000
+
+// envoyImage returns the range of the envoy binary bin's loaded segments
+// under valgrind.
+func envoyImage(bin string) (addrRange, error) {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return addrRange{}, err
+	}
+	defer f.Close()
+	var base uint64
+	if f.Type == elf.ET_DYN {
+		base = valgrindPIEBase
+	}
+	r := addrRange{lo: ^uint64(0)}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			r.lo, r.hi = min(r.lo, base+p.Vaddr), max(r.hi, base+p.Vaddr+p.Memsz)
+		}
+	}
+	return r, nil
+}
 
 // costObject is the object the costs of function fn of object ob count
 // under: ob, or envoyAllocator for the binary's code callgrind gives no
 // object.
-func costObject(ob, fn string) string {
+func costObject(ob, fn string, img addrRange) string {
 	if !strings.HasPrefix(ob, "???") {
 		return ob
 	}
-	if a, err := strconv.ParseUint(strings.TrimPrefix(strings.SplitN(fn, "'", 2)[0], "0x"), 16, 64); err == nil && a < 1<<40 {
+	if a, err := strconv.ParseUint(strings.TrimPrefix(strings.SplitN(fn, "'", 2)[0], "0x"), 16, 64); err == nil && a >= img.lo && a < img.hi {
 		return envoyAllocator
 	}
 	return ob
