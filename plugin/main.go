@@ -540,8 +540,10 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.pending = nil
 	}
 	if h.decided {
-		if v := h.verdict; v.Outcome == engine.Reject && len(v.Slots) == 0 {
-			h.plugin.redirect.reset() // all end does for it
+		if v := h.verdict; len(v.Slots) == 0 && (v.Outcome == engine.Reject || v.Outcome == engine.Allow && h.responded) {
+			// All end does for a rejection, or for a forwarded request
+			// whose response came through (no internal redirect).
+			h.plugin.redirect.reset()
 		} else {
 			h.end()
 		}
