@@ -464,7 +464,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if len(h.verdict.Slots) > 0 {
 		h.sample(nowNanos(), true)
 	}
-	held := h.settle()
+	held := h.verdict.ChargesAfterResponse() && h.settle() // settle's first check, without its call
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)

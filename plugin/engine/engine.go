@@ -387,7 +387,9 @@ func (e *Engine) decide(v *Verdict, req Request, now int64, redirected bool) {
 	}
 	if rejected < 0 {
 		e.admit(v, &ri)
-		e.admitSamples(v, now)
+		if len(v.Slots) > 0 { // samples are the slots' (a call on wasm)
+			e.admitSamples(v, now)
+		}
 		return
 	}
 	e.refuse(v, &ri, rejected, now)
