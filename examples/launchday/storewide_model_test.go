@@ -676,23 +676,17 @@ func TestStoreWideLaunchEnvoyModel(t *testing.T) {
 	wideNoFast, wideNoLagWord = false, true
 	noLag := wideSeeds(40, nil)
 	t.Logf("with it, none from the classes untimed under the lag: %v", noLag)
-	if noLag.over[20] > 2 || noLag.orders[20] < 0.833 {
-		// 3 seconds over when slow start's crossing waited for a second
-		// mild round with the fast classes untimed (see limit's grownRise).
-		t.Errorf("without the untimed classes' word, the buys over the slots in %d launch seconds in the median seed, orders median %.1f%%: want 2 at most, 83.3%% or more",
-			noLag.over[20], noLag.orders[20]*100)
-	}
 	wideNoLagWord = false
 	with := wideSeeds(40, nil)
 	t.Logf("with it, and theirs with the lag's error out (limit.Sampler.DoneWord): %v", with)
-	if with.over[20] > 1 || with.slow[20] > 8 || with.orders[20] < 0.82 {
+	if with.over[20] > 1 || with.over[20] >= noLag.over[20] || with.slow[20] > 8 || with.orders[20] < 0.82 {
 		// The crossing ends on their word (see limit's fastCrossing) 150
 		// ms after the growth; the limit then probes from the one it grew
 		// from, one a round trip, where it held 23-24 (over the slots,
-		// selling more) before: 83.4% of the orders, 2 seconds over, 10
+		// selling more) before: 83.3% of the orders, 3 seconds over, 15
 		// slow logins.
-		t.Errorf("with the word of the classes untimed under the lag, the buys over the slots in %d launch seconds in the median seed, %d slow logins, orders median %.1f%%: want 1 at most, 8 at most, 82%% or more",
-			with.over[20], with.slow[20], with.orders[20]*100)
+		t.Errorf("with the word of the classes untimed under the lag, the buys over the slots in %d launch seconds in the median seed (%d without it), %d slow logins, orders median %.1f%%: want 1 at most and fewer, 8 at most, 82%% or more",
+			with.over[20], noLag.over[20], with.slow[20], with.orders[20]*100)
 	}
 	if nowBack > 0 || now[0] < 0.7 || now[20] < 0.8 {
 		t.Errorf("%d seeds backed off in the launch's first 2 s, the lowest sold %.0f%%, the median %.0f%%: want none, none under 70%%, a median of 80%% or more",

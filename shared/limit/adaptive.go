@@ -522,10 +522,17 @@ func (g Gauge) slowStartRise(mean time.Duration, mild bool, clamp func(float64) 
 		g.Warned = true
 		return g
 	}
-	if g.grownRise(mild) {
-		return g.backoff(mean, clamp) // the crossing (see grownRise)
-	}
 	if g.Warned && (g.N >= MinRound/2 || !mild) {
+		if g.Grown && g.Use > 0 {
+			// The crossing of the knee, for a rule with classes (see
+			// backoff): the queue the growth built read as a mild rise,
+			// twice (the first answers of a round are its quickest; in
+			// the demo, a worker's loop running late under the launch
+			// hid the rest). Probing on from the top kept 27 of the
+			// store's 20 slots' buys at the store for a second or more;
+			// back off to the limit it grew from.
+			return g.backoff(mean, clamp)
+		}
 		g.SlowStart, g.Calm, g.Grown, g.FastGrown = false, ProbeAfter, false, false
 	}
 	g.Warned = !g.Warned

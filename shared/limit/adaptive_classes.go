@@ -130,30 +130,3 @@ func (g Gauge) crossed(lo int64) Gauge {
 	g.Measure, g.SlowStart, g.Warned, g.Calm, g.Stalled, g.Grown, g.FastGrown = true, false, true, ProbeAfter, false, false, false
 	return g
 }
-
-// grownRise reports whether a slow-start round that rose (mildly, or in
-// a round too small to tell) is the crossing of the knee, for a rule with
-// classes: the growth came from a round of MinRound/2 samples or more
-// that read calm (Grown), so a rise that shows again in the next round is
-// the queue the growth built. The queue read as a mild rise (the first
-// answers of a round are its quickest), and probing on from the top kept
-// 27 of the store's 20 slots' buys at the store for a second or more: it
-// backs off to the limit it grew from (see classesCut).
-//
-// A round of MinRound/2 samples or more with no word of the fast classes
-// decides at once (HyStart's delay increase, read in the round after the
-// growth): under Envoy's loop lag they are untimed (ClassBases.Timed),
-// the round's mean is the only word there is, and a slow-start round
-// lasts 300-400 ms; waiting for a second one kept the crossing's queue
-// that much longer (the store-wide model with lag: 3 seconds over the
-// slots in the median seed, 2 deciding at once). Where they spoke, their
-// word decides the crossing sooner (see fastCrossing) and a mild rise
-// they did not confirm waits for the next round: a store slowed by its
-// own CPU reads as one, and backing off on it held one seed of the model
-// at 9 for the launch (36% of its orders).
-func (g Gauge) grownRise(mild bool) bool {
-	if !g.Grown || g.Use <= 0 {
-		return false
-	}
-	return (g.N >= MinRound/2 && g.Fast == FastNone) || (g.Warned && (g.N >= MinRound/2 || !mild))
-}

@@ -191,7 +191,7 @@ func TestGaugeCrossingMildTwiceBacksOff(t *testing.T) {
 	ms := time.Millisecond
 	mild := func(g Gauge) Gauge {
 		for range 2 {
-			g.N, g.Mean, g.Saturated, g.Fast = 15, 172*ms, true, FastCalm
+			g.N, g.Mean, g.Saturated = 15, 172*ms, true
 			g = lim.endRound(g)
 		}
 		return g
@@ -362,47 +362,5 @@ func TestSamplerFastWordAtOnce(t *testing.T) {
 	p.Close(int64(2*ms), ms)
 	if r := p.Ready; r.N != 2 || r.Fast != 1 || r.Queued != 1 {
 		t.Errorf("its window complete: ready %+v, want 2 samples, the word (a login of 12 ms on 5 waited)", r)
-	}
-}
-
-// The crossing read as a mild rise in a round of MinRound/2 samples or
-// more while the fast classes gave no word (Envoy's loop lag leaves them
-// untimed) backs off at once, not after a second such round; with their
-// word calm, or a round too small, or a growth not from a calm round, or
-// a rule without classes, the round only warns, as before.
-func TestGaugeCrossingMildSilentFastBacksOffAtOnce(t *testing.T) {
-	lim, _ := NewAdaptive(1, 1000)
-	ms := time.Millisecond
-	round := func(g Gauge, n int64, fast int64) Gauge {
-		g.N, g.Mean, g.Saturated, g.Fast = n, 172*ms, true, fast
-		if n < MinRound/2 {
-			g.Mean = 180 * ms // a rise at this size (1.2x), mild
-		}
-		return lim.endRound(g)
-	}
-	grown := Gauge{Limit: 30, Base: 150 * ms, BaseN: 31, SlowStart: true, Grown: true, Use: 0.9}
-	want := 30 * 150.0 / 172 * Backoff * 0.9
-	if g := round(grown, 15, FastNone); g.SlowStart || !g.Measure || g.Limit < want-0.01 || g.Limit > want+0.01 {
-		t.Errorf("grown from a calm round, fast classes silent, one mild round of 15: limit %.2f slow start %v measure %v, want %.2f (backed off, measuring)",
-			g.Limit, g.SlowStart, g.Measure, want)
-	}
-	noClasses := grown
-	noClasses.Use = 0
-	notGrown := grown
-	notGrown.Grown = false
-	for _, c := range []struct {
-		name string
-		g    Gauge
-		n    int64
-		fast int64
-	}{
-		{"fast classes calm", grown, 15, FastCalm},
-		{"a round of 6", grown, 6, FastNone},
-		{"not grown from a calm round", notGrown, 15, FastNone},
-		{"without classes", noClasses, 15, FastNone},
-	} {
-		if g := round(c.g, c.n, c.fast); !g.SlowStart || g.Limit != 30 || !g.Warned {
-			t.Errorf("%s: limit %.2f slow start %v warned %v, want slow start going on at 30, warned", c.name, g.Limit, g.SlowStart, g.Warned)
-		}
 	}
 }
