@@ -90,17 +90,32 @@ func adaptiveFigures(t *testing.T, warm, measure time.Duration, opts ...Option) 
 // after a 2 s warm-up, at most 20% of attempts are refused and at least 14
 // requests a second succeed. Without it (logged for comparison) the
 // callers' rate decides, and most attempts are refused.
+//
+// A run that misses while this process's timers fired 50 ms late or more
+// (the machine busy: the callers' pacing catches up in bursts) is run
+// again, up to three times; a run without such a stall is judged as it
+// is, and a client that does not learn the rate (99% refused) fails all.
 func TestAdaptiveRateBare429(t *testing.T) {
 	const warm, measure = 2 * time.Second, 4 * time.Second
-	refused, okps, n := adaptiveFigures(t, warm, measure, WithAdaptiveRate())
-	t.Logf("WithAdaptiveRate: %d attempts in %v after a %v warm-up, %.1f%% refused, %.1f successes/s", n, measure, warm, 100*refused, okps)
+	var refused, okps float64
+	for attempt := 1; attempt <= 3; attempt++ {
+		late := timerLateness()
+		var n int
+		refused, okps, n = adaptiveFigures(t, warm, measure, WithAdaptiveRate())
+		most := late()
+		t.Logf("WithAdaptiveRate: %d attempts in %v after a %v warm-up, %.1f%% refused, %.1f successes/s (timers up to %v late)",
+			n, measure, warm, 100*refused, okps, most.Round(time.Millisecond))
+		if refused <= 0.20 && okps >= 14 || most < 50*time.Millisecond {
+			break
+		}
+	}
 	if refused > 0.20 {
 		t.Errorf("%.1f%% of attempts refused, want at most 20%%", 100*refused)
 	}
 	if okps < 14 {
 		t.Errorf("%.1f successes/s, want at least 14", okps)
 	}
-	refused, okps, n = adaptiveFigures(t, warm, measure)
+	refused, okps, n := adaptiveFigures(t, warm, measure)
 	t.Logf("without:          %d attempts in %v after a %v warm-up, %.1f%% refused, %.1f successes/s", n, measure, warm, 100*refused, okps)
 }
 
@@ -242,4 +257,24 @@ func TestAdaptiveRateRecovers(t *testing.T) {
 			t.Errorf("a host that never throttles: took %v with %d events, want 1ms and none", d, events.Load())
 		}
 	})
+}
+
+// timerLateness starts probing how late this process's 10 ms timers fire;
+// the function it returns stops the probe and returns the most.
+func timerLateness() func() time.Duration {
+	stop, done := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		most := time.Duration(0)
+		for {
+			start := time.Now()
+			select {
+			case <-stop:
+				done <- most
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			most = max(most, time.Since(start)-10*time.Millisecond)
+		}
+	}()
+	return func() time.Duration { close(stop); return <-done }
 }
