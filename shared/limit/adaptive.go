@@ -357,8 +357,6 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.fastStep(clamp)
 	case g.holding():
 		g = g.held(mean, rise, mild, clamp)
-	case rise && mild && g.fastCalmRound():
-		g.Warned = false // the slower classes' noise (see fastCalmRound)
 	case rise && mild && !g.Warned:
 		// A mild rise: noise, once in a while (a round's mean and Base
 		// each vary by about 5%); a queue if the next round shows it

@@ -88,20 +88,6 @@ func (g Gauge) fastStep(clamp func(float64) float64) Gauge {
 	return g
 }
 
-// fastCalmRound reports whether g's round used the limit, outside slow
-// start, while its fast classes were timed and none of their samples
-// waited (FastCalm): nothing stood in front of them at the upstream, so
-// a mild rise of the round's mean is the slower classes' own noise, not
-// a queue; it neither warns nor backs off (nor grows). In the demo's
-// store a round of twenty buys of 100-200 ms varies its mean by about
-// 6%: two such rounds in a row, the logins calm in both, backed the
-// limit off from 22 to 17, the buys' cap to 15 of the 20 slots, for a
-// second of the launch. A clear rise still backs off, and a queue the
-// fast classes see is fastStep's.
-func (g Gauge) fastCalmRound() bool {
-	return g.Fast == FastCalm && g.Saturated && !g.SlowStart && !g.Measure
-}
-
 // WordAtOnce reports whether g's round watches slow start's last growth
 // (see fastCrossing): the fast classes' word then reaches the Gauge as
 // soon as each of their samples is back (see Sampler.ResetTo). In other

@@ -364,31 +364,3 @@ func TestSamplerFastWordAtOnce(t *testing.T) {
 		t.Errorf("its window complete: ready %+v, want 2 samples, the word (a login of 12 ms on 5 waited)", r)
 	}
 }
-
-// TestGaugeFastCalmMildRise: outside slow start, a round that used the
-// limit with its fast classes timed and calm reads a mild rise of its
-// mean as the slower classes' noise: no warning, no backoff, no growth.
-// Without the fast classes' word, or with a clear rise, it backs off as
-// before.
-func TestGaugeFastCalmMildRise(t *testing.T) {
-	lim, _ := NewAdaptive(1, 1000)
-	ms := time.Millisecond
-	g := Gauge{Limit: 22.2, Base: 100 * ms, BaseN: 31, Calm: ProbeAfter, Saturated: true, Use: 0.9, N: 21, Warned: true, Fast: FastCalm}
-	g.Mean = time.Duration(float64(g.Base) * (1 + 1.5*g.tolerance())) // a mild rise
-	if got := lim.endRound(g); got.Limit != g.Limit || got.Warned {
-		t.Errorf("warned, mild rise, fast classes calm: limit %.2f warned %v, want 22.2 and no warning", got.Limit, got.Warned)
-	}
-	unwarned := g
-	unwarned.Warned = false
-	if got := lim.endRound(unwarned); got.Limit != g.Limit || got.Warned {
-		t.Errorf("mild rise, fast classes calm: limit %.2f warned %v, want 22.2 and no warning", got.Limit, got.Warned)
-	}
-	if got := lim.endRound(withFast(g, FastNone)); got.Limit >= g.Limit {
-		t.Errorf("warned, mild rise, no fast class: limit %.2f, want a backoff from 22.2", got.Limit)
-	}
-	clear := g
-	clear.Mean = g.Base * 2
-	if got := lim.endRound(clear); got.Limit >= g.Limit {
-		t.Errorf("clear rise, fast classes calm: limit %.2f, want a backoff from 22.2", got.Limit)
-	}
-}
