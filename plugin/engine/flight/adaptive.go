@@ -428,8 +428,6 @@ func (a *Adaptive) Sample(slots []SlotRef, sent, now int64, kind SampleKind) {
 		switch {
 		case kind == SampleEnded && !counts:
 			ok = l.smp.Cut(ticket) // its window would count only the quick
-		case l.cb != nil && !l.cb.Timed(int(s.Class), lag) && counts && l.cb.Fast(int(s.Class)):
-			ok = l.smp.DoneWord(ticket, lat, b, lag) // no sample, but its word on the queue, the lag's error out
 		case l.cb != nil && !l.cb.Timed(int(s.Class), lag):
 			ok = l.smp.Done(ticket, lat, false, false) // the loop's lag, not the upstream's latency
 		case counts && l.cb != nil && l.cb.Fast(int(s.Class)):
