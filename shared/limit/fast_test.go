@@ -69,21 +69,19 @@ func TestGaugeLearnsFastWord(t *testing.T) {
 	batch := func(fast, queued int64) {
 		st, g = lim.Learn(st, now, Samples{Round: g.Round, N: 2, Sum: 240 * ms, Exp: 240 * ms, Use: 0.9, Saturated: true, Fast: fast, Queued: queued})
 	}
-	batch(0, 0)
-	if g.Fast != FastNone {
-		t.Fatalf("no fast sample: Fast %d", g.Fast)
-	}
-	batch(1, 0)
-	if g.Fast != FastCalm {
-		t.Fatalf("a calm fast sample: Fast %d, want FastCalm", g.Fast)
-	}
-	batch(1, 1)
-	if g.Fast != FastOnce {
-		t.Fatalf("then a queued one: Fast %d, want FastOnce", g.Fast)
-	}
-	batch(2, 2)
-	if g.Fast != FastQueue {
-		t.Fatalf("then two more: Fast %d, want FastQueue", g.Fast)
+	for _, step := range []struct {
+		name         string
+		fast, queued int64
+		want         int64
+	}{
+		{"no fast sample", 0, 0, FastNone},
+		{"a calm fast sample", 1, 0, FastCalm},
+		{"then a queued one", 1, 1, FastOnce},
+		{"then two more", 2, 2, FastQueue},
+	} {
+		if batch(step.fast, step.queued); g.Fast != step.want {
+			t.Fatalf("%s: Fast %d, want %d", step.name, g.Fast, step.want)
+		}
 	}
 	for g.Round == 7 {
 		now += int64(10 * ms)
