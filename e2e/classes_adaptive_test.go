@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -43,16 +44,27 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 		o.Upstream, o.WasmDebug = up.addr, true
 		withTimingLog(o)
 	})
+	// The phases' figures are logged again after the rule's debug lines on
+	// a failure, so that the end of the output (all a CI log may keep)
+	// says what failed.
+	var recap []string
+	logf := func(format string, args ...any) {
+		t.Helper()
+		recap = append(recap, fmt.Sprintf(format, args...))
+		t.Log(recap[len(recap)-1])
+	}
 	defer func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("SLUICE_LEARNT") != "" {
 			for _, l := range strings.Split(e.Logs(), "\n") {
 				if j := strings.Index(l, "rule buy learnt"); j >= 0 {
 					t.Logf("%s", l[j:])
 				}
 			}
+			t.Logf("the phases again:\n%s", strings.Join(recap, "\n"))
 		}
 	}()
 	m := up.machineShare(t, 64, 160, e)
+	logf("no limit: the machine delivers %.0f%% of 160/s", 100*m)
 
 	okLimit := func(lim uint64) bool { return lim >= 6 && lim <= 10 }
 	var lim uint64
@@ -69,13 +81,13 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 		if lim, err = e.Stat("wasmcustom.sluice.rule.buy.limit"); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("only buys: %.0f/s, upstream queue p90 %d, learnt limit %d", x, q, lim)
+		logf("only buys: %.0f/s, upstream queue p90 %d, learnt limit %d (timers up to %v late)", x, q, lim, most.Round(time.Millisecond))
 		if okLimit(lim) || (most < 50*time.Millisecond && !stalled) {
 			break
 		}
 		stalled = most >= 50*time.Millisecond
 		if attempt < 3 {
-			t.Logf("only buys: the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", most.Round(time.Millisecond))
+			logf("only buys: the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", most.Round(time.Millisecond))
 		}
 	}
 	if !okLimit(lim) {
@@ -87,6 +99,7 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 		probe := startLatenessProbe(10 * time.Millisecond)
 		r := loginPhase(t, up, e, fmt.Sprintf("/store/login?try=%d", attempt))
 		_, most := probe.Stop()
+		logf("%s (timers up to %v late)", r.figures, most.Round(time.Millisecond))
 		fail := r.verdict(m)
 		if fail == "" {
 			return
@@ -96,7 +109,7 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 			return
 		}
 		stalled = most >= 50*time.Millisecond
-		t.Logf("with logins: %s; the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", fail, most.Round(time.Millisecond))
+		logf("with logins: %s; the machine stalled (this process's timers up to %v late), now or in the phase before: measured again", fail, most.Round(time.Millisecond))
 	}
 }
 
@@ -106,6 +119,7 @@ type loginRun struct {
 	sent    int             // logins sent
 	bad     []int           // statuses of logins not served (0: no answer)
 	inEnvoy []time.Duration // the logins' durations in Envoy
+	figures string          // what the phase logged
 }
 
 // verdict returns why r fails the bounds of TestClassesAdaptiveInEnvoy
@@ -175,7 +189,7 @@ func loginPhase(t *testing.T, up slotServer, e *envoytest.Envoy, path string) lo
 	slices.Sort(r.inEnvoy)
 	r.buys = x - 10
 	lim, _ := e.Stat("wasmcustom.sluice.rule.buy.limit")
-	t.Logf("with logins: %.0f/s served (logins included), upstream queue p90 %d, learnt limit %d; %d logins, %d served, in Envoy %v, not served %v",
+	r.figures = fmt.Sprintf("with logins: %.0f/s served (logins included), upstream queue p90 %d, learnt limit %d; %d logins, %d served, in Envoy %v, not served %v",
 		x, q, lim, r.sent, got, spread(r.inEnvoy), r.bad)
 	return r
 }

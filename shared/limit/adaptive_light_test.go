@@ -167,9 +167,14 @@ func TestGaugeBackoffUse(t *testing.T) {
 		t.Errorf("saturated round with Use 1/6: limit %.2f, want 3 (halved at most)", b.Limit)
 	}
 	g.Use = 0.75
-	want := 6 * 0.75 * 10 / 11 * Backoff
+	want := 6 * 0.75 * 10 / 11.0 // a quarter kept free: no Backoff margin on top (see classesCut)
 	if b := g.backoff(11*time.Millisecond, clamp); b.Limit < want-0.07 || b.Limit > want+0.07 {
 		t.Errorf("saturated round with Use 0.75: limit %.2f, want %.2f (the capacity from what was in flight)", b.Limit, want)
+	}
+	g.Use = 0.9
+	want = 6 * 0.9 * 10 / 11 * Backoff // a tenth kept free: the margin stays
+	if b := g.backoff(11*time.Millisecond, clamp); b.Limit < want-0.07 || b.Limit > want+0.07 {
+		t.Errorf("saturated round with Use 0.9: limit %.2f, want %.2f (with the Backoff margin)", b.Limit, want)
 	}
 	g.Use, g.Saturated = 0, false
 	if b := g.backoff(11*time.Millisecond, clamp); b.Limit < 5.1 || b.Limit > 5.3 {
