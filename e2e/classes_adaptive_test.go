@@ -54,7 +54,7 @@ func TestClassesAdaptiveInEnvoy(t *testing.T) {
 		t.Log(recap[len(recap)-1])
 	}
 	defer func() {
-		if t.Failed() || os.Getenv("SLUICE_LEARNT") != "" {
+		if t.Failed() || os.Getenv("SLUICE_LEARNT") != "" { // SLUICE_LEARNT=1: always
 			for _, l := range strings.Split(e.Logs(), "\n") {
 				if j := strings.Index(l, "rule buy learnt"); j >= 0 {
 					t.Logf("%s", l[j:])
