@@ -161,6 +161,50 @@ func TestClassBasesLeaveQueuedFastSamples(t *testing.T) {
 	}
 }
 
+// In a saturated round, a fast class's samples from 1.3x its base
+// (QueuedTenths) leave its base alone too, not only those at the word's
+// 2x: a 20 ms login waiting 0-25 ms for one of eight 200 ms buys to end.
+// A round measuring after a backoff where every one of them read 1.3x or
+// more, at a mean under 2x, takes them (the class got slower); at a mean
+// of 2x or more it does not (a queue draining).
+func TestClassBasesLeaveWaitsUnder2x(t *testing.T) {
+	ms := time.Millisecond
+	run := func(prev, next Gauge, lats ...time.Duration) time.Duration {
+		var b ClassBases
+		for range firstSamples {
+			b.Expect(0, 20*ms)
+			b.Expect(1, 200*ms)
+		}
+		b.RoundEnded(Gauge{}, Gauge{})
+		for range 8 {
+			for _, l := range lats {
+				b.Expect(0, l)
+			}
+			b.Expect(1, 200*ms)
+			b.RoundEnded(prev, next)
+		}
+		return b.Base(0)
+	}
+	held := Gauge{Limit: 11, Saturated: true}
+	measuring := Gauge{Limit: 11, Saturated: true, Measure: true}
+	for _, c := range []struct {
+		name   string
+		prev   Gauge
+		lats   []time.Duration
+		lo, hi time.Duration
+	}{
+		{"held, waits of 1.4-1.9x", held, []time.Duration{28 * ms, 38 * ms, 20 * ms}, 20 * ms, 20 * ms},
+		{"held, 1.2x", held, []time.Duration{24 * ms, 24 * ms, 24 * ms, 24 * ms}, 21 * ms, 24 * ms},
+		{"measuring, all at 1.6x", measuring, []time.Duration{32 * ms, 32 * ms, 32 * ms, 32 * ms}, 31 * ms, 32 * ms},
+		{"measuring, 1.6x and a quick one", measuring, []time.Duration{32 * ms, 32 * ms, 32 * ms, 20 * ms}, 20 * ms, 20 * ms},
+		{"measuring, all at 3x", measuring, []time.Duration{60 * ms, 60 * ms, 60 * ms, 60 * ms}, 20 * ms, 20 * ms},
+	} {
+		if got := run(c.prev, held, c.lats...); got < c.lo || got > c.hi {
+			t.Errorf("%s: the logins' base %v, want %v-%v", c.name, got, c.lo, c.hi)
+		}
+	}
+}
+
 // DoneFast counts a fast class's sample in Samples.Fast, and in Queued
 // when it took FastRise times its base.
 func TestSamplerDoneFast(t *testing.T) {
