@@ -36,7 +36,7 @@ type ClassBases struct {
 	sum [maxClassBases]time.Duration
 	cnt [maxClassBases]int32
 	// qsum and qcnt: those of a fast class's samples that waited in the
-	// upstream's queue (see Fast).
+	// upstream's queue (QueuedTenths times its base or more, see Fast).
 	qsum [maxClassBases]time.Duration
 	qcnt [maxClassBases]int32
 	// seen marks the classes admitted (see Admitted).
@@ -203,9 +203,9 @@ func (b *ClassBases) RoundEnded(prev, next Gauge) {
 				b.base[c] = b.follow(c, (b.sum[c]-b.qsum[c])/n, n, measured)
 			}
 		default:
-			// Among them, a round measuring after a backoff where every
-			// sample of a fast class read 1.3-2x, none quick: the class
-			// got slower.
+			// Here too: a round measuring after a backoff in which every
+			// sample of a fast class read 1.3x its base or more, at a
+			// mean under 2x. None came back quick: the class got slower.
 			b.base[c] = b.follow(c, m, n, measured)
 		}
 	}
