@@ -176,10 +176,9 @@ type limitHeaders struct {
 
 // build returns the headers of v's response under mode.
 func (l *limitHeaders) build(v *engine.Verdict, mode header.Mode) [][2]string {
-	k := admitKeyOf(v)
-	if !l.built || !k.sameHeaders(&l.key) {
+	if !l.built || !l.key.admits(v) {
 		l.set.Build(v, mode, false)
-		l.key, l.built = k, true
+		l.key, l.built = admitKeyOf(v), true
 	}
 	return l.set.List()
 }

@@ -274,9 +274,20 @@ func (sp *spot) slot() []byte { return sp.val[sp.i*slotSize : (sp.i+1)*slotSize]
 func (t *Table) locate(sp *spot, fp uint64, rule int, now int64) error {
 	rg := &t.regions[rule]
 	key := t.bucketKey(rg, fp)
-	val, cas, err := t.loadValue(key, BucketSize)
-	if err != nil {
-		return err
+	// loadValue's read, without its call (every request reads a bucket).
+	var val []byte
+	var cas uint32
+	var found bool
+	var err error
+	if t.bufs != nil {
+		val, cas, found, err = t.bufs.GetInto(key, t.fresh[:])
+	} else {
+		val, cas, found, err = t.store.Get(key)
+	}
+	if err != nil || !found || len(val) != BucketSize {
+		if val, cas, err = t.loaded(val, cas, found, err, BucketSize, &t.fresh); err != nil {
+			return err
+		}
 	}
 	*sp = spot{key: key, val: val, cas: cas, i: findSlot(val, fp, now), kind: SlotOwn, fp: fp}
 	own := sp.i >= 0 && getUint64(val[sp.i*slotSize:]) == fp
