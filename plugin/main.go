@@ -493,7 +493,14 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
-	for _, kv := range p.headers.build(h.verdict, p.engine.Config().Headers) {
+	// The last response's headers are sent again while what they say is
+	// the same (limitHeaders).
+	hs := &p.headers
+	if k := admitKeyOf(h.verdict); !hs.built || !k.sameHeaders(&hs.key) {
+		hs.set.Build(h.verdict, p.engine.Config().Headers, false)
+		hs.key, hs.built = k, true
+	}
+	for _, kv := range hs.set.List() {
 		replaceResponseHeader(kv[0], kv[1])
 	}
 	if endOfStream {

@@ -112,16 +112,6 @@ func (k *rejectKey) says(v *engine.Verdict) bool {
 	return v.Shadow == nil || k.shadowRetry == header.RetryAfterSeconds(v.ShadowRetryAfter)
 }
 
-// admits reports whether k, an admitKeyOf, is admitKeyOf(v) (sameHeaders),
-// the cheap fields first, without building v's key.
-func (k *rejectKey) admits(v *engine.Verdict) bool {
-	if k.report != v.Report || k.shadow != v.Shadow || k.reportLimit != v.ReportLimit ||
-		k.remaining != max(v.Remaining, 0) || k.reset != header.CeilSeconds(v.Reset) {
-		return false
-	}
-	return v.Shadow == nil || k.shadowRetry == header.RetryAfterSeconds(v.ShadowRetryAfter)
-}
-
 // sameHeaders compares what the headers of an admitted response say (all
 // but the rules that refused).
 func (k *rejectKey) sameHeaders(o *rejectKey) bool {

@@ -93,9 +93,5 @@ func TestRejectKeySays(t *testing.T) {
 		if !ka.says(a) {
 			t.Fatalf("key of %+v does not say it", a)
 		}
-		aa, ab := admitKeyOf(a), admitKeyOf(b)
-		if got, want := aa.admits(b), aa.sameHeaders(&ab); got != want {
-			t.Fatalf("admitted key of %+v admits %+v: %v, keys equal: %v", a, b, got, want)
-		}
 	}
 }
