@@ -42,7 +42,8 @@ func sdkOnResponseBody(contextID uint32, bodySize int32, endOfStream bool) types
 func sluiceOnContextCreate(contextID, pluginContextID uint32) {
 	if pluginContextID != 0 {
 		if p := rootOf(pluginContextID); p != nil && p.ownsStreams() {
-			if !streams.add(contextID, p.newStream(contextID)) {
+			h := p.newStream(contextID)
+			if !streams.addHome(contextID, h) && !streams.add(contextID, h) { // addHome inlined: most streams
 				panic("context id duplicated") // as the SDK
 			}
 			return

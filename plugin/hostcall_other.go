@@ -53,8 +53,8 @@ func (g gauge) Value() int64                           { return proxywasm.Metric
 // GetInto implements engine.BufferStore with the SDK's read (a new buffer).
 func (s *sharedData) GetInto(key string, _ []byte) ([]byte, uint32, bool, error) { return s.Get(key) }
 
-func setProperty(path []byte, value string) {
-	_ = proxywasm.SetProperty([]string{string(path)}, []byte(value))
+func setProperty(path, value string) {
+	_ = proxywasm.SetProperty([]string{path}, []byte(value))
 }
 
 func getRequestHeaderPairs() []byte {

@@ -72,7 +72,7 @@ type pluginContext struct {
 	rls     *rlsCaller   // global rules' calls (nil without global rules)
 	headers limitHeaders // an admitted response's (worker.go)
 	held    heldQueue
-	pools   pools // verdicts and stream contexts for reuse (verdicts.go)
+	pools   pools // stream contexts for reuse (verdicts.go)
 	metrics *metrics
 	// The parts below own their state (worker.go): the tick, the log
 	// lines' pace, the census, the streams waiting in a concurrency queue,
@@ -265,8 +265,19 @@ func (p *pluginContext) reject(h *httpContext, v *engine.Verdict, now int64) err
 	if n, due := p.logs.rejection(now, v.Report != nil); due {
 		p.logRejection(v, n)
 	}
-	headers, body, enc, same := p.problem.rejection(cfg, v, pushback)
-	return sendLocalResponse(cfg.Status, headers, body, enc, same)
+	// The last rejection's headers and body (and the headers' encoding)
+	// are sent again while what they say is the same (rejectKey).
+	b := &p.problem
+	keySame := b.built && b.key.says(v)
+	same := keySame && !pushback
+	if !same {
+		b.prepare(cfg, v, pushback, keySame)
+	}
+	body := b.body
+	if cfg.TextBody {
+		body = textBody
+	}
+	return sendLocalResponse(cfg.Status, b.hdrs.List(), body, &b.encoded, same)
 }
 
 // logRejection logs a rejection at debug level, with the n rejections
@@ -320,10 +331,12 @@ type httpContext struct {
 	types.DefaultHttpContext
 	id     uint32
 	plugin *pluginContext
-	// verdict is the request's decision, from the plugin's pool once it is
-	// decided and back to it at the stream's end: a context is allocated
-	// for every request, the verdict (about 400 bytes) is not.
+	// verdict is the request's decision once it is decided (own), nil
+	// before and after. own is part of the context, which comes from the
+	// plugin's pool (verdicts.go) and is cleared, verdict and all, when it
+	// goes back: one clear per request, and no pool of verdicts.
 	verdict *engine.Verdict
+	own     engine.Verdict
 	decided bool
 	// pending: the request waits for the rate-limit service.
 	pending *engine.Pending
@@ -348,8 +361,13 @@ type httpContext struct {
 
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
 	// A bug must never take traffic down with it: a panic lets the request
-	// through and is logged, instead of trapping the VM.
+	// through and is logged, instead of trapping the VM. returned: the
+	// function returned (no panic), so recover, a call, is not needed.
+	returned := false
 	defer func() {
+		if returned {
+			return
+		}
 		if r := recover(); r != nil {
 			proxywasm.LogError(sprintf.Sprintf("sluice: internal error, request let through: %v", r))
 			action = types.ActionContinue
@@ -360,7 +378,13 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	h.bodyless = endOfStream
 	p.engine.SetHoldsFull(p.held.len() >= maxHeld)
 	p.pairs.reset() // read again by the first header key (HeaderFields)
-	p.decide(h, now)
+	if p.redirect.pending() {
+		p.decide(h, now)
+	} else {
+		// decide with no redirect to look for, without its call.
+		h.verdict = &h.own
+		p.engine.DecideInto(h.verdict, h, now)
+	}
 	h.decided = true
 	v := h.verdict
 	h.sent = now + int64(v.Delay)
@@ -375,26 +399,27 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	case engine.Call:
 		h.pending = v.Pending
 		h.pending.Ctx, h.shared = h, true
-		return types.ActionPause
+		action = types.ActionPause
 	case engine.Queue:
 		p.queue.add(h)
-		return types.ActionPause
+		action = types.ActionPause
 	case engine.Reject:
+		action = types.ActionPause
 		if err := p.reject(h, v, now); err != nil {
 			proxywasm.LogError(sprintf.Sprintf("sluice: cannot send the rejection: %v", err))
-			return types.ActionContinue
+			action = types.ActionContinue
 		}
-		return types.ActionPause
 	case engine.Delay:
-		if !p.hold(h, v, v.Delay, now) {
-			return types.ActionPause
+		action = types.ActionPause
+		if p.hold(h, v, v.Delay, now) { // else rejected (and told) instead
+			p.tell(v)
 		}
+	default:
+		p.tell(v)
+		action = types.ActionContinue
 	}
-	p.tell(v)
-	if v.Outcome == engine.Delay {
-		return types.ActionPause
-	}
-	return types.ActionContinue
+	returned = true
+	return action
 }
 
 // decide decides h's request at now into h.verdict. Envoy's internal
@@ -408,7 +433,7 @@ func (p *pluginContext) decide(h *httpContext, now int64) {
 		// redirect and strips from clients' requests.
 		_, redirected = h.Header("x-envoy-original-url")
 	}
-	h.verdict = p.pools.verdicts.get()
+	h.verdict = &h.own
 	if !redirected {
 		p.redirect.reset()
 		p.engine.DecideInto(h.verdict, h, now)
@@ -468,7 +493,14 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	// The headers say what holds once the request was let through: a
 	// held or queued request's Reset without the time it waited.
 	h.verdict.Forwarded(h.sent)
-	for _, kv := range p.headers.build(h.verdict, p.engine.Config().Headers) {
+	// The last response's headers are sent again while what they say is
+	// the same (limitHeaders).
+	hs := &p.headers
+	if k := admitKeyOf(h.verdict); !hs.built || !k.sameHeaders(&hs.key) {
+		hs.set.Build(h.verdict, p.engine.Config().Headers, false)
+		hs.key, hs.built = k, true
+	}
+	for _, kv := range hs.set.List() {
 		replaceResponseHeader(kv[0], kv[1])
 	}
 	if endOfStream {
@@ -549,8 +581,8 @@ func (h *httpContext) OnHttpStreamDone() {
 		}
 		// Nothing refers to the verdict any more: the held queue and the
 		// waiters know the stream by its id, a pending call has its own.
+		// It is cleared with the context (streamPool.put).
 		h.decided = false
-		h.plugin.pools.verdicts.put(h.verdict)
 		h.verdict = nil
 	}
 	if !h.shared {

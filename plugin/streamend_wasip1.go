@@ -34,7 +34,11 @@ func sdkOnDelete(contextID uint32)
 
 //go:wasmexport sluice_on_stream_end
 func sluiceOnStreamEnd(contextID uint32) {
-	if h := streams.remove(contextID); h != nil {
+	h := streams.removeHome(contextID) // inlined: most streams
+	if h == nil {
+		h = streams.remove(contextID)
+	}
+	if h != nil {
 		h.OnHttpStreamDone() // a stream of the plugin's own (dispatch_wasip1.go)
 		return
 	}

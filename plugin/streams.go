@@ -76,6 +76,19 @@ func (t *streamTable) add(id uint32, h *httpContext) bool {
 	}
 }
 
+// addHome is add's most common case, small enough to be inlined: h goes in
+// at id's home slot, which is free, without growing the table. False when
+// that is not so (add then does the rest).
+func (t *streamTable) addHome(id uint32, h *httpContext) bool {
+	mask := uint32(len(t.slots) - 1)
+	if id == 0 || 2*(t.n+1) > len(t.slots) || t.slots[id&mask].id != 0 {
+		return false
+	}
+	t.slots[id&mask] = streamSlot{id: id, h: h}
+	t.n++
+	return true
+}
+
 // grow doubles the table (at most half full after it: probes stay short).
 func (t *streamTable) grow() {
 	old := t.slots
@@ -86,6 +99,21 @@ func (t *streamTable) grow() {
 			t.add(s.id, s.h)
 		}
 	}
+}
+
+// removeHome is remove's most common case, small enough to be inlined: the
+// stream at id's home slot with none after it to move back. Nil when that
+// is not so (remove then does the rest).
+func (t *streamTable) removeHome(id uint32) *httpContext {
+	mask := uint32(len(t.slots) - 1)
+	if len(t.slots) == 0 || id == 0 || t.slots[id&mask].id != id || t.slots[(id+1)&mask].id != 0 {
+		return nil
+	}
+	s := &t.slots[id&mask]
+	h := s.h
+	*s = streamSlot{}
+	t.n--
+	return h
 }
 
 // remove takes the stream with context ID id out of the table and returns

@@ -1,44 +1,19 @@
 package main
 
-import "github.com/sluicehq/sluice/plugin/engine"
-
 // pools are what a plugin context reuses from one request to the next.
 type pools struct {
-	verdicts verdictPool
-	streams  streamPool
+	streams streamPool
 }
 
-// verdictPool keeps the verdicts of ended streams for the next requests, so
-// that deciding a request allocates none: the verdict is most of a
-// stream's context, and a VM's linear memory keeps the peak of its heap
-// for life.
-type verdictPool struct{ free []*engine.Verdict }
-
-// maxPooledVerdicts bounds what the pool keeps after a burst of streams.
-const maxPooledVerdicts = 256
-
-func (p *verdictPool) get() *engine.Verdict {
-	if n := len(p.free); n > 0 {
-		v := p.free[n-1]
-		p.free = p.free[:n-1]
-		return v
-	}
-	return new(engine.Verdict)
-}
-
-// put takes back v, cleared: a kept verdict holds on to nothing.
-func (p *verdictPool) put(v *engine.Verdict) {
-	if v == nil || len(p.free) >= maxPooledVerdicts {
-		return
-	}
-	*v = engine.Verdict{}
-	p.free = append(p.free, v)
-}
+// maxPooledStreams bounds what the pool keeps after a burst of streams.
+const maxPooledStreams = 256
 
 // streamPool keeps the contexts of ended streams for the next streams: a
-// context was the one allocation of an admitted request, and garbage makes
-// a VM's heap grow to the collector's minimum goal (1 MiB at a growth
-// target of 25%) and keep that size for life.
+// context (with its verdict, about 400 bytes) was the one allocation of a
+// request, and garbage makes a VM's heap grow to the collector's minimum
+// goal (1 MiB at a growth target of 25%) and keep that size for life; the
+// verdict is most of it, and a VM's linear memory keeps the peak of its
+// heap for life.
 type streamPool struct{ free []*httpContext }
 
 func (p *streamPool) get() *httpContext {
@@ -50,9 +25,9 @@ func (p *streamPool) get() *httpContext {
 	return new(httpContext)
 }
 
-// put takes back h, cleared.
+// put takes back h, cleared (its verdict with it).
 func (p *streamPool) put(h *httpContext) {
-	if len(p.free) >= maxPooledVerdicts {
+	if len(p.free) >= maxPooledStreams {
 		return
 	}
 	*h = httpContext{}

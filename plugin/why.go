@@ -20,21 +20,31 @@ import (
 // shows (a stream reset before its headers were complete).
 
 // Property names: the access log's wasm.sluice_decision and wasm.sluice_rule.
-var (
-	decisionProperty = []byte("sluice_decision")
-	ruleProperty     = []byte("sluice_rule")
+const (
+	decisionProperty = "sluice_decision"
+	ruleProperty     = "sluice_rule"
 	// classProperty is wasm.sluice_class: the request's priority class in
 	// a rule with classes ("default" for the implicit one); not set for
 	// requests of no such rule.
-	classProperty = []byte("sluice_class")
+	classProperty = "sluice_class"
 )
 
 // tell records v's decision in the stream's filter state; the stream must
 // be the current context. Nothing for a request still undecided.
 func (p *pluginContext) tell(v *engine.Verdict) {
-	d, r, ok := v.Decision(p.engine.Config())
-	if !ok {
-		return
+	var d engine.Decision
+	var r *config.Rule
+	switch {
+	// Decision's most common cases, without its call.
+	case v.Err == nil && v.Outcome == engine.Reject:
+		d, r = engine.Rejected, v.Refuser(p.engine.Config())
+	case v.Err == nil && v.Outcome == engine.Allow && v.Delayer == nil && v.Shadow == nil:
+		d = engine.Allowed
+	default:
+		var ok bool
+		if d, r, ok = v.Decision(p.engine.Config()); !ok {
+			return
+		}
 	}
 	setProperty(decisionProperty, d.String())
 	name := ""
@@ -49,24 +59,18 @@ func (p *pluginContext) tell(v *engine.Verdict) {
 
 var textBody = []byte(header.TextBody)
 
-// rejection returns the headers of v's rejection under cfg (with gRPC's
-// retry pushback when pushback), its body, the buffer for the headers'
-// encoding, and whether that buffer holds it already: the headers and body
-// are the last rejection's when what they say is the same (rejectKey).
-func (b *problemBody) rejection(cfg *config.Config, v *engine.Verdict, pushback bool) (hdrs [][2]string, body []byte, enc *[]byte, same bool) {
-	if !b.built || !b.key.says(v) {
+// prepare makes b's headers and body those of v's rejection under cfg
+// (with gRPC's retry pushback when pushback), when they are not the last
+// rejection's already (reject): keySame says that b.key says v, so the body
+// stands. The headers are built anew; b.built says they are kept for the
+// next rejection (none with a pushback, whose milliseconds change with
+// every request).
+func (b *problemBody) prepare(cfg *config.Config, v *engine.Verdict, pushback, keySame bool) {
+	if !keySame {
 		if !cfg.TextBody {
 			b.build(cfg, v)
 		}
 		b.key = rejectKeyOf(v)
-		b.built = false // the headers below
-	}
-	body = b.body
-	if cfg.TextBody {
-		body = textBody
-	}
-	if b.built && !pushback {
-		return b.hdrs.List(), body, &b.encoded, true
 	}
 	b.hdrs.Build(v, cfg.Headers, true)
 	if cfg.TextBody {
@@ -78,7 +82,6 @@ func (b *problemBody) rejection(cfg *config.Config, v *engine.Verdict, pushback 
 	if pushback {
 		b.hdrs.AddPushback(v.RetryAfter)
 	}
-	return b.hdrs.List(), body, &b.encoded, false
 }
 
 // rejectKey is what a rejection's headers and body say

@@ -162,26 +162,17 @@ func (b *problemBody) build(cfg *config.Config, v *engine.Verdict) {
 	b.body = header.AppendProblem(b.body[:0], int(cfg.Status), b.names, v.RetryAfter)
 }
 
-// limitHeaders builds an admitted response's headers in a set the next
-// response reuses. They depend only on a part of what a rejection's depend
-// on (admitKeyOf: the rules they name, the limit, the remaining quota and
-// the whole seconds), which most responses share with the one before
-// (every new client of a rule gets the same numbers): the last set is sent
-// again while those are the same.
+// limitHeaders is an admitted response's headers (built by
+// OnHttpResponseHeaders) in a set the next response reuses. They depend
+// only on a part of what a rejection's depend on (admitKeyOf: the rules
+// they name, the limit, the remaining quota and the whole seconds), which
+// most responses share with the one before (every new client of a rule
+// gets the same numbers): the last set is sent again while those are the
+// same.
 type limitHeaders struct {
 	set   engine.HeaderSet
 	key   rejectKey
 	built bool
-}
-
-// build returns the headers of v's response under mode.
-func (l *limitHeaders) build(v *engine.Verdict, mode header.Mode) [][2]string {
-	k := admitKeyOf(v)
-	if !l.built || !k.sameHeaders(&l.key) {
-		l.set.Build(v, mode, false)
-		l.key, l.built = k, true
-	}
-	return l.set.List()
 }
 
 // headerPairs is the request header map of the decision under way

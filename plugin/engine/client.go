@@ -16,10 +16,21 @@ func ParseHostPort(s string) (ipaddr.Addr, bool) {
 	}
 	// Most addresses are IPv4 with a port: read in one pass, with the
 	// result of the general path below (the host before the one colon).
-	if a, n, ok := ipaddr.ParseAddr4Prefix(s); ok && (n == len(s) || s[n] == ':' && strings.IndexByte(s[n+1:], ':') < 0) {
+	if a, n, ok := ipaddr.ParseAddr4Prefix(s); ok && (n == len(s) || s[n] == ':' && noColon(s[n+1:])) {
 		return a, true
 	}
 	return parseHostPort(s)
+}
+
+// noColon reports whether s has no colon. A port is a few bytes: a loop
+// here costs less than strings.IndexByte's two calls on wasm.
+func noColon(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ':' {
+			return false
+		}
+	}
+	return true
 }
 
 // parseHostPort is ParseHostPort for any address (s not empty, at most 64

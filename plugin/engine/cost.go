@@ -109,6 +109,11 @@ type postList struct {
 	more   []PostCharge
 }
 
+// Not inlined: a copy at each call site costs more wasm code than the
+// call (docs/design/memory.md, "Inlining"); not on a request's path
+// without a cost or a concurrency rule.
+//
+//go:noinline
 func (l *postList) add(c PostCharge) {
 	if l.n < postInline {
 		l.inline[l.n] = c

@@ -307,7 +307,14 @@ func (ri *requestInfo) ownAddr(cfg *config.Config) ipaddr.Addr {
 		}
 	}
 	if !ok {
-		a, ok = ParseHostPort(ri.req.SourceAddress())
+		s := ri.req.SourceAddress()
+		// ParseHostPort's first case (IPv4, with a port or not), without
+		// its call: most clients.
+		if a4, n, ok4 := ipaddr.ParseAddr4Prefix(s); ok4 && len(s) <= 64 && (n == len(s) || s[n] == ':' && noColon(s[n+1:])) {
+			a, ok = a4, true
+		} else {
+			a, ok = ParseHostPort(s)
+		}
 	}
 	// An unparsable address leaves the zero Addr: such clients share one
 	// identity rather than escaping the limit.
@@ -354,7 +361,8 @@ func (e *Engine) DecideRedirect(req Request, now int64) Verdict {
 // decide decides req into v, the zero Verdict.
 func (e *Engine) decide(v *Verdict, req Request, now int64, redirected bool) {
 	v.measured = now // the rate rules' numbers are now's
-	ri := e.matchRules(req)
+	ri := requestInfo{req: req}
+	e.matchRules(&ri)
 	ri.redirected = redirected
 	if len(e.matcher.Matched()) == 0 {
 		return
@@ -386,13 +394,23 @@ func (e *Engine) decide(v *Verdict, req Request, now int64, redirected bool) {
 		return
 	}
 	if rejected < 0 {
-		e.admit(v, &ri)
+		// Admitted (or delayed): counted in its rules' stats.
+		e.countAdmitted(v, e.local.Charged())
+		if v.Delay > 0 {
+			v.Outcome = Delay
+		}
+		v.Client = ri.client
 		if len(v.Slots) > 0 { // samples are the slots' (a call on wasm)
 			e.admitSamples(v, now)
 		}
 		return
 	}
-	e.refuse(v, &ri, rejected, now)
+	e.refused(v, &ri, rejected)
+	if len(e.local.Charged()) > 0 || len(e.matcher.Matched()) > 1 {
+		// Refunds, or rules after the one that refused: most refusals
+		// have neither (a call less on wasm).
+		e.refuse(v, &ri, rejected, now)
+	}
 }
 
 // exempt reports (and counts) a client in exempt_cidrs. The client's own
@@ -446,7 +464,17 @@ func (e *Engine) chargeLocal(v *Verdict, ri *requestInfo, now int64) int {
 			e.flight.AddPending(p)
 			continue
 		}
-		d, n, err := e.decideLocal(v, r, i, fp, ri, now)
+		var d limit.Decision
+		var n int64
+		var err error
+		if c := &r.Cost; c.RequestHeader == "" && !c.AfterResponse() && !ri.redirected {
+			// decideLocal's most common case, without its call: one unit
+			// charged at admission (Table.update, not Update: a call less).
+			n = 1
+			d, _, err = e.table.update(Charge, fp, i, &r.Limit, now, 1, e.local.MaxDelay(r), 0)
+		} else {
+			d, n, err = e.decideLocal(v, r, i, fp, ri, now)
+		}
 		if err != nil {
 			v.Err, v.ErrRule = err, r
 			if e.cfg.OnErrorDeny && !r.Shadow {
@@ -484,7 +512,11 @@ func (e *Engine) recordLocal(v *Verdict, r *config.Rule, i int, fp uint64, d lim
 	if !d.Allowed {
 		e.trace(StepLocalRefuse, i)
 		st.Rejected++
-		v.violate(i)
+		if s := &v.Violated; s.n == 0 && uint(i) <= 0xffff {
+			s.idx[0], s.n = uint16(i), 1 // violate's first case, without its call
+		} else {
+			v.violate(i)
+		}
 		v.Report, v.Remaining, v.Reset, v.RetryAfter = r, 0, d.Reset, d.RetryAfter
 		return true
 	}
@@ -522,15 +554,6 @@ func (e *Engine) askGlobal(v Verdict, c carried, now int64, inStream bool) Verdi
 	return v
 }
 
-// admit counts an admitted (or delayed) request in its rules' stats.
-func (e *Engine) admit(v *Verdict, ri *requestInfo) {
-	e.countAdmitted(v, e.local.Charged())
-	if v.Delay > 0 {
-		v.Outcome = Delay
-	}
-	v.Client = ri.client
-}
-
 // countAdmitted counts the request of v, admitted (or delayed by a rate
 // rule: v.Delay) with the charges made, in the stats of its rules: at
 // once, or after it waited in a concurrency rule's queue (resume).
@@ -540,7 +563,9 @@ func (e *Engine) admit(v *Verdict, ri *requestInfo) {
 // that its shadow_rejected has something to be compared with.
 func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 	e.trace(StepAdmit, -1)
-	e.countSlots(v)
+	if len(v.Slots) > 0 {
+		e.countSlots(v)
+	}
 	if v.Delay > 0 {
 		v.held = append(v.held[:0:0], charged...)
 	}
@@ -555,7 +580,9 @@ func (e *Engine) countAdmitted(v *Verdict, charged []charge) {
 			e.Stats.Rules[c.Rule].Allowed++
 		}
 	}
-	e.countPost(v)
+	if v.post.n > 0 { // countPost's own check, without its call
+		e.countPost(v)
+	}
 }
 
 // Unhold gives back what a request held by a rate rule (v, Outcome Delay)
@@ -590,58 +617,6 @@ func (v *Verdict) Forwarded(at int64) {
 	}
 	v.Reset = max(0, v.Reset-time.Duration(at-v.measured))
 	v.measured = at
-}
-
-// refuse makes v the rejection by rule rejected: the charges already made
-// are refunded, and the Retry-After is the longest among the rules not yet
-// evaluated, so that the client's retry is not rejected by the next rule
-// in line. A later rule is asked as it would decide the request, with its
-// max_delay: one that would only hold it did not refuse it, so it is not
-// violated and its hold does not lengthen the Retry-After.
-func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
-	e.trace(StepReject, rejected)
-	v.Outcome = Reject
-	v.Delay = 0
-	v.Client = ri.client
-	v.post = postList{} // a refused request is never charged
-	// Refund with the fingerprints already computed: recomputing them would
-	// read keyed headers from the host again. Through the held path: this
-	// worker decided nothing since the charges, but another worker may have
-	// held a request of the client behind a reservation made here
-	// (TestRefuseDoesNotFreeAnotherWorkersHeldTurn); with nothing behind
-	// it, a charge comes back at once.
-	if c := e.local.Charged(); len(c) > 0 {
-		e.refundCharges(c, now)
-	}
-	matched := e.matcher.Matched()
-	if len(matched) == 1 {
-		return // no rule after the one that refused
-	}
-	after := false
-	for _, i := range matched {
-		if i == rejected {
-			after = true
-			continue
-		}
-		r := &e.cfg.Rules[i]
-		if !after || r.Shadow || IsConcurrency(r) {
-			continue
-		}
-		// The request's cost at admission (a rule charged after the
-		// response admits while the balance is positive: one unit).
-		n := int64(1)
-		if !r.Cost.AfterResponse() {
-			n = e.requestCost(r, ri)
-		}
-		d, _, err := e.table.Update(Peek, e.fingerprint(r, ri), i, &r.Limit, now, n, e.local.MaxDelay(r))
-		if err != nil || d.Allowed {
-			continue
-		}
-		v.violate(i)
-		if d.RetryAfter > v.RetryAfter {
-			v.Report, v.Reset, v.RetryAfter = r, d.Reset, d.RetryAfter
-		}
-	}
 }
 
 // decideLocal charges local rule r (index i) for client fp: the request's

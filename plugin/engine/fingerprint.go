@@ -3,6 +3,8 @@
 package engine
 
 import (
+	"unsafe"
+
 	"github.com/sluicehq/sluice/plugin/config"
 	"github.com/sluicehq/sluice/plugin/internal/ipaddr"
 )
@@ -13,7 +15,14 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 	for _, k := range r.Key {
 		switch k.Kind {
 		case config.KeyClientIP:
-			b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
+			if n := len(b); cap(b)-n >= 17 {
+				// appendClient, without its call (most keys are this).
+				b = b[:n+17]
+				b[n] = 'i'
+				putAddr(b, n+1, ri.clientAddr(e.cfg))
+			} else {
+				b = appendClient(b, ri.clientAddr(e.cfg))
+			}
 		case config.KeyPath:
 			p := ri.t.Path
 			if r.Match.IgnoreCase {
@@ -31,7 +40,7 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 				// A request without the keyed header (or with an empty
 				// one, or with several) is keyed by its client IP (not
 				// lumped with every other header-less request).
-				b = appendAddr(append(b, 'i'), ri.clientAddr(e.cfg))
+				b = appendClient(b, ri.clientAddr(e.cfg))
 			}
 		}
 		b = append(b, 0)
@@ -39,16 +48,19 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 	return e.local.KeepKey(b, r.ID)
 }
 
-// appendAddr appends a's 16 bytes (As16) as two 8-byte stores where b has
-// room: append would copy them with a call in the module.
-func appendAddr(b []byte, a ipaddr.Addr) []byte {
-	x := a.As16()
-	n := len(b)
-	if cap(b)-n < 16 {
-		return append(b, x[:]...)
-	}
-	b = b[:n+16]
-	putUint64(b[n:], getUint64(x[0:8]))
-	putUint64(b[n+8:], getUint64(x[8:16]))
-	return b
+// appendClient appends a client IP key part: 'i' and a's 16 bytes (As16).
+//
+//go:noinline
+func appendClient(b []byte, a ipaddr.Addr) []byte {
+	var k [17]byte
+	k[0] = 'i'
+	putAddr(k[:], 1, a)
+	return append(b, k[:]...)
+}
+
+// putAddr writes a's 16 bytes at b[n:n+16], within b's capacity (the
+// caller checks), as one 16-byte move (two 8-byte stores): append would
+// copy them with a call in the module.
+func putAddr(b []byte, n int, a ipaddr.Addr) {
+	*(*[16]byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), n)) = a.As16()
 }

@@ -47,6 +47,11 @@ func (h *HeaderSet) AddPushback(d time.Duration) {
 // List returns the headers as the slice proxy-wasm calls take.
 func (h *HeaderSet) List() [][2]string { return h.Pairs[:h.N] }
 
+// Not inlined: a copy at each of Build's call sites costs more wasm code
+// than the call (docs/design/memory.md, "Inlining"), and Build runs only
+// when the headers change (the plugin keeps the last ones).
+//
+//go:noinline
 func (h *HeaderSet) add(name string, start int) {
 	h.Pairs[h.N] = [2]string{name, unsafeString(h.buf[start:])}
 	h.N++

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // A rule's share of the table changes when another rule without its own
@@ -264,8 +265,10 @@ func (t *Table) elsewhere(rg *region, sp *spot, now int64) (bool, error) {
 	if moved >= 0 {
 		dest = moved // no other slot of the bucket for one client
 	}
-	if ok, err := t.previous(rg, sp, dest, now); err != nil || ok {
-		return ok, err
+	if rg.prevBuckets != 0 && now < rg.prevUntil { // previous's first check, without its call
+		if ok, err := t.previous(rg, sp, dest, now); err != nil || ok {
+			return ok, err
+		}
 	}
 	if moved >= 0 {
 		sp.i = moved
@@ -440,13 +443,36 @@ func findSlotOrMoved(val []byte, fp uint64, now int64) (int, bool) {
 
 // findMoved returns client fp's active slot of the bucket val marked as
 // moving out, else -1.
+//
+// Without a loop, as findSlot: every fresh client's bucket is read here to
+// its end.
 func findMoved(val []byte, fp uint64, now int64) int {
-	for j := 0; j < SlotsPerBucket; j++ {
-		if s := val[j*slotSize:]; getUint64(s[0:8]) == movedFP(fp) && int64(getUint64(s[8:16])) > now {
-			return j
-		}
+	b, m := (*[BucketSize]byte)(val), movedFP(fp)
+	switch {
+	case movedAt(b, 0, m, now):
+		return 0
+	case movedAt(b, 1, m, now):
+		return 1
+	case movedAt(b, 2, m, now):
+		return 2
+	case movedAt(b, 3, m, now):
+		return 3
+	case movedAt(b, 4, m, now):
+		return 4
+	case movedAt(b, 5, m, now):
+		return 5
+	case movedAt(b, 6, m, now):
+		return 6
+	case movedAt(b, 7, m, now):
+		return 7
 	}
 	return -1
+}
+
+// movedAt reports whether slot i of bucket b is marked m (movedFP) and
+// active at now (loaded as slotState loads).
+func movedAt(b *[BucketSize]byte, i int, m uint64, now int64) bool {
+	return *(*uint64)(unsafe.Pointer(&b[i*slotSize])) == m && *(*int64)(unsafe.Pointer(&b[i*slotSize+8])) > now
 }
 
 // clearStale frees slot sp.i of the client's current bucket, its own

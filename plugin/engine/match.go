@@ -9,11 +9,13 @@ type RouteRequest interface {
 	RouteName() string
 }
 
-// matchRules reads what the rules need of req (each read a host call in
-// the plugin, made only if some rule uses it) and finds the rules that
-// apply (e.matcher.Matched()).
-func (e *Engine) matchRules(req Request) requestInfo {
-	ri := requestInfo{req: req}
-	ri.t, _ = e.matcher.Match(req)
-	return ri
+// matchRules reads what the rules need of ri.req (each read a host call in
+// the plugin, made only if some rule uses it) into ri.t and finds the rules
+// that apply (e.matcher.Matched()). A static matcher's Match reads nothing
+// and returns the zero Target: it is not called (a call per request on
+// wasm).
+func (e *Engine) matchRules(ri *requestInfo) {
+	if !e.matcher.Static() {
+		ri.t, _ = e.matcher.Match(ri.req)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/plugin/engine/flight"
 	"github.com/sluicehq/sluice/plugin/internal/lease"
@@ -273,8 +274,19 @@ func (sp *spot) slot() []byte { return sp.val[sp.i*slotSize : (sp.i+1)*slotSize]
 // caller's spot: a spot is 160 bytes, which a return copies once more.)
 func (t *Table) locate(sp *spot, fp uint64, rule int, now int64) error {
 	rg := &t.regions[rule]
-	key := t.bucketKey(rg, fp)
-	val, cas, err := t.loadValue(key, BucketSize)
+	// bucketKey's work, without its call (every request reads a bucket).
+	if t.keyRegion != rg {
+		t.key, t.keyRegion = append(t.key[:0], rg.prefix...), rg
+	}
+	t.key = appendBucket(t.key[:len(rg.prefix)], jumpHash(fp, rg.buckets))
+	key := unsafeString(t.key)
+	// loadValue's read into buffers (the plugin's store), without its call.
+	val, cas, found, err := []byte(nil), uint32(0), true, error(nil)
+	if t.bufs == nil {
+		val, cas, err = t.loadValue(key, BucketSize)
+	} else if val, cas, found, err = t.bufs.GetInto(key, t.fresh[:]); err != nil || !found || len(val) != BucketSize {
+		val, cas, err = t.loaded(val, cas, found, err, BucketSize, &t.fresh)
+	}
 	if err != nil {
 		return err
 	}
@@ -392,7 +404,15 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 			}
 		}
 		st.Encode(s[16:])
-		retry, err := t.write(&sp, s, now+int64(lim.Reset(st, now)))
+		var retry bool
+		var err error
+		if expiry := now + int64(lim.Reset(st, now)); sp.from.val == nil {
+			// write's case (no move out of the previous layout), without
+			// its call.
+			retry, err = t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
+		} else {
+			retry, err = t.write(&sp, s, expiry)
+		}
 		if err != nil {
 			return limit.Decision{}, sp.kind, err
 		}
@@ -464,19 +484,64 @@ func active(val []byte, i int, now int64) bool {
 
 // findSlot returns fp's own slot of the bucket val, else its first free
 // slot, else -1.
+//
+// The eight slots are read without a loop: on wasm a loop's every turn
+// costs a pass through the function's dispatch, and a fresh client's
+// bucket is read to its end.
 func findSlot(val []byte, fp uint64, now int64) int {
+	b := (*[BucketSize]byte)(val) // one length check for the eight slots
 	free := -1
-	for i := 0; i < SlotsPerBucket; i++ {
-		s := val[i*slotSize:]
-		f := getUint64(s[0:8])
-		if f == fp {
-			return i
-		}
-		if free < 0 && (f == 0 || int64(getUint64(s[8:16])) <= now) {
-			free = i
-		}
+	if own, fr := slotState(b, 0, fp, now); own {
+		return 0
+	} else if fr && free < 0 {
+		free = 0
+	}
+	if own, fr := slotState(b, 1, fp, now); own {
+		return 1
+	} else if fr && free < 0 {
+		free = 1
+	}
+	if own, fr := slotState(b, 2, fp, now); own {
+		return 2
+	} else if fr && free < 0 {
+		free = 2
+	}
+	if own, fr := slotState(b, 3, fp, now); own {
+		return 3
+	} else if fr && free < 0 {
+		free = 3
+	}
+	if own, fr := slotState(b, 4, fp, now); own {
+		return 4
+	} else if fr && free < 0 {
+		free = 4
+	}
+	if own, fr := slotState(b, 5, fp, now); own {
+		return 5
+	} else if fr && free < 0 {
+		free = 5
+	}
+	if own, fr := slotState(b, 6, fp, now); own {
+		return 6
+	} else if fr && free < 0 {
+		free = 6
+	}
+	if own, fr := slotState(b, 7, fp, now); own {
+		return 7
+	} else if fr && free < 0 {
+		free = 7
 	}
 	return free
+}
+
+// slotState reads slot i of bucket b: whether it is fp's, and whether it
+// is free at now (empty, or expired).
+// Small enough to be inlined: the words are loaded as getUint64 loads them
+// (little-endian, as wasm's memory; the plugin runs only there, and the
+// engine's tests on little-endian machines), without its slicing.
+func slotState(b *[BucketSize]byte, i int, fp uint64, now int64) (own, free bool) {
+	f := *(*uint64)(unsafe.Pointer(&b[i*slotSize]))
+	return f == fp, f == 0 || *(*int64)(unsafe.Pointer(&b[i*slotSize+8])) <= now
 }
 
 func (t *Table) bucketKey(rg *region, fp uint64) string {

@@ -45,6 +45,15 @@ func (t *Table) loadInto(key string, size int, buf *[BucketSize]byte) ([]byte, u
 	} else {
 		val, cas, found, err = t.store.Get(key)
 	}
+	if err != nil || !found || len(val) != size {
+		return t.loaded(val, cas, found, err, size, buf)
+	}
+	return val, cas, nil
+}
+
+// loaded is the end of loadInto for a read that failed, found no value or
+// one of the wrong size.
+func (t *Table) loaded(val []byte, cas uint32, found bool, err error, size int, buf *[BucketSize]byte) ([]byte, uint32, error) {
 	if err != nil {
 		t.Stats.StoreErrors++
 		return nil, 0, err

@@ -102,6 +102,11 @@ func DecodeSlots(st State) Slots {
 // EpochAt returns the epoch number of time now (ns).
 func EpochAt(now int64) uint16 { return uint16(floorDiv(now, int64(Epoch))) }
 
+// Not inlined: a copy at each call site costs more wasm code than the
+// call (docs/design/memory.md, "Inlining"); not on a request's path
+// without a cost or a concurrency rule.
+//
+//go:noinline
 func floorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && (a < 0) != (b < 0) {

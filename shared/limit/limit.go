@@ -215,9 +215,36 @@ func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Stat
 		next, d := l.leakyBucket(s, at, n, md)
 		return stamped(next, d, at, now)
 	default:
+		// The token bucket (GCRA), most rules' algorithm, here rather
+		// than in a function of its own: on wasm every call is dear, and
+		// every request makes this one. s.A is the theoretical arrival
+		// time (TAT): the time at which the bucket will be full again. A
+		// request is conforming when, after adding its cost, the TAT is
+		// no further than burst*interval ahead. s.B is the time of the
+		// last charge (decidedAt).
 		at := decidedAt(s, now)
-		next, d := l.tokenBucket(s, at, n, md)
-		return stamped(next, d, at, now)
+		tat := max(s.A, at)
+		step := l.interval // one unit, most charges: no division (a call on wasm)
+		if n != 1 {
+			step = satMul(n, l.interval)
+		}
+		newTAT := satAdd(tat, step)
+		ahead := satSub(newTAT, at)
+		over := ahead - l.tolerance // how far past the bucket's capacity
+		if over > md || n > l.burst {
+			retry := over
+			if n > l.burst {
+				retry = math.MaxInt64
+			}
+			return stamped(s, Decision{RetryAfter: time.Duration(retry), Reset: time.Duration(satSub(tat, at))}, at, now)
+		}
+		d := Decision{Allowed: true, Reset: time.Duration(ahead)}
+		if over > 0 {
+			d.Delay = time.Duration(over)
+		} else {
+			d.Remaining = -over / l.interval
+		}
+		return stamped(State{A: newTAT}, d, at, now)
 	}
 }
 
@@ -280,34 +307,6 @@ func (l Limit) Reset(s State, now int64) time.Duration {
 	default: // token and leaky bucket: A is the time the bucket is empty again
 		return time.Duration(satSub(s.A, now))
 	}
-}
-
-// tokenBucket is GCRA. s.A is the theoretical arrival time (TAT): the time
-// at which the bucket will be full again. A request is conforming when,
-// after adding its cost, the TAT is no further than burst*interval ahead.
-// s.B is the time of the last charge (decidedAt).
-func (l Limit) tokenBucket(s State, now, n, maxDelay int64) (State, Decision) {
-	tat := s.A
-	if tat < now {
-		tat = now
-	}
-	newTAT := satAdd(tat, satMul(n, l.interval))
-	ahead := satSub(newTAT, now)
-	over := ahead - l.tolerance // how far past the bucket's capacity
-	if over > maxDelay || n > l.burst {
-		retry := over
-		if n > l.burst {
-			retry = math.MaxInt64
-		}
-		return s, Decision{RetryAfter: time.Duration(retry), Reset: time.Duration(satSub(tat, now))}
-	}
-	d := Decision{Allowed: true, Reset: time.Duration(ahead)}
-	if over > 0 {
-		d.Delay = time.Duration(over)
-	} else {
-		d.Remaining = -over / l.interval
-	}
-	return State{A: newTAT}, d
 }
 
 // leakyBucket: s.A is the departure time of the next request, s.B the time

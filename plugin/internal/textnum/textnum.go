@@ -12,6 +12,12 @@ package textnum
 
 // TrimSpace returns s without its leading and trailing white space, as
 // Unicode defines it (unicode.IsSpace): strings.TrimSpace(s).
+//
+// Not inlined: a copy at each call site costs more wasm code than the
+// call (docs/design/memory.md, "Inlining"); not on a request's path
+// without a cost or a concurrency rule.
+//
+//go:noinline
 func TrimSpace(s string) string {
 	i, j := SpaceBounds(s)
 	return s[i:j]
