@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +20,6 @@ type SlotServer struct {
 	spread  atomic.Int64 // ns: service times vary uniformly by ± this
 	waiting atomic.Int64
 	served  atomic.Int64
-	path    atomic.Pointer[pathService]
 	mu      sync.Mutex
 	arrival []int64 // waiters seen at arrival, since the last Take
 }
@@ -40,22 +38,6 @@ func (s *SlotServer) SetService(d time.Duration) { s.service.Store(int64(d)) }
 // uniformly within ± d of the service time.
 func (s *SlotServer) SetSpread(d time.Duration) { s.spread.Store(int64(d)) }
 
-// pathService is the service time of the requests whose path has prefix
-// (see SetPathService).
-type pathService struct {
-	prefix          string
-	service, spread time.Duration
-}
-
-// SetPathService gives the requests whose path starts with prefix a
-// service time of their own, uniformly within ± spread of service (a
-// store whose logins take a few milliseconds of the same slots its buys
-// hold for a hundred). They take a slot like any other request, and wait
-// for one in the same queue.
-func (s *SlotServer) SetPathService(prefix string, service, spread time.Duration) {
-	s.path.Store(&pathService{prefix: prefix, service: service, spread: spread})
-}
-
 func (s *SlotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := s.waiting.Add(1) - 1
 	s.mu.Lock()
@@ -64,9 +46,6 @@ func (s *SlotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.sem <- struct{}{}
 	s.waiting.Add(-1)
 	d, sp := s.service.Load(), s.spread.Load()
-	if ps := s.path.Load(); ps != nil && strings.HasPrefix(r.URL.Path, ps.prefix) {
-		d, sp = int64(ps.service), int64(ps.spread)
-	}
 	if sp > 0 {
 		d += rand.Int64N(2*sp+1) - sp
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // fastModel steps, a millisecond at a time, the store of the e2e test
-// TestClassesFastLoginInEnvoy: 8 slots in FIFO order shared by buys of
+// TestClassesFastLoginInEnvoy (measured, not in the suite: see
+// docs/design/adaptive-estimator.md): 8 slots in FIFO order shared by buys of
 // 150-250 ms and logins of 16-24 ms (a request that finds them busy
 // waits inside the store), in front of an adaptive rule with a login
 // class (reserve 0.25) above the buys. The buyers are closed-loop and
