@@ -14,9 +14,10 @@ func (e *Engine) refused(v *Verdict, ri *requestInfo, rejected int) {
 // refuse goes on with the rejection of v by rule rejected (after refused),
 // when there is more to do: the charges already made are refunded, and the
 // Retry-After is the longest among the rules not yet evaluated, so that
-// the client's retry is not rejected by the next rule in line. A later rule is asked as it would decide the request, with its
-// max_delay: one that would only hold it did not refuse it, so it is not
-// violated and its hold does not lengthen the Retry-After.
+// the client's retry is not rejected by the next rule in line. A later
+// rule is asked as it would decide the request, with its max_delay: one
+// that would only hold it did not refuse it, so it is not violated and
+// its hold does not lengthen the Retry-After.
 func (e *Engine) refuse(v *Verdict, ri *requestInfo, rejected int, now int64) {
 	// Refund with the fingerprints already computed: recomputing them would
 	// read keyed headers from the host again. Through the held path: this
