@@ -658,9 +658,9 @@ func TestStoreWideLaunchEnvoyModel(t *testing.T) {
 		slices.Sort(orders)
 		return orders, backoffs
 	}
-	wideUntimed = true
+	wideUntimed, wideNoFast = true, true
 	old, oldBack := run()
-	wideUntimed = false
+	wideUntimed, wideNoFast = false, false
 	now, nowBack := run()
 	t.Logf("every sample counted: orders median %.0f%%, 10th percentile %.0f%%, lowest %.0f%%; %d of 40 seeds back off under the quiet store's limit in the launch's first 2 s",
 		old[20]*100, old[4]*100, old[0]*100, oldBack)

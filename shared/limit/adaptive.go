@@ -222,8 +222,11 @@ func (l Limit) Learn(st State, now int64, b Samples) (State, Gauge) {
 	// say that the round used its limit: the worker's batch starts
 	// afresh once added.
 	g.Saturated = g.Saturated || b.Saturated
-	if g.fastCrossing() {
+	switch {
+	case g.fastCrossing():
 		return nextRound(g.crossed(l.MinLimit()), now)
+	case g.calmWord(b):
+		return nextRound(g.grownOnWord(l.clamp), now)
 	}
 	if b.N <= 0 {
 		return EncodeGauge(g), g
@@ -315,8 +318,7 @@ func (g Gauge) need() int64 {
 
 // endRound decides a complete round (see Gauge).
 func (l Limit) endRound(g Gauge) Gauge {
-	lo, hi := float64(l.MinLimit()), float64(l.limit)
-	clamp := func(x float64) float64 { return min(max(x, lo), hi) }
+	clamp := l.clamp
 	mean := max(g.Mean, time.Microsecond)
 	tol := g.tolerance()
 	rise := float64(mean) > float64(g.Base)*(1+tol)
@@ -369,6 +371,9 @@ func (l Limit) endRound(g Gauge) Gauge {
 	}
 	return g
 }
+
+// clamp bounds a learnt limit to l's bounds.
+func (l Limit) clamp(x float64) float64 { return min(max(x, float64(l.MinLimit())), float64(l.limit)) }
 
 // based counts the round's samples as behind Base.
 func (g Gauge) based() Gauge {
@@ -550,7 +555,13 @@ func (g Gauge) held(mean time.Duration, rise, mild bool, clamp func(float64) flo
 		// must lift the limit to the knee / Use, the reserve of the
 		// classes above with it, to see the knee at all.
 		trips := g.trips()
-		if g.Use > 0 && g.Use < 0.9 {
+		if g.Use > 0 && g.Use < 0.9 && g.Calm < ProbeAfter-FastPause {
+			// Not in the pause after a fast step (see fastStep): the
+			// fast classes' word found the knee, and the step back
+			// is no probe through a reserve. Halved, the pause
+			// lasted the demo's launch (24 round trips of 300 ms at
+			// a limit of 21, the buys' cap 18 of the store's 20
+			// slots).
 			trips /= 2
 		}
 		g.Calm += int64(max(1, trips))

@@ -107,15 +107,17 @@ func (g Gauge) fastStep(clamp func(float64) float64) Gauge {
 	return g
 }
 
-// WordAtOnce reports whether g's round watches slow start's last growth
-// (see fastCrossing): the fast classes' word then reaches the Gauge as
-// soon as each of their samples is back (see Sampler.ResetTo). In other
-// rounds it comes with their windows, as the round's other samples do:
-// a round's word is then that of the same requests as its mean (a store
-// slowed down, every class a few ms slower, reads to a 4 ms login as a
-// queue does; counted at once, more of its samples made more rounds of
-// such a store step down, see fastStep).
-func (g Gauge) WordAtOnce() bool { return g.SlowStart && !g.Measure && g.FastGrown }
+// WordAtOnce reports whether g's round is one of slow start's growth
+// (not measuring Base): the fast classes' word then reaches the Gauge as
+// soon as each of their samples is back (see Sampler.ResetTo), to end the
+// growth on a queue (see fastCrossing) or to grow again on a free slot
+// (see calmWord). In other rounds it comes with their windows, as the
+// round's other samples do: a round's word is then that of the same
+// requests as its mean (a store slowed down, every class a few ms
+// slower, reads to a 4 ms login as a queue does; counted at once, more
+// of its samples made more rounds of such a store step down, see
+// fastStep).
+func (g Gauge) WordAtOnce() bool { return g.SlowStart && !g.Measure }
 
 // fastCrossing reports whether the round's fast classes say that slow
 // start's last growth crossed the knee: two of them, admitted after a
@@ -131,7 +133,30 @@ func (g Gauge) WordAtOnce() bool { return g.SlowStart && !g.Measure && g.FastGro
 // took the limit back to 6 in such launches (a median of 78% of the
 // orders, the 10th percentile 43%, in the store-wide model).
 func (g Gauge) fastCrossing() bool {
-	return g.WordAtOnce() && g.Fast == FastQueue
+	return g.WordAtOnce() && g.FastGrown && g.Fast == FastQueue
+}
+
+// calmWord reports whether a batch with Calm samples (see Samples.Calm)
+// grows g's slow start at once: a request of a fast class admitted with
+// the limit used (7/8 of it in flight or more) found the upstream with a
+// free slot, and no fast sample of the round waited. A queue at the
+// upstream would have kept it waiting for one of the slowest class's
+// requests to end (see ClassBases.Fast), so the limit it was admitted
+// under had no queue, whatever the round's slower samples still out will
+// say. Slow start's rounds are a round trip of the slowest class (the
+// demo's buys, 150 ms: four rounds from the quiet store's 6 to its 20
+// slots, most of the launch's first second at a fraction of the store);
+// the logins and the home page come back in a few ms, and take the limit
+// there in tens of ms. The growth is FastGrown: the word that ends it is
+// theirs too (see fastCrossing).
+func (g Gauge) calmWord(b Samples) bool {
+	return b.Calm > 0 && g.WordAtOnce() && g.Fast == FastCalm && g.Base > 0
+}
+
+// grownOnWord grows g by half on the fast classes' word (see calmWord).
+func (g Gauge) grownOnWord(clamp func(float64) float64) Gauge {
+	g.Limit, g.Grown, g.FastGrown, g.Warned = clamp(g.Limit*3/2), true, true, false
+	return g
 }
 
 // crossed decides a round ended on the fast classes' word that slow

@@ -333,7 +333,8 @@ func TestGaugeFastCrossing(t *testing.T) {
 
 // Slow start's growth is FastGrown from a saturated round of MinRound/2
 // samples or more where the fast classes read calm, not where one waited
-// or none came back; every way out of slow start clears it.
+// or none came back; its next round takes their word at once either way
+// (Gauge.WordAtOnce); every way out of slow start clears both.
 func TestGaugeFastGrown(t *testing.T) {
 	lim, _ := NewAdaptive(1, 1000)
 	ms := time.Millisecond
@@ -345,7 +346,7 @@ func TestGaugeFastGrown(t *testing.T) {
 	}{{FastCalm, 10, true}, {FastOnce, 10, false}, {FastNone, 10, false}, {FastCalm, MinRound/2 - 1, false}} {
 		r := withFast(round, c.fast)
 		r.N = c.n
-		if g := lim.endRound(r); g.Limit != 30 || g.FastGrown != c.want || !g.WordAtOnce() == c.want {
+		if g := lim.endRound(r); g.Limit != 30 || g.FastGrown != c.want || !g.WordAtOnce() {
 			t.Errorf("fast %d, %d samples: limit %.1f FastGrown %v, want 30, %v", c.fast, c.n, g.Limit, g.FastGrown, c.want)
 		}
 	}
@@ -359,11 +360,11 @@ func TestGaugeFastGrown(t *testing.T) {
 	}
 }
 
-// In a round that watches slow start's growth (Gauge.WordAtOnce), a fast
-// class's word reaches the Sampler's batch as soon as its sample is back
-// (its latency when its window completes), waited at CrossRise times its
-// base, unless its window was given up on; in any other round it comes
-// with the window, waited at FastRise.
+// In a round of slow start's growth (Gauge.WordAtOnce), a fast class's
+// word reaches the Sampler's batch as soon as its sample is back (its
+// latency when its window completes), waited at CrossRise times its base,
+// unless its window was given up on; in any other round it comes with the
+// window, waited at FastRise.
 func TestSamplerFastWordAtOnce(t *testing.T) {
 	ms := time.Millisecond
 	watch := Gauge{Limit: 30, SlowStart: true, Grown: true, FastGrown: true, Round: 3}
@@ -392,7 +393,7 @@ func TestSamplerFastWordAtOnce(t *testing.T) {
 	}
 	_ = buy
 	other := watch
-	other.FastGrown = false
+	other.SlowStart, other.FastGrown = false, false
 	p.ResetTo(other, 0)
 	buy = p.Admit(0, ms)
 	login = p.Admit(0, ms)

@@ -152,6 +152,9 @@ func (p *Sampler) done(ticket uint32, latency, base time.Duration, sample, fast,
 			w.s.addFastWord(latency, base, FastRise)
 		case !w.cut:
 			p.Ready.addFastWord(latency, base, CrossRise)
+			if saturated && latency < FastRise*base {
+				p.Ready.Calm++
+			}
 		}
 	case sample && base > 0:
 		w.s.AddBase(latency, base, saturated)

@@ -20,6 +20,12 @@ type Samples struct {
 	// Queued those of them that took FastRise times their class's base
 	// or more: they waited for a slot at the upstream.
 	Fast, Queued int64
+	// Calm counts the samples of fast classes given at once in slow
+	// start (see Gauge.WordAtOnce) that were admitted at the limit (see
+	// Gauge.AtLimit) and came back under FastRise times their class's
+	// base: the upstream had a free slot with the limit used (see
+	// Gauge.calmWord).
+	Calm int64
 }
 
 // Add counts one request's latency; saturated: it was admitted at its
