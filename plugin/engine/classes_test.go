@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plugin/engine/flight"
+	"github.com/sluicehq/sluice/shared/limit"
 )
 
 const classDoc = `{"rules":[{"name":"store","algorithm":"concurrency","limit":4,"key":[]%s,
@@ -310,8 +311,7 @@ func TestAdaptiveClassWindowsBearStalls(t *testing.T) {
 // An adaptive rule with classes: a sample of a fast class (its base at
 // most an eighth of the slowest class's, limit.ClassBases.Fast) reaches
 // the Gauge's batch as the fast classes' word on the upstream's queue
-// (limit.Samples.Fast, and Queued at twice its base or more), a buy's
-// does not; before the buys' base is known, the logins are no fast class.
+// (limit.Samples.Fast, and Queued when it waited), a buy's does not; before the buys' base is known, the logins are no fast class.
 func TestAdaptiveFastClassSamples(t *testing.T) {
 	doc := strings.Replace(strings.Replace(classDoc, `"concurrency","limit":4`, `"adaptive_concurrency"`, 1), "%s", "", 1)
 	e := New(mustConfig(t, doc), newMemStore(), 1, wallClock)
@@ -338,8 +338,23 @@ func TestAdaptiveFastClassSamples(t *testing.T) {
 	if f, q := one("/login", 5*time.Millisecond); f != 1 || q != 0 {
 		t.Errorf("a login of 5 ms (base 5 ms, buys 150 ms): fast %d queued %d, want 1, 0", f, q)
 	}
-	if f, q := one("/login", 12*time.Millisecond); f != 1 || q != 1 {
-		t.Errorf("a login of 12 ms (base 5 ms): fast %d queued %d, want 1, 1", f, q)
+	// The rule is in slow start: the word comes at once (it may reach
+	// the Gauge with this sample), a wait at limit.CrossRise times the
+	// base (see limit.Gauge.WordAtOnce).
+	word := func(lat time.Duration) int64 {
+		_, after, _, next := answerOne(t, e, "/login", now, lat, nil)
+		now = next
+		g := after.Gauge
+		if b := after.Ready; b.Fast > 0 {
+			g.Fast = min(max(g.Fast, limit.FastCalm)+b.Queued, limit.FastQueue)
+		}
+		return g.Fast
+	}
+	if f := word(12 * time.Millisecond); f != limit.FastCalm {
+		t.Errorf("a login of 12 ms (base 5 ms) in slow start: the round's word %d, want %d (calm)", f, limit.FastCalm)
+	}
+	if f := word(25 * time.Millisecond); f != limit.FastOnce {
+		t.Errorf("a login of 25 ms (base 5 ms) in slow start: the round's word %d, want %d (one waited)", f, limit.FastOnce)
 	}
 	if f, _ := one("/buy", 150*time.Millisecond); f != 0 {
 		t.Errorf("a buy: %d fast samples, want none", f)
