@@ -122,7 +122,9 @@ type Gauge struct {
 	// minutes; a batch is added within seconds of its round).
 	Round uint32
 	// Calm counts the saturated round trips since the last backoff
-	// (saturates at 63): the limit holds until ProbeAfter.
+	// (saturates at 63): the limit holds until ProbeAfter. In slow
+	// start it counts the growths on the fast classes' word since the
+	// last round ended (see calmWord).
 	Calm int64
 	// SlowStart: grow by half per round trip. Measure: this round sets
 	// Base.
@@ -368,6 +370,9 @@ func (l Limit) endRound(g Gauge) Gauge {
 		g = g.backoff(mean, clamp)
 	default:
 		g = g.calm(mean, clamp)
+	}
+	if g.SlowStart {
+		g.Calm = 0 // the growths on the fast classes' word since (see calmWord)
 	}
 	return g
 }

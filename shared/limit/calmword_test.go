@@ -20,13 +20,30 @@ func TestGaugeCalmWordGrows(t *testing.T) {
 	if g.Limit != 9 || !g.SlowStart || g.Measure || !g.FastGrown || !g.Grown || g.Round == start.Round || g.N != 0 || !g.WordAtOnce() {
 		t.Errorf("a calm word in slow start: %+v, want a new round at 9, FastGrown, slow start on", g)
 	}
-	// Each calm word in its own round: 6 -> 9 -> 13.5 -> 20.25 -> 30.375.
-	for i := range 3 {
+	// Each calm word in its own round: 6 -> 9 -> 13.5 -> 20.25 -> 30.4,
+	// then no more until a round of the slower samples ends (WordGrowths:
+	// an upstream that serves its fast classes apart keeps them calm
+	// whatever the others' queue).
+	for i := range 4 {
 		calm.Round = g.Round
 		_, g = lim.Learn(EncodeGauge(g), now+int64(i+1)*int64(ms), calm)
 	}
-	if g.Current() != 30 {
-		t.Errorf("three more calm words: limit %.2f, want 30", g.Limit)
+	if g.Current() != 30 || g.Calm != WordGrowths {
+		t.Errorf("four more calm words: limit %.2f, %d growths on the word, want 30, %d", g.Limit, g.Calm, WordGrowths)
+	}
+	calm.Round = g.Round
+	if _, h := lim.Learn(EncodeGauge(g), now+int64(10*ms), calm); h.Limit != g.Limit || h.Round != g.Round {
+		t.Errorf("a fifth calm word: %+v, want the round going on at %.2f", h, g.Limit)
+	}
+	// The slower samples' round ends: 2x Base, a stall, and no growth;
+	// a calm one grows and starts the count again.
+	g.N, g.Mean, g.Saturated, g.Use = 10, 2*g.Base, true, 0.9
+	if r := lim.endRound(g); r.Limit >= g.Limit || r.SlowStart {
+		t.Errorf("a round at twice Base after the words: %+v, want slow start over, the limit down", r)
+	}
+	g.Mean = g.Base
+	if r := lim.endRound(g); r.Current() != 45 || !r.SlowStart || r.Calm != 0 {
+		t.Errorf("a calm round after the words: %+v, want 45, slow start, the count at 0", r)
 	}
 	waited := start
 	waited.Fast = FastOnce
