@@ -60,7 +60,9 @@ func (l Limit) At(n int64) Limit {
 //     of fewer than MinRound samples, less for a large one): no queue
 //     worth the name. Grow: in
 //     slow start (from cold, or after the upstream's own latency changed)
-//     by half per round trip, otherwise by max(1, Limit/16) per round
+//     by half per round trip (with priority classes, also at once on a
+//     fast class's word that the upstream had a free slot, see
+//     calmWord), otherwise by max(1, Limit/16) per round
 //     trip (a probe). Growth needs the round to have used its limit
 //     (Saturated): an idle rule does not inflate it. Base follows the
 //     round (see endRound; at once when clearly faster: the upstream got
