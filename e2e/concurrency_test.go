@@ -158,10 +158,12 @@ func TestConcurrencyInEnvoy(t *testing.T) {
 			maxShift = max(maxShift, abs(a.upstream-p))
 		}
 		// s: a worker that stalls between Envoy's START_TIME and the
-		// filter's ticket (on a loaded machine, tens of milliseconds)
-		// reorders requests that close; a queue out of order would move
-		// them by up to the 4 s the queue spans.
-		const orderSlack = 0.1
+		// filter's ticket reorders requests that close (on a loaded
+		// machine, tens of milliseconds; once over 100 ms, with two
+		// Envoys under valgrind beside the suite: 12 overtakes, the
+		// largest shift 7 places); a queue out of order would move them
+		// by up to the 4 s the queue spans.
+		const orderSlack = 0.3
 		overtakes := 0
 		for i := range as {
 			for j := range as {
