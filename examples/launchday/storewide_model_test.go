@@ -537,11 +537,16 @@ func (s wideStats) String() string {
 // TestStoreWideLaunchModel: the demo's store-wide rule in the model, 40
 // seeds, against a fixed limit of 20 (the store's slots: the buys get 18
 // under the reserves) and 22 (19). Each sample compared with its class's
-// base, the rule sells a median of about 88% of what the slots could
-// serve in the launch seconds, none under 60% (one sold 27% when the
-// pre-launch's light rounds could leave slow start warned, and a new
-// class's first samples read a rise: slow start ended at 9 on the
-// launch's first round). Without the fast classes' word on the store's
+// base, the rule sells a median of about 90% of what the slots could
+// serve in the launch seconds, none under 84%: slow start grows on the
+// logins' and the home page's word that the store had a free slot (see
+// limit.Gauge.calmWord), from the quiet store's 6 to the crossing in
+// about 0.3 s. Growing only on the buys' rounds (a round trip of 150 ms
+// each), 88%, and the seeds whose rounds read a mild rise at 14-16 and
+// probed up a step per round trip from there sold 65-83% (earlier, one
+// sold 27% when the pre-launch's light rounds could leave slow start
+// warned, and a new class's first samples read a rise: slow start ended
+// at 9 on the launch's first round). Without the fast classes' word on the store's
 // queue (ClassBases.Fast; the logins and the home page wait for a buy to
 // end when the buys fill the store), the crossing's limit (20: the buys
 // 18) held for the launch: a median of 84%. Slow start's last growth
@@ -595,9 +600,9 @@ func TestStoreWideLaunchModel(t *testing.T) {
 	})
 	t.Logf("without the fast classes' word: %v", old)
 	t.Logf("with it: %v", now)
-	if now.orders[20] < 0.86 || now.orders[0] < 0.6 || now.slow[20] > 5 || now.slow[36] > 9 || now.over[20] > 1 {
+	if now.orders[20] < 0.88 || now.orders[0] < 0.75 || now.slow[20] > 5 || now.slow[36] > 9 || now.over[20] > 1 {
 		t.Errorf("orders median %.1f%%, lowest %.0f%%; logins over 3x a median %d, 90th percentile %d; seconds over the slots a median %d: "+
-			"want a median of 86%% or more, none under 60%%; at most 5 slow logins in the median seed, 9 in the 90th percentile (the demo's p99 over its 900 allows 9); one second over",
+			"want a median of 88%% or more, none under 75%%; at most 5 slow logins in the median seed, 9 in the 90th percentile (the demo's p99 over its 900 allows 9); one second over",
 			now.orders[20]*100, now.orders[0]*100, now.slow[20], now.slow[36], now.over[20])
 	}
 	if old.orders[20] > 0.855 {
