@@ -467,19 +467,6 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 	return false
 }
 
-// passesResponse reports that OnHttpResponseHeaders has nothing to do
-// (the response is let through as it is), checked in the export before
-// the call.
-func (h *httpContext) passesResponse() bool {
-	return !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil
-}
-
-// passesBody reports that OnHttpResponseBody has nothing to do: no slots
-// to give back at the response's end, no response held.
-func (h *httpContext) passesBody() bool {
-	return !h.heldResponse && (!h.decided || len(h.verdict.Slots) == 0)
-}
-
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if h.passesResponse() {
 		return types.ActionContinue
