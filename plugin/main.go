@@ -487,8 +487,19 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		hs.set.Build(h.verdict, p.engine.Config().Headers, false)
 		hs.key, hs.built = k, true
 	}
-	for _, kv := range hs.set.List() {
-		replaceResponseHeader(kv[0], kv[1])
+	// The first three (legacy has three, the draft two) without a loop.
+	ps, n := &hs.set.Pairs, hs.set.N
+	if n > 0 {
+		replaceResponseHeader(ps[0][0], ps[0][1])
+	}
+	if n > 1 {
+		replaceResponseHeader(ps[1][0], ps[1][1])
+	}
+	if n > 2 {
+		replaceResponseHeader(ps[2][0], ps[2][1])
+	}
+	for i := 3; i < n; i++ {
+		replaceResponseHeader(ps[i][0], ps[i][1])
 	}
 	if endOfStream {
 		h.responseDone()
