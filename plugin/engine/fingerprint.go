@@ -17,7 +17,8 @@ func (e *Engine) fingerprint(r *config.Rule, ri *requestInfo) uint64 {
 		// separator without the loop and the append.
 		b = b[:n+18]
 		b[n] = 'i'
-		putAddr(b, n+1, ri.clientAddr(e.cfg))
+		ri.readAddr(e.cfg)
+		*(*[16]byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), n+1)) = ri.client.As16()
 		b[n+17] = 0
 		return e.local.KeepKey(b, r.ID)
 	}
