@@ -29,9 +29,18 @@ const (
 	classProperty = "sluice_class"
 )
 
+// allowedWord is engine.Allowed's word in the access log.
+var allowedWord = engine.Allowed.String()
+
 // tell records v's decision in the stream's filter state; the stream must
 // be the current context. Nothing for a request still undecided.
 func (p *pluginContext) tell(v *engine.Verdict) {
+	if v.Err == nil && v.Outcome == engine.Allow && v.Delayer == nil && v.Shadow == nil && v.Class == "" {
+		// Most requests: let through, no rule to name, no class.
+		setProperty(decisionProperty, allowedWord)
+		setProperty(ruleProperty, "")
+		return
+	}
 	var d engine.Decision
 	var r *config.Rule
 	switch {
