@@ -26,6 +26,15 @@ import (
 // (context IDs are unique in a VM).
 var streams streamTable
 
+// bodies says that a stream of this VM may need its response body
+// callback: a stream of a root context whose rules act on the response's
+// end (pluginContext.needsBodies), or one the SDK dispatches. Set at such a
+// stream's creation and never cleared (most VMs run one configuration for
+// life): until then every stream passes its body (passesBody), and the
+// callback, which Envoy makes for every chunk of every response (two for
+// the benchmark's), answers without looking its stream up.
+var bodies bool
+
 //go:linkname sdkOnContextCreate github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/internal.proxyOnContextCreate
 func sdkOnContextCreate(contextID, pluginContextID uint32)
 
@@ -42,12 +51,16 @@ func sdkOnResponseBody(contextID uint32, bodySize int32, endOfStream bool) types
 func sluiceOnContextCreate(contextID, pluginContextID uint32) {
 	if pluginContextID != 0 {
 		if p := rootOf(pluginContextID); p != nil && p.ownsStreams() {
+			if p.needsBodies() {
+				bodies = true
+			}
 			h := p.newStream(contextID)
 			if !streams.addHome(contextID, h) && !streams.add(contextID, h) { // addHome inlined: most streams
 				panic("context id duplicated") // as the SDK
 			}
 			return
 		}
+		bodies = true // a stream the SDK dispatches
 	}
 	sdkOnContextCreate(contextID, pluginContextID)
 }
@@ -73,6 +86,9 @@ func sluiceOnResponseHeaders(contextID uint32, numHeaders int32, endOfStream boo
 
 //go:wasmexport sluice_on_response_body
 func sluiceOnResponseBody(contextID uint32, bodySize int32, endOfStream bool) types.Action {
+	if !bodies {
+		return types.ActionContinue // every stream passes its body
+	}
 	if h := streams.get(contextID); h != nil {
 		if h.passesBody() {
 			return types.ActionContinue

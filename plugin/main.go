@@ -467,19 +467,6 @@ func (p *pluginContext) hold(h *httpContext, v *engine.Verdict, d time.Duration,
 	return false
 }
 
-// passesResponse reports that OnHttpResponseHeaders has nothing to do
-// (the response is let through as it is), checked in the export before
-// the call.
-func (h *httpContext) passesResponse() bool {
-	return !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil
-}
-
-// passesBody reports that OnHttpResponseBody has nothing to do: no slots
-// to give back at the response's end, no response held.
-func (h *httpContext) passesBody() bool {
-	return !h.heldResponse && (!h.decided || len(h.verdict.Slots) == 0)
-}
-
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if h.passesResponse() {
 		return types.ActionContinue
@@ -500,8 +487,19 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 		hs.set.Build(h.verdict, p.engine.Config().Headers, false)
 		hs.key, hs.built = k, true
 	}
-	for _, kv := range hs.set.List() {
-		replaceResponseHeader(kv[0], kv[1])
+	// The first three (legacy has three, the draft two) without a loop.
+	ps, n := &hs.set.Pairs, hs.set.N
+	if n > 0 {
+		replaceResponseHeader(ps[0][0], ps[0][1])
+	}
+	if n > 1 {
+		replaceResponseHeader(ps[1][0], ps[1][1])
+	}
+	if n > 2 {
+		replaceResponseHeader(ps[2][0], ps[2][1])
+	}
+	for i := 3; i < n; i++ {
+		replaceResponseHeader(ps[i][0], ps[i][1])
 	}
 	if endOfStream {
 		h.responseDone()

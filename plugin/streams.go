@@ -1,5 +1,7 @@
 package main
 
+import "github.com/sluicehq/sluice/plugin/engine"
+
 // The plugin's own context bookkeeping for the per-stream callbacks
 // (dispatch_wasip1.go). The SDK keeps every stream in Go maps: an insert
 // and a delete per stream, a lookup per callback, and the map of streams,
@@ -180,4 +182,23 @@ func rootOf(id uint32) *pluginContext {
 // start (no engine).
 func (p *pluginContext) ownsStreams() bool {
 	return p.engine != nil && p.rls == nil && !p.retired
+}
+
+// passesResponse reports that OnHttpResponseHeaders has nothing to do
+// (the response is let through as it is), checked in the export before
+// the call.
+func (h *httpContext) passesResponse() bool {
+	return !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil
+}
+
+// needsBodies reports whether p's streams may need their response body
+// callback (passesBody false): concurrency rules give their slots back at
+// the response's end, global rules hold a response until its charge is
+// counted. Without either, every stream of p passes its body.
+func (p *pluginContext) needsBodies() bool { return p.queue.enabled() || p.rls != nil }
+
+// passesBody reports that OnHttpResponseBody has nothing to do: no slots
+// to give back at the response's end, no response held.
+func (h *httpContext) passesBody() bool {
+	return !h.heldResponse && (!h.decided || len(h.verdict.Slots) == 0)
 }

@@ -29,28 +29,32 @@ const (
 	classProperty = "sluice_class"
 )
 
+// allowedWord is engine.Allowed's word in the access log.
+var allowedWord = engine.Allowed.String()
+
 // tell records v's decision in the stream's filter state; the stream must
 // be the current context. Nothing for a request still undecided.
 func (p *pluginContext) tell(v *engine.Verdict) {
-	var d engine.Decision
-	var r *config.Rule
-	switch {
-	// Decision's most common cases, without its call.
-	case v.Err == nil && v.Outcome == engine.Reject:
-		d, r = engine.Rejected, v.Refuser(p.engine.Config())
-	case v.Err == nil && v.Outcome == engine.Allow && v.Delayer == nil && v.Shadow == nil:
-		d = engine.Allowed
-	default:
-		var ok bool
-		if d, r, ok = v.Decision(p.engine.Config()); !ok {
-			return
+	word, name := allowedWord, "" // most requests: let through, no rule to name
+	if v.Err != nil || v.Outcome != engine.Allow || v.Delayer != nil || v.Shadow != nil {
+		var d engine.Decision
+		var r *config.Rule
+		if v.Err == nil && v.Outcome == engine.Reject {
+			// Decision's other common case, without its call.
+			d, r = engine.Rejected, v.Refuser(p.engine.Config())
+		} else {
+			var ok bool
+			if d, r, ok = v.Decision(p.engine.Config()); !ok {
+				return
+			}
+		}
+		word = d.String()
+		if r != nil {
+			name = r.Name
 		}
 	}
-	setProperty(decisionProperty, d.String())
-	name := ""
-	if r != nil {
-		name = r.Name
-	}
+	// One call site each: setProperty is inlined.
+	setProperty(decisionProperty, word)
 	setProperty(ruleProperty, name)
 	if v.Class != "" {
 		setProperty(classProperty, v.Class)

@@ -352,7 +352,8 @@ func TestTableKeyEnumeration(t *testing.T) {
 // TestAppendBucket: bucket numbers are written as strconv writes them (the
 // keys are shared with workers of other modules).
 func TestAppendBucket(t *testing.T) {
-	for _, n := range []uint64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 1<<32 - 1, 1 << 32, 1<<64 - 1} {
+	for _, n := range []uint64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 9999, 10000, 12345, 99999, 100000, 999999, 1000000,
+		9999999, 10000000, 99999999, 100000000, 999999999, 1000000000, 1<<32 - 1, 1 << 32, 1<<64 - 1} {
 		if got, want := string(appendBucket([]byte("p:"), n)), "p:"+strconv.FormatUint(n, 10); got != want {
 			t.Errorf("appendBucket(%d) = %q, want %q", n, got, want)
 		}

@@ -554,30 +554,6 @@ func (t *Table) bucketKey(rg *region, fp uint64) string {
 	return unsafeString(t.key)
 }
 
-// appendBucket appends bucket number n in decimal (strconv.AppendUint's
-// digits). A number below 2^32 (any table's) is written with 32-bit
-// arithmetic: on wasm a 64-bit division by a constant has no multiply-high
-// to become and costs several times more.
-func appendBucket(dst []byte, n uint64) []byte {
-	if n >= 1<<32 {
-		return strconv.AppendUint(dst, n, 10)
-	}
-	x := uint32(n)
-	start := len(dst)
-	for v := x; ; v /= 10 {
-		dst = append(dst, 0)
-		if v < 10 {
-			break
-		}
-	}
-	for i := len(dst) - 1; i >= start; i-- {
-		q := x / 10
-		dst[i] = byte('0' + x - q*10)
-		x = q
-	}
-	return dst
-}
-
 // jumpHash is Lamping and Veach's jump consistent hash (flight.JumpHash).
 func jumpHash(key, n uint64) uint64 { return flight.JumpHash(key, n) }
 

@@ -194,7 +194,10 @@ type Decision struct {
 // SlidingWindow cannot schedule future admissions and ignores maxDelay.
 // LeakyBucket always delays to its rate; maxDelay, if > 0, further bounds
 // the wait (its queue is Burst requests).
-func (l Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (State, Decision) {
+//
+// AllowN and Reset, which every charged request calls, take a pointer: a
+// Limit is 48 bytes, which a value receiver copies at each call.
+func (l *Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (State, Decision) {
 	if n <= 0 {
 		n = 1
 	}
@@ -284,7 +287,7 @@ func stamped(next State, d Decision, at, now int64) (State, Decision) {
 // Reset returns how long until s is fully recovered at now: the time after
 // which s is indistinguishable from a new client's zero State. A result
 // <= 0 means s may be discarded.
-func (l Limit) Reset(s State, now int64) time.Duration {
+func (l *Limit) Reset(s State, now int64) time.Duration {
 	switch l.algorithm {
 	case Concurrency, AdaptiveConcurrency:
 		return time.Duration(DecodeSlots(s).Expiry(now) - now)

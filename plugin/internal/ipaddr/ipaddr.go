@@ -199,8 +199,8 @@ func ParseAddr4Prefix(s string) (a Addr, n int, ok bool) {
 	// A turn per field, its one to three digits read without a loop: on
 	// wasm a loop's every turn costs a pass through the function's
 	// dispatch.
-	var b [4]byte
-	for f := range b {
+	var ip uint32 // the fields so far, a byte each
+	for f := 0; f < 4; f++ {
 		if f > 0 {
 			if n >= len(s) || s[n] != '.' {
 				return Addr{}, n, false
@@ -210,28 +210,31 @@ func ParseAddr4Prefix(s string) (a Addr, n int, ok bool) {
 		if n >= len(s) || s[n]-'0' > 9 {
 			return Addr{}, n, false // an empty field
 		}
-		v := int(s[n] - '0')
+		v := uint32(s[n] - '0')
 		n++
 		if n < len(s) && s[n]-'0' <= 9 {
 			if v == 0 {
 				return Addr{}, n, false // a leading zero
 			}
-			v = v*10 + int(s[n]-'0')
+			v = v*10 + uint32(s[n]-'0')
 			n++
 			if n < len(s) && s[n]-'0' <= 9 {
-				v = v*10 + int(s[n]-'0')
+				v = v*10 + uint32(s[n]-'0')
 				n++
 				if v > 255 {
 					return Addr{}, n, false
 				}
 			}
 		}
-		b[f] = byte(v)
+		ip = ip<<8 | v
 	}
 	if n < len(s) && (s[n]-'0' <= 9 || s[n] == '.') {
 		return Addr{}, n, false // a fourth digit, or a fifth field
 	}
-	return AddrFrom4(b), n, true
+	a = Addr{kind: 4}
+	a.ip[10], a.ip[11] = 0xff, 0xff
+	a.ip[12], a.ip[13], a.ip[14], a.ip[15] = byte(ip>>24), byte(ip>>16), byte(ip>>8), byte(ip)
+	return a, n, true
 }
 
 // parse4 parses all of s as a dotted-decimal IPv4 address into out.
