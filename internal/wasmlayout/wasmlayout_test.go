@@ -47,17 +47,6 @@ func module(pages uint64, addr uint32, b []byte) []byte {
 	return append(m, seg...)
 }
 
-func appendSLEB(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 // bounds is runtime.moduledata's eleven section bounds, noptrdata to end.
 func bounds(start, end uint64) []byte {
 	var b []byte
@@ -99,5 +88,40 @@ func TestReadSplitBounds(t *testing.T) {
 	l, err := img.moduledata(pages)
 	if err != nil || l != (Layout{DataStart: start, End: end, InitialPages: pages}) {
 		t.Fatalf("moduledata over two segments = %+v, %v", l, err)
+	}
+}
+
+// TestWithout: a range is left out of the segments, whatever segments hold
+// it, and every other byte stays where it was.
+func TestWithout(t *testing.T) {
+	data := make([]byte, 64)
+	for i := range data {
+		data[i] = byte(i + 1)
+	}
+	for _, c := range []struct{ lo, hi uint64 }{
+		{0x1010, 0x1020}, // inside
+		{0x1000, 0x1008}, // at the start
+		{0x1038, 0x1040}, // at the end
+		{0x0f00, 0x1030}, // from before it
+		{0x2000, 0x2010}, // none of it
+	} {
+		out, err := Without(module(2, 0x1000, data), c.lo, c.hi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, pages, err := parse(out)
+		if err != nil || pages != 2 {
+			t.Fatalf("[%#x, %#x): the module left does not parse: %v (pages %d)", c.lo, c.hi, err, pages)
+		}
+		if img.overlaps(c.lo, c.hi) {
+			t.Errorf("[%#x, %#x): a segment still writes it", c.lo, c.hi)
+		}
+		for i, b := range data {
+			addr := 0x1000 + uint64(i)
+			got := img.at(addr, 1)
+			if inside := addr >= c.lo && addr < c.hi; !inside && (got == nil || got[0] != b) {
+				t.Errorf("[%#x, %#x): the byte at %#x is %v, want %d", c.lo, c.hi, addr, got, b)
+			}
+		}
 	}
 }

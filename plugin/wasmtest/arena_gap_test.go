@@ -49,3 +49,17 @@ func TestArenaGap(t *testing.T) {
 	}
 	healthy(t, vm)
 }
+
+// TestNoFindFuncTab: build/sluice.wasm leaves runtime.findfunctab out of
+// its data segments (make build's wasm-edit; internal/wasmlayout), so no
+// VM writes its 320 bytes per function.
+func TestNoFindFuncTab(t *testing.T) {
+	ft, err := wasmlayout.LocateFuncTab(pluginWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft.Present {
+		t.Errorf("build/sluice.wasm writes runtime.findfunctab (%d bytes at %#x) into every VM (make build runs wasmlayout -drop-findfunctab)", ft.Size, ft.Addr)
+	}
+	t.Logf("runtime.findfunctab: %d bytes at %#x, not in the data segments", ft.Size, ft.Addr)
+}

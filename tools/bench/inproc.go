@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/envoytest"
 	"github.com/sluicehq/sluice/internal/wasmhost"
+	"github.com/sluicehq/sluice/internal/wasmlayout"
 )
 
 // The in-process section runs build/sluice.wasm in internal/wasmhost (a
@@ -375,11 +375,15 @@ func buildInstrumented(ctx context.Context, root, dir string) ([]byte, error) {
 	if err := os.WriteFile(src, []byte(memstatsOverlay), 0o644); err != nil {
 		return nil, err
 	}
-	ov, _ := json.Marshal(map[string]map[string]string{"Replace": {
-		filepath.Join(root, "plugin", "zz_sluicebench_memstats.go"): src,
-	}})
-	ovPath := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(ovPath, ov, 0o644); err != nil {
+	// The runtime overlay of make build too: wasm-edit leaves findfunctab
+	// out, which only a module built with it can do without.
+	goroot, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go env GOROOT: %v", err)
+	}
+	ovPath, err := wasmlayout.WriteOverlay(strings.TrimSpace(string(goroot)), filepath.Join(dir, "overlay"),
+		map[string]string{filepath.Join(root, "plugin", "zz_sluicebench_memstats.go"): src})
+	if err != nil {
 		return nil, err
 	}
 	out := filepath.Join(dir, "sluice-memstats.wasm")

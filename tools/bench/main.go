@@ -103,6 +103,7 @@ type options struct {
 	cgExtra     string
 	cgKeep      string
 	cgParallel  int
+	memReps     int
 	memWasm     string
 }
 
@@ -136,6 +137,7 @@ func main() {
 	flag.StringVar(&o.cgKeep, "callgrind-keep", "", "callgrind: copy each Envoy's raw callgrind files into this directory (per-function counts: callgrind_annotate; docs/design/request-cost.md)")
 	flag.IntVar(&o.cgParallel, "callgrind-parallel", 2, "callgrind: Envoys counted at once (counts do not depend on it)")
 	flag.StringVar(&o.memWasm, "memory-wasm", "build/sluice.wasm", "memory: the Sluice module to measure (e.g. an older build)")
+	flag.IntVar(&o.memReps, "memory-reps", 5, "memory: Envoys started per filter and concurrency (the table gives the medians)")
 	flag.Parse()
 
 	run := map[string]bool{}

@@ -79,7 +79,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 			rows = append(rows, &memRow{filter: f.key, concurrency: c})
 		}
 	}
-	const reps = 2
+	reps := o.memReps
 	for rep := 0; rep < reps; rep++ {
 		for i, r := range rows {
 			f := filters[i%len(filters)]
@@ -97,7 +97,8 @@ func memorySection(ctx context.Context, o options) (string, error) {
 				heap = m["allocated"]
 				cached = m["heap_size"] - m["pageheap_unmapped"] - heap
 			}
-			lin, vms, lerr := linearMemories(e.Pid())
+			perVM, lerr := linearMemories(e.Pid())
+			lin, vms := total(perVM), len(perVM)
 			if lerr != nil {
 				progress("memory: %v", lerr)
 			}
@@ -113,7 +114,7 @@ func memorySection(ctx context.Context, o options) (string, error) {
 			r.heap = append(r.heap, heap)
 			r.cached = append(r.cached, cached)
 			r.linear, r.vms = append(r.linear, lin), vms
-			progress("memory: %-16s concurrency %d: RSS %s, %d linear memories %s", r.filter, r.concurrency, mib(rss), vms, mib(lin))
+			progress("memory: %-16s concurrency %d: RSS %s, %d linear memories %s (KiB each: %v)", r.filter, r.concurrency, mib(rss), vms, mib(lin), kibs(perVM))
 		}
 	}
 	medOf := func(xs []uint64) float64 {
@@ -216,15 +217,15 @@ func rustModuleSize(filters []memFilter) string {
 	return ""
 }
 
-// linearMemories sums what is resident in Envoy's wasm linear memories
-// (pid's /proc smaps) and counts them. V8 reserves each linear memory with
+// linearMemories returns what is resident in each of Envoy's wasm linear
+// memories (pid's /proc smaps). V8 reserves each linear memory with
 // its guard regions as 8 GiB or more of address space (the accessible
 // pages and the inaccessible rest are adjacent anonymous mappings), and no
 // other mapping of Envoy comes near that size (V8's pointer cage is 4 GiB).
-func linearMemories(pid int) (rss uint64, n int, err error) {
+func linearMemories(pid int) (perVM []uint64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	type vma struct {
 		start, end, rss uint64
@@ -253,9 +254,24 @@ func linearMemories(pid int) (rss uint64, n int, err error) {
 	for i := 1; i < len(maps); i++ {
 		g, m := maps[i], maps[i-1]
 		if g.anon && g.none && g.end-g.start >= huge && m.anon && !m.none && m.end == g.start {
-			rss += m.rss + g.rss
-			n++
+			perVM = append(perVM, m.rss+g.rss)
 		}
 	}
-	return rss, n, nil
+	return perVM, nil
+}
+
+func total(xs []uint64) (s uint64) {
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// kibs is xs in KiB, for a progress line.
+func kibs(xs []uint64) []uint64 {
+	out := make([]uint64, len(xs))
+	for i, x := range xs {
+		out[i] = x >> 10
+	}
+	return out
 }
