@@ -60,14 +60,47 @@ func sluiceConfigHeaders(limit int, headers string) string {
 }
 
 // buildGoWasm builds a Go proxy-wasm filter (pkg, relative to the repo
-// root) with the toolchain and flags that make build uses for
-// build/sluice.wasm, so that compared modules differ only in their code:
-// the static data placed past the Go runtime's arena gap too
-// (internal/wasmlayout), which saves a Go VM up to 448 KiB of resident zeros.
+// root) as Go builds it, with make build's flags and its placement of the
+// static data past the Go runtime's arena gap (internal/wasmlayout), so
+// that compared modules differ in their code, not in where their data ends.
 func buildGoWasm(ctx context.Context, pkg, out string) error {
+	return linkGoWasm(ctx, pkg, out, "")
+}
+
+// buildGoWasmSlim builds pkg as make build builds the plugin: linked with
+// the runtime overlay, then `make wasm-slim` (no findfunctab, binaryen's
+// -Oz), so that a row of the memory section shows what the build alone
+// saves a filter.
+func buildGoWasmSlim(ctx context.Context, root, pkg, out string) error {
+	goroot, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOROOT: %v", err)
+	}
+	ov, err := wasmlayout.WriteOverlay(strings.TrimSpace(string(goroot)), filepath.Join(filepath.Dir(out), "overlay"), nil)
+	if err != nil {
+		return err
+	}
+	if err := linkGoWasm(ctx, pkg, out, ov); err != nil {
+		return err
+	}
+	slim := exec.CommandContext(ctx, "make", "-s", "wasm-slim", "FILE="+out)
+	slim.Dir = root
+	if b, err := slim.CombinedOutput(); err != nil {
+		return fmt.Errorf("make wasm-slim: %v: %s", err, b)
+	}
+	return nil
+}
+
+// linkGoWasm links pkg into out with -overlay ov (none when empty), again
+// with its data moved when the runtime would clear an arena gap.
+func linkGoWasm(ctx context.Context, pkg, out, ov string) error {
 	ldflags := "-s -w"
 	for range 2 {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-buildmode=c-shared", "-o", out, pkg)
+		args := []string{"build", "-trimpath", "-ldflags=" + ldflags, "-buildmode=c-shared", "-o", out}
+		if ov != "" {
+			args = append(args, "-overlay", ov)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		var buf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf

@@ -229,8 +229,11 @@ func inprocSection(ctx context.Context, root string, n int) (string, error) {
 			c.err = err
 			continue
 		}
-		c.bytesPerReq = (float64(after[0]-before[0]) - float64(idle1[0]-idle0[0])) / float64(n)
-		c.mallocsReq = (float64(after[1]-before[1]) - float64(idle1[1]-idle0[1])) / float64(n)
+		// Less an idle tick-to-tick interval (the tick's own allocations),
+		// which makes a request path that allocates nothing come out a
+		// hair under zero: clamped.
+		c.bytesPerReq = max(0, (float64(after[0]-before[0])-float64(idle1[0]-idle0[0]))/float64(n))
+		c.mallocsReq = max(0, (float64(after[1]-before[1])-float64(idle1[1]-idle0[1]))/float64(n))
 		c.gcs = after[2] - before[2]
 	}
 	if ctx.Err() != nil {

@@ -22,6 +22,10 @@ import (
 
 const memRequests = 400
 
+// noopSlimKey is the row of the no-op Go filter built as make build builds
+// the plugin.
+const noopSlimKey = "no-op Go filter, built as Sluice is"
+
 // memConcurrencies are the Envoy --concurrency values measured: a lone
 // worker, a sidecar (Istio runs its proxies with 2 workers) and a gateway.
 var memConcurrencies = []int{1, 2, 8}
@@ -52,10 +56,19 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	if err := buildGoWasm(ctx, "./tools/bench/testdata/confignoop", confNoop); err != nil {
 		return "", err
 	}
+	root, err := envoytest.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	noopSlim := filepath.Join(nb.tmp, "slim", "noop.wasm")
+	if err := buildGoWasmSlim(ctx, root, "./tools/bench/testdata/noop", noopSlim); err != nil {
+		return "", err
+	}
 	sluice, _ := filepath.Abs(o.memWasm)
 	filters := []memFilter{
 		{"no filter", nil},
 		{"no-op Go filter", &envoytest.Wasm{File: noop, Name: "noop"}},
+		{noopSlimKey, &envoytest.Wasm{File: noopSlim, Name: "noop"}},
 		{"no-op + Sluice's config parsing", &envoytest.Wasm{File: confNoop, Name: "confignoop", Config: sluiceConfig(admitLimit)}},
 		{"Sluice", &envoytest.Wasm{File: sluice, Config: sluiceConfig(admitLimit)}},
 	}
@@ -143,6 +156,8 @@ func memorySection(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(&b, "\n**Sluice over the no-op Go filter: %+.1f MiB at `--concurrency 1`, %+.1f MiB at 2, %+.1f MiB at 8, %+.2f MiB per extra worker** "+
 		"(targets: at most +15 MiB at concurrency 8 (%s), at most +0.75 MiB per extra worker (%s)).\n",
 		s1, s2, s8, perWorker, verdict(s8 <= 15), verdict(perWorker <= 0.75))
+	fmt.Fprintf(&b, "\nSluice over the no-op Go filter built as Sluice is (the runtime overlay, no findfunctab, binaryen -Oz): %+.1f MiB at 1, %+.1f MiB at 2, %+.1f MiB at 8: what Sluice's code costs, the build's savings aside.\n",
+		over("Sluice", 1)-over(noopSlimKey, 1), over("Sluice", 2)-over(noopSlimKey, 2), over("Sluice", 8)-over(noopSlimKey, 8))
 	b.WriteString(memoryParts(filters, find, medOf))
 	if st, err := os.Stat(sluice); err == nil {
 		sizes := []string{fmt.Sprintf("Sluice %d", st.Size())}
