@@ -97,7 +97,7 @@ func (l *line) changed() <-chan struct{} {
 // pace: near their common deadline, where callers give up their places by
 // the thousand, one caller after another slipped through between two
 // looks, and up to 95 requests went out in the last 60 ms of a run paced
-// at 20/s (all but one refused).
+// at 20/s (nearly all refused).
 type places struct {
 	ticket  uint64
 	free    bool
