@@ -187,6 +187,9 @@ type held struct {
 	// least lineWait, the turns of the requests ahead at the slowest of
 	// those views' paces (see view.lineWaitLocked); strict says that pace
 	// is learned from bare 429s, and moved is closed if it changes.
+	// again: nothing holds the request, but it skipped its pacing turns
+	// (see places.skipped): it looks for them first.
+	again    bool
 	queued   bool
 	strict   bool
 	lineWait time.Duration
@@ -234,6 +237,8 @@ func (h *host) acquire(g *governing, pl *places, now time.Time, first bool, maxW
 	case hd.holder != nil:
 		hd.refills = hd.holder.refillsLocked()
 		hd.woken = hd.holder.holdLocked(now.Add(hd.wait))
+	case pl.skipped:
+		hd.again = true
 	default:
 		h.admitLocked(g, pl, now, first, probes)
 		ok = true

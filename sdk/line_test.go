@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // TestLinePlacesMatchTheLines: a request's places and the views' lines
@@ -150,4 +152,52 @@ func TestLineLeaversReleaseTheOthers(t *testing.T) {
 			t.Errorf("C ended with %v, want a *RateLimitError (its turn passes its deadline)", c.err)
 		}
 	})
+}
+
+// TestLineLeaverLetsNoOneSkipThePace: at a pace learned from a bare 429
+// (a turn every 2 s, none in hand), A takes the next turn and waits for it
+// in the view's line; B, behind A, looks for no turn of its own (see
+// call.pace). A gives up before B asks to be admitted (its caller's
+// deadline, as near the end of every caller's wait). B, first now, must
+// take the turn A gave back, not go out at once: admitted without a turn,
+// it went past the pace, and near a deadline shared by many callers one
+// after another did, to be refused. The steps are those of call.holdLoop,
+// in the order they interleaved: time is the fake clock's, never moved.
+func TestLineLeaverLetsNoOneSkipThePace(t *testing.T) {
+	tr := NewTransport(rtFunc(func(*http.Request) (*http.Response, error) {
+		panic("nothing is sent")
+	}), WithAdaptiveRate(), WithClock(newFakeClock()))
+	call := func() *call {
+		req, _ := http.NewRequest("GET", "http://line.test/x", nil)
+		c := tr.newCall(req)
+		c.known = c.h.govern(&tr.routes, c.rk, &c.g)
+		return c
+	}
+	first := call()
+	now := first.now
+	var p0 turns
+	if _, _, _, _, ok := first.pace(&p0); ok {
+		t.Fatal("a wait before any answer")
+	}
+	if _, ok := first.h.acquire(&first.g, &first.pl, now, true, time.Minute); !ok {
+		t.Fatal("the first request is not admitted")
+	}
+	first.h.observe(&tr.routes, first.rk, first.known, &first.g, now, http.StatusTooManyRequests, header.Info{}, nil)
+
+	a, b := call(), call()
+	var pa, pb turns
+	if pt, _, _, why, ok := a.pace(&pa); !ok || why != "" || pt.d <= 0 {
+		t.Fatalf("A after the throttle: wait %v (%v, %q), want its turn's", pt.d, ok, why)
+	}
+	if pt, _, _, _, ok := b.pace(&pb); ok {
+		t.Fatalf("B, behind A in line, was given a turn (wait %v)", pt.d)
+	}
+	pa.giveBack(now)
+	a.pl.leave()
+	if _, ok := b.h.acquire(&b.g, &b.pl, now, true, time.Minute); ok {
+		t.Fatal("B admitted at once without a turn after A left the line; want it to take A's turn")
+	}
+	if pt, _, _, why, ok := b.pace(&pb); !ok || why != "" || pt.d < time.Second {
+		t.Errorf("B looking again: wait %v (%v, %q), want the 2 s turn A gave back", pt.d, ok, why)
+	}
 }

@@ -343,7 +343,11 @@ func (v *view) pace(now time.Time, retry bool, pl *places) (pt paceTurn, reserve
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.pacing.paces() || v.cooldown.left(now) > 0 || pl.behindLocked(v) {
+	if !v.pacing.paces() || v.cooldown.left(now) > 0 {
+		return pt, false
+	}
+	if pl.behindLocked(v) {
+		pl.skipped = true
 		return pt, false
 	}
 	if v.refillLocked(now); v.quota.spentUntilReset(now) {

@@ -58,6 +58,9 @@ func (c *call) holdLoop(paced *turns) (resp *http.Response, err error, stop bool
 		if ok {
 			return nil, nil, false
 		}
+		if hd.again {
+			continue // it looks for its pacing turns first (see places.skipped)
+		}
 		if !hd.queued {
 			c.inLine = time.Time{}
 		} else if c.inLine.IsZero() {
@@ -230,7 +233,7 @@ func (c *call) interrupted(e error) (*http.Response, error, bool) {
 // attempts (seconds, with dozens of callers), it meets the next probe
 // past the rate, and a request refused at every attempt is lost.
 func (c *call) pace(paced *turns) (pt paceTurn, v *view, again bool, why string, ok bool) {
-	if c.g.behind(&c.pl) {
+	if c.pl.skipped = c.g.behind(&c.pl); c.pl.skipped {
 		return paceTurn{}, nil, false, "", false
 	}
 	for _, v := range c.g.vs[:c.g.n] {
