@@ -1,17 +1,22 @@
-// Package wasmlayout reads where a Go wasip1 module's static data lies in
-// its linear memory, and where the Go runtime will put its first heap
-// arena, so that the build can keep the runtime from clearing a gap of
-// memory that nothing uses (docs/design/memory.md, "The first heap arena").
+// Package wasmlayout reads and edits how a Go wasip1 module lays out its
+// static data and heap in linear memory, so that the plugin's build keeps
+// every VM (one per Envoy worker) from writing memory nothing needs
+// (docs/design/memory.md):
 //
-// Why: on wasm the Go runtime (Go 1.26, runtime/mem_sbrk.go and malloc.go)
-// starts its break at the end of the static data rounded up to a 64 KiB
-// wasm page, takes 384 KiB of it for its own metadata (PreArena), and then
-// aligns its first heap arena to 512 KiB: sysReserveAlignedSbrk grows the
-// memory past the gap and hands the gap to memFree, which clears it. Cleared pages are written pages, so every
-// VM (one per Envoy worker) keeps up to 448 KiB of zeros resident. Moving
-// the static data (the linker's -D flag: the address of the data segment)
-// so that the arena starts where the break already is removes the gap; the
-// hole left below the data is never written and costs no resident memory.
+//   - Read, ArenaGap, DataAddr: where the static data ends and where the Go
+//     runtime (Go 1.26, runtime/mem_sbrk.go and malloc.go) puts its first
+//     heap arena. The runtime starts its break at the end of the static data
+//     rounded up to a 64 KiB wasm page, takes 384 KiB of it for its own
+//     metadata (PreArena), and aligns its first heap arena to 512 KiB,
+//     clearing the gap it skips. Moving the static data (the linker's -D
+//     flag) so that the arena starts where the break already is removes the
+//     gap; the hole left below the data is never written.
+//   - RuntimeOverlay: the runtime files the plugin is linked with (go build
+//     -overlay): findfunc without findfunctab, and the gaps skipped to
+//     align later arenas handed out without being cleared (they are zero).
+//   - LocateFuncTab, WithoutFuncTab: runtime.findfunctab (320 bytes per
+//     function on wasm) left out of the data segments of a module linked
+//     with the overlay.
 package wasmlayout
 
 import (
