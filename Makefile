@@ -289,7 +289,7 @@ bench-cost: build envoy
 	@command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1; } || true
 	$(GO) run ./tools/bench -run callgrind
 
-# Issue-5 measurements: 1,000,000 distinct clients through Envoy (memory,
+# Floods: 1,000,000 distinct clients through Envoy (memory,
 # fairness, contention) and exactness under contention and overload
 # (about 3 minutes); added to build/bench.md.
 flood: build envoy
