@@ -314,17 +314,20 @@ func (t *Table) locate(sp *spot, fp uint64, rule int, now int64) error {
 	if own && !rg.twoLayouts(now) {
 		return nil
 	}
-	// Not in its bucket: left elsewhere by a change of layout? (key and
-	// val stay valid: the other layout's bucket is read into other
-	// buffers.)
-	if ok, err := t.elsewhere(rg, sp, now); err != nil || ok {
-		if err == errStaleView {
-			// Renewed: the view names another layout now (at most
-			// once more: the record is read only on a view naming a
-			// newer layout, which it no longer does).
-			return t.locate(sp, fp, rule, now)
+	// Not in its bucket: left elsewhere by a change of layout? Not with
+	// one layout and no slot marked as moving (elsewhere's first look,
+	// without its call). (key and val stay valid: another bucket is read
+	// into other buffers.)
+	if findMoved(val, fp, now) >= 0 || rg.twoLayouts(now) {
+		if ok, err := t.elsewhere(rg, sp, now); err != nil || ok {
+			if err == errStaleView {
+				// Renewed: the view names another layout now (at most once
+				// more: the record is read only on a view naming a newer
+				// layout, which it no longer does).
+				return t.locate(sp, fp, rule, now)
+			}
+			return err
 		}
-		return err
 	}
 	if rg.spill && t.pool != nil {
 		// In the pool, or to be put there (pool.go).
