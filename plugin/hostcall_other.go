@@ -17,7 +17,7 @@ func nowNanos() int64 { return time.Now().UnixNano() }
 
 var sourceAddressPathList = []string{"source", "address"}
 
-func sourceAddress() string {
+func (*httpContext) SourceAddress() string {
 	b, err := proxywasm.GetProperty(sourceAddressPathList)
 	if err != nil {
 		return ""

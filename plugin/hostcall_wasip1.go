@@ -47,9 +47,10 @@ var sourceAddressPath = []byte("source\x00address")
 // anything longer than 64 bytes); a longer value gets a buffer of its own.
 var sourceAddressBuf [64]byte
 
-// sourceAddress returns Envoy's source.address, in sourceAddressBuf when it
-// fits: a view valid until the next call (engine.Request.SourceAddress).
-func sourceAddress() string {
+// SourceAddress implements engine.Request: Envoy's source.address, in
+// sourceAddressBuf when it fits, a view valid until the next call (the
+// engine only parses it, so a string view saves a copy).
+func (*httpContext) SourceAddress() string {
 	out := &hostOut
 	*out = hostResult{}
 	allocInto = sourceAddressBuf[:]
@@ -210,7 +211,7 @@ func (g gauge) Value() int64 {
 // of GC. `make build` (internal/wasmexports) exports
 // sluiceOnMemoryAllocate as proxy_on_memory_allocate in place of the SDK's.
 // It does what the SDK's does, except right after GetInto or
-// sourceAddress armed it with a buffer: then the one allocation of that
+// SourceAddress armed it with a buffer: then the one allocation of that
 // host call (cpp-host's getSharedData and getProperty each copy the value
 // with one allocate) gets that buffer if the value fits. Arming lasts for one allocation and is always
 // undone when the host call returns, so no other host call (nor one that

@@ -51,7 +51,11 @@ func defineLayoutWrites() (counter, bool) {
 
 // LayoutWrites implements engine.LayoutSignal.
 func (*sharedData) LayoutWrites() (uint64, bool) {
-	c, ok := layoutCounter()
+	// layoutCounter only to define it: every fresh client reads the count.
+	c, ok := layoutWrites.id, layoutWrites.ok
+	if !layoutWrites.defined {
+		c, ok = layoutCounter()
+	}
 	if !ok {
 		return 0, false
 	}

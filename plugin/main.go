@@ -642,10 +642,8 @@ func (h *httpContext) HeaderFields(name string) (string, int) {
 	return h.plugin.pairs.fields(name)
 }
 
-// SourceAddress implements engine.Request: a view of a buffer the next
-// request's address overwrites (the engine only parses it, so a string view
-// saves a copy), read by sourceAddress (hostcall_wasip1.go).
-func (h *httpContext) SourceAddress() string { return sourceAddress() }
+// SourceAddress (engine.Request) is in hostcall_wasip1.go: the host call
+// in the method itself, a call less per request.
 
 // RouteName implements engine.RouteRequest: read only when some rule
 // matches on Envoy routes, once per request.

@@ -12,9 +12,13 @@ import "github.com/sluicehq/sluice/plugin/engine"
 // allocated per stream once the table has grown to the streams in flight.
 
 // streamTable holds HTTP streams by context ID: open addressing with
-// linear probing, deletion by backward shift (no tombstones). Envoy numbers
-// a VM's contexts consecutively, so a context's home slot (its ID modulo
-// the table's size) is mostly free and a lookup reads one slot.
+// linear probing towards lower slots, deletion by shifting back (no
+// tombstones). Envoy numbers a VM's contexts consecutively, so a context's
+// home slot (its ID modulo the table's size) is mostly free and a lookup
+// reads one slot. The probes go down: a stream ends mostly after the one
+// before it and before the one after it (opened on another connection),
+// so the slot below an ending stream's is free and nothing is to be
+// shifted (removeHome), where the slot above is mostly taken.
 type streamTable struct {
 	slots []streamSlot
 	n     int // streams in the table
@@ -40,7 +44,7 @@ func (t *streamTable) get(id uint32) *httpContext {
 	if s := &t.slots[id&mask]; s.id == id {
 		return s.h // at home, as most are: no loop (a loop's turn is dear on wasm)
 	}
-	for i := id & mask; ; i = (i + 1) & mask {
+	for i := id & mask; ; i = (i - 1) & mask {
 		s := &t.slots[i]
 		if s.id == id {
 			return s.h
@@ -65,7 +69,7 @@ func (t *streamTable) add(id uint32, h *httpContext) bool {
 		t.n++
 		return true
 	}
-	for i := id & mask; ; i = (i + 1) & mask {
+	for i := id & mask; ; i = (i - 1) & mask {
 		s := &t.slots[i]
 		if s.id == id {
 			return false
@@ -104,11 +108,11 @@ func (t *streamTable) grow() {
 }
 
 // removeHome is remove's most common case, small enough to be inlined: the
-// stream at id's home slot with none after it to move back. Nil when that
+// stream at id's home slot with none below it to shift back. Nil when that
 // is not so (remove then does the rest).
 func (t *streamTable) removeHome(id uint32) *httpContext {
 	mask := uint32(len(t.slots) - 1)
-	if len(t.slots) == 0 || id == 0 || t.slots[id&mask].id != id || t.slots[(id+1)&mask].id != 0 {
+	if len(t.slots) == 0 || id == 0 || t.slots[id&mask].id != id || t.slots[(id-1)&mask].id != 0 {
 		return nil
 	}
 	s := &t.slots[id&mask]
@@ -119,16 +123,16 @@ func (t *streamTable) removeHome(id uint32) *httpContext {
 }
 
 // remove takes the stream with context ID id out of the table and returns
-// it, nil if the table has none. The slots after it that probed past its
-// slot move back, so every stream stays reachable from its home slot.
+// it, nil if the table has none. The streams below it that probed past its
+// slot shift back, so every stream stays reachable from its home slot.
 func (t *streamTable) remove(id uint32) *httpContext {
 	if len(t.slots) == 0 || id == 0 {
 		return nil
 	}
 	mask := uint32(len(t.slots) - 1)
 	i := id & mask
-	if s := &t.slots[i]; s.id == id && t.slots[(i+1)&mask].id == 0 {
-		// At home with none after it to move back, as most are.
+	if s := &t.slots[i]; s.id == id && t.slots[(i-1)&mask].id == 0 {
+		// At home with none below it to shift back, as most are.
 		h := s.h
 		*s = streamSlot{}
 		t.n--
@@ -138,14 +142,14 @@ func (t *streamTable) remove(id uint32) *httpContext {
 		if t.slots[i].id == 0 {
 			return nil
 		}
-		i = (i + 1) & mask
+		i = (i - 1) & mask
 	}
 	h := t.slots[i].h
-	for j := (i + 1) & mask; t.slots[j].id != 0; j = (j + 1) & mask {
-		// A stream at j whose home is cyclically in (i, j] stays: the
-		// free slot at i is not on its probe path.
+	for j := (i - 1) & mask; t.slots[j].id != 0; j = (j - 1) & mask {
+		// A stream at j whose home is cyclically in [j, i) stays: the
+		// free slot at i is not on its probe path (home, home-1, ... j).
 		home := t.slots[j].id & mask
-		if (j-home)&mask < (j-i)&mask {
+		if (home-j)&mask < (i-j)&mask {
 			continue
 		}
 		t.slots[i] = t.slots[j]

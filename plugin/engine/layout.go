@@ -56,7 +56,7 @@ import (
 // client's state each in its own layout, two budgets (about one seed in
 // 4,000 of TestLayoutsUnderRandomInterleavings). Before a fresh state the
 // read is skipped while the store's count of record writes has not moved
-// since this table's last read (LayoutSignal, renewLayoutIfWritten). What
+// since this table's last read (LayoutSignal, viewCurrent). What
 // is left is a worker of the other configuration adopting its layout and
 // deciding the client between this worker's read of the record (or of the
 // count) and its write.
@@ -129,28 +129,30 @@ func (t *Table) RenewLayouts(now int64) {
 	}
 }
 
-// renewLayoutIfWritten is renewLayout for a decision about to give a
-// client a fresh state, skipped while the store's count of layout record
-// writes (LayoutSignal) is what it was when this table last read rg's
-// record here: no record was written since, so the view is the record's
-// (the writes a table makes itself count too), unless the read would
-// renew the record (a table of the previous layout, a quarter of a life
-// since the last renewal), as it does when it is not skipped. The count is read before
-// the record: a write between the two is counted after the count read,
-// and the next decision reads the record again. What is left is what the
-// record read leaves (the top of this file): a worker of another
-// configuration that writes the record, counts it and decides the client
-// between this read of the count and this worker's write.
-func (t *Table) renewLayoutIfWritten(rg *region, now int64) {
-	if t.signal == nil {
-		t.renewLayout(rg, now)
-		return
-	}
-	n, ok := t.signal.LayoutWrites()
-	renew := rg.newer != 0 && rg.prevUntil != 0 && rg.renewalDue(rg.prevUntil, now)
-	if ok && uint32(n)+1 == rg.seenWrites && !renew {
-		return
-	}
+// A decision about to give a client a fresh state renews rg's view first
+// (Table.locate), unless the store's count of layout record writes
+// (LayoutSignal) is what it was when this table last read rg's record
+// there (viewCurrent): no record was written since, so the view is the
+// record's (the writes a table makes itself count too), unless the read
+// would renew the record (a table of the previous layout, a quarter of a
+// life since the last renewal), as it does when it is not skipped. The
+// count is read before the record: a write between the two is counted
+// after the count read, and the next decision reads the record again.
+// What is left is what the record read leaves (the top of this file): a
+// worker of another configuration that writes the record, counts it and
+// decides the client between this read of the count and this worker's
+// write.
+
+// viewCurrent reports that rg's view is the record's by the count n of
+// record writes (ok: the count is served), so that the record is not
+// read. Small enough to be inlined: every fresh state asks it.
+func (rg *region) viewCurrent(n uint64, ok bool, now int64) bool {
+	return ok && uint32(n)+1 == rg.seenWrites && !(rg.newer != 0 && rg.prevUntil != 0 && rg.renewalDue(rg.prevUntil, now))
+}
+
+// renewLayoutCounted renews rg's view when viewCurrent does not hold,
+// remembering the count n it read before.
+func (t *Table) renewLayoutCounted(rg *region, n uint64, ok bool, now int64) {
 	rg.seenWrites = 0
 	if t.renewLayout(rg, now) && ok {
 		rg.seenWrites = uint32(n) + 1

@@ -272,6 +272,15 @@ func (sp *spot) slot() []byte { return sp.val[sp.i*slotSize : (sp.i+1)*slotSize]
 // locate reads client fp's spot in rule's region into sp: its own slot,
 // else a free one of its bucket, else the rule's overflow state. (Into the
 // caller's spot: a spot is 160 bytes, which a return copies once more.)
+//
+// A client without an active state in its bucket gets a fresh one unless
+// another layout holds it. This table's view of the layouts is up to a
+// second old (RenewLayouts), and a worker of another configuration that
+// started meanwhile may be creating the client's state in its own layout
+// now (two states, twice the budget): the record is read first. One read
+// for a client without an active state, none for the others, and none
+// while no layout record was written since this table last read it
+// (LayoutSignal, viewCurrent).
 func (t *Table) locate(sp *spot, fp uint64, rule int, now int64) error {
 	rg := &t.regions[rule]
 	// bucketKey's work, without its call (every request reads a bucket).
@@ -295,29 +304,30 @@ func (t *Table) locate(sp *spot, fp uint64, rule int, now int64) error {
 	if own && active(val, sp.i, now) {
 		return nil
 	}
-	// The client has no active state in its bucket: it gets a fresh one
-	// unless another layout holds it. This table's view of the layouts is
-	// up to a second old (RenewLayouts), and a worker of another
-	// configuration that started meanwhile may be creating the client's
-	// state in its own layout now (two states, twice the budget): the
-	// record is read first. One read for a client without an active
-	// state, none for the others, and none while no layout record was
-	// written since this table last read it (LayoutSignal).
-	t.renewLayoutIfWritten(rg, now)
+	// No active state: the layout record first (the doc comment), its
+	// count's check without a call.
+	if t.signal == nil {
+		t.renewLayout(rg, now)
+	} else if n, ok := t.signal.LayoutWrites(); !rg.viewCurrent(n, ok, now) {
+		t.renewLayoutCounted(rg, n, ok, now)
+	}
 	if own && !rg.twoLayouts(now) {
 		return nil
 	}
-	// Not in its bucket: left elsewhere by a change of layout? (key and
-	// val stay valid: the other layout's bucket is read into other
-	// buffers.)
-	if ok, err := t.elsewhere(rg, sp, now); err != nil || ok {
-		if err == errStaleView {
-			// Renewed: the view names another layout now (at most
-			// once more: the record is read only on a view naming a
-			// newer layout, which it no longer does).
-			return t.locate(sp, fp, rule, now)
+	// Not in its bucket: left elsewhere by a change of layout? Not with
+	// one layout and no slot marked as moving (elsewhere's first look,
+	// without its call). (key and val stay valid: another bucket is read
+	// into other buffers.)
+	if findMoved(val, fp, now) >= 0 || rg.twoLayouts(now) {
+		if ok, err := t.elsewhere(rg, sp, now); err != nil || ok {
+			if err == errStaleView {
+				// Renewed: the view names another layout now (at most once
+				// more: the record is read only on a view naming a newer
+				// layout, which it no longer does).
+				return t.locate(sp, fp, rule, now)
+			}
+			return err
 		}
-		return err
 	}
 	if rg.spill && t.pool != nil {
 		// In the pool, or to be put there (pool.go).
@@ -365,9 +375,7 @@ func (t *Table) UpdateHeld(fp uint64, rule int, lim *limit.Limit, now, n, releas
 }
 
 func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, n int64, maxDelay time.Duration, release int64) (limit.Decision, int, error) {
-	if fp == 0 {
-		fp = 1 // 0 marks an empty slot
-	}
+	fp = max(fp, 1) // 0 marks an empty slot
 	var sp spot
 	for attempt := 0; attempt < MaxCASRetries; attempt++ {
 		if err := t.locate(&sp, fp, rule, now); err != nil {
@@ -376,18 +384,15 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 		s := sp.slot()
 		mine := getUint64(s[0:8]) == sp.fp
 		var st limit.State
-		if mine {
-			st = limit.DecodeState(s[16:])
+		if mine { // limit.DecodeState without its call (TestSlotStateAsLimits)
+			st = limit.State{A: int64(getUint64(s[16:24])), B: int64(getUint64(s[24:32]))}
 		}
 		var d limit.Decision
 		switch op {
 		case RefundHeld:
-			if !mine {
-				return d, sp.kind, nil
-			}
 			next := lim.RefundHeld(st, now, n, release)
-			if next == st {
-				return d, sp.kind, nil // kept: a hole in the line
+			if !mine || next == st {
+				return d, sp.kind, nil // none, or kept: a hole in the line
 			}
 			st, d.Allowed = next, true // Allowed: given back
 		case Debit:
@@ -403,13 +408,19 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 				return d, sp.kind, nil
 			}
 		}
-		st.Encode(s[16:])
-		var retry bool
-		var err error
+		putUint64(s[16:24], uint64(st.A)) // st.Encode(s[16:]), without its call
+		putUint64(s[24:32], uint64(st.B))
+		retry, err := false, error(nil)
 		if expiry := now + int64(lim.Reset(st, now)); sp.from.val == nil {
-			// write's case (no move out of the previous layout), without
-			// its call.
-			retry, err = t.storeSlot(sp.key, sp.val, sp.cas, s, sp.fp, expiry)
+			// write's case (no move out of the previous layout): storeSlot's
+			// work without its call (every admitted request writes).
+			putUint64(s[0:8], sp.fp)
+			putUint64(s[8:16], uint64(expiry))
+			if retry, err = t.store.Set(sp.key, sp.val, sp.cas); err != nil {
+				t.Stats.StoreErrors++
+			} else if retry {
+				t.Stats.CASRetries++
+			}
 		} else {
 			retry, err = t.write(&sp, s, expiry)
 		}

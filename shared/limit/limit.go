@@ -245,7 +245,10 @@ func (l *Limit) AllowN(s State, now int64, n int64, maxDelay time.Duration) (Sta
 		if over > 0 {
 			d.Delay = time.Duration(over)
 		} else {
-			d.Remaining = -over / l.interval
+			// Unsigned: a signed 64-bit division is a call on wasm
+			// (runtime.wasmDiv, for MinInt64 / -1); here 0 <= -over
+			// (ahead >= 0, tolerance <= MaxInt64) and interval >= 1.
+			d.Remaining = int64(uint64(-over) / uint64(l.interval))
 		}
 		return stamped(State{A: newTAT}, d, at, now)
 	}
