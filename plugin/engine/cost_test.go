@@ -143,13 +143,17 @@ func TestCostRequestHeader(t *testing.T) {
 	}
 }
 
-// Charges of many workers after their responses add up exactly.
+// Charges of many workers after their responses add up exactly, but for
+// a charge given up after MaxCASRetries conflicting updates in a row: four
+// goroutines charging one client back to back under the race detector met
+// that about once in 300 runs. Such a charge is counted (ChargeErrors), at
+// most 97 units here, so a lost update that is not counted still fails.
 func TestCostSettleAcrossWorkers(t *testing.T) {
 	cfg := mustConfig(t, `{"rules":[{"name":"llm","limit":1000000,"window":"1h","cost":{"response_header":"x-used","max":1000}}]}`)
 	store := newMemStore()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var sum, charged uint64
+	var sum, charged, chargeErrors uint64
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -168,14 +172,16 @@ func TestCostSettleAcrossWorkers(t *testing.T) {
 			mu.Lock()
 			sum += local
 			charged += e.Stats.Rules[0].Charged
+			chargeErrors += e.Stats.ChargeErrors
 			mu.Unlock()
 		}(w)
 	}
 	wg.Wait()
 	e := New(cfg, store, 7, wallClock)
 	v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
-	if charged != sum || uint64(1000000-v.Remaining) != sum {
-		t.Fatalf("charged %d, balance says %d, responses said %d", charged, 1000000-v.Remaining, sum)
+	spent := uint64(1000000 - v.Remaining)
+	if charged != sum || spent > sum || sum-spent > 97*chargeErrors || chargeErrors > 2 {
+		t.Fatalf("charged %d, balance says %d, responses said %d, charges given up on contention %d", charged, spent, sum, chargeErrors)
 	}
 }
 
