@@ -72,11 +72,7 @@ func buildGoWasm(ctx context.Context, pkg, out string) error {
 // -Oz), so that a row of the memory section shows what the build alone
 // saves a filter.
 func buildGoWasmSlim(ctx context.Context, root, pkg, out string) error {
-	goroot, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOROOT: %v", err)
-	}
-	ov, err := wasmlayout.WriteOverlay(strings.TrimSpace(string(goroot)), filepath.Join(filepath.Dir(out), "overlay"), nil)
+	ov, err := runtimeOverlay(ctx, filepath.Join(filepath.Dir(out), "overlay"), nil)
 	if err != nil {
 		return err
 	}
@@ -89,6 +85,17 @@ func buildGoWasmSlim(ctx context.Context, root, pkg, out string) error {
 		return fmt.Errorf("make wasm-slim: %v: %s", err, b)
 	}
 	return nil
+}
+
+// runtimeOverlay writes make build's runtime overlay (internal/wasmlayout)
+// for the toolchain in use into dir, with extra files replaced as well,
+// and returns the overlay file's path for go build -overlay.
+func runtimeOverlay(ctx context.Context, dir string, extra map[string]string) (string, error) {
+	goroot, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT: %v", err)
+	}
+	return wasmlayout.WriteOverlay(strings.TrimSpace(string(goroot)), dir, extra)
 }
 
 // linkGoWasm links pkg into out with -overlay ov (none when empty), again

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/envoytest"
 	"github.com/sluicehq/sluice/internal/wasmhost"
-	"github.com/sluicehq/sluice/internal/wasmlayout"
 )
 
 // The in-process section runs build/sluice.wasm in internal/wasmhost (a
@@ -380,11 +379,7 @@ func buildInstrumented(ctx context.Context, root, dir string) ([]byte, error) {
 	}
 	// The runtime overlay of make build too: wasm-edit leaves findfunctab
 	// out, which only a module built with it can do without.
-	goroot, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
-	if err != nil {
-		return nil, fmt.Errorf("go env GOROOT: %v", err)
-	}
-	ovPath, err := wasmlayout.WriteOverlay(strings.TrimSpace(string(goroot)), filepath.Join(dir, "overlay"),
+	ovPath, err := runtimeOverlay(ctx, filepath.Join(dir, "overlay"),
 		map[string]string{filepath.Join(root, "plugin", "zz_sluicebench_memstats.go"): src})
 	if err != nil {
 		return nil, err
