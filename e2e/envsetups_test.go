@@ -53,12 +53,14 @@ var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 320
 // /retry fails every other request with 503 (the first attempt of each
 // request, when requests come one at a time), /ws accepts a WebSocket
 // upgrade and echoes what it reads until the client closes, /held answers
-// the length of the body it read, /redir redirects to /redir/done, /credir
+// the length of the body it read (and notes when it finished reading it,
+// heldRead), /redir redirects to /redir/done, /credir
 // to /credir/done, which says it cost 5 units (X-Units).
 type auxUpstream struct {
-	ln      net.Listener
-	retries atomic.Int64
-	wsOpen  atomic.Int64
+	ln       net.Listener
+	retries  atomic.Int64
+	wsOpen   atomic.Int64
+	heldRead atomic.Int64 // UnixNano
 }
 
 func startAux(t *testing.T) *auxUpstream {
@@ -84,6 +86,7 @@ func (a *auxUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	case r.URL.Path == "/held":
 		n, _ := io.Copy(io.Discard, r.Body)
+		a.heldRead.Store(time.Now().UnixNano())
 		_, _ = io.WriteString(w, strconv.FormatInt(n, 10))
 	case r.URL.Path == "/redir":
 		w.Header().Set("Location", "http://"+r.Host+"/redir/done")

@@ -399,18 +399,18 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	case engine.Call:
 		h.pending = v.Pending
 		h.pending.Ctx, h.shared = h, true
-		action = types.ActionPause
+		action = actionHold
 	case engine.Queue:
 		p.queue.add(h)
-		action = types.ActionPause
+		action = actionHold
 	case engine.Reject:
-		action = types.ActionPause
+		action = actionHold
 		if err := p.reject(h, v, now); err != nil {
 			proxywasm.LogError(sprintf.Sprintf("sluice: cannot send the rejection: %v", err))
 			action = types.ActionContinue
 		}
 	case engine.Delay:
-		action = types.ActionPause
+		action = actionHold
 		if p.hold(h, v, v.Delay, now) { // else rejected (and told) instead
 			p.tell(v)
 		}
@@ -507,7 +507,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if held {
 		// The client learns of this response only once the service has
 		// counted its charge (engine.SettleHeld).
-		return types.ActionPause
+		return actionHold
 	}
 	return types.ActionContinue
 }

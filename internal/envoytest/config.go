@@ -185,6 +185,10 @@ type Wasm struct {
 	// FailurePolicy is "FAIL_CLOSED" (Envoy's default), "FAIL_OPEN" or
 	// "FAIL_RELOAD". Empty: not set.
 	FailurePolicy string
+	// AllowOnHeadersStopIteration sets allow_on_headers_stop_iteration
+	// (Envoy >= 1.35): a header callback's StopIteration then stops the
+	// headers alone, and the body goes on to the plugin.
+	AllowOnHeadersStopIteration bool
 	// Env are vm_config.environment_variables.key_values.
 	Env map[string]string
 }

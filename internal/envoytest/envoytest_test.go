@@ -137,7 +137,7 @@ func TestRenderBootstrap(t *testing.T) {
 	y, err := envoytest.RenderBootstrap(envoytest.Options{
 		XFFNumTrustedHops: 1,
 		Routes:            []envoytest.Route{{Name: "checkout", Prefix: "/checkout"}, {Name: "browse"}},
-		Wasm:              &envoytest.Wasm{File: "rel/sluice.wasm", Config: cfg, FailurePolicy: "FAIL_OPEN"},
+		Wasm:              &envoytest.Wasm{File: "rel/sluice.wasm", Config: cfg, FailurePolicy: "FAIL_OPEN", AllowOnHeadersStopIteration: true},
 	}, "127.0.0.1:8080", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +155,7 @@ func TestRenderBootstrap(t *testing.T) {
 		`filename: "` + filepath.Join(wd, "rel/sluice.wasm") + `"`,
 		"type.googleapis.com/google.protobuf.StringValue",
 		"failure_policy: FAIL_OPEN",
+		"allow_on_headers_stop_iteration: true",
 		`socket_address: {address: "127.0.0.1", port_value: 8080}`,
 	} {
 		if !strings.Contains(y, want) {

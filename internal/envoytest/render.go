@@ -130,6 +130,9 @@ filter_chains:
 {{- if .FailurePolicy}}
             failure_policy: {{.FailurePolicy}}
 {{- end}}
+{{- if .AllowOnHeadersStopIteration}}
+            allow_on_headers_stop_iteration: true
+{{- end}}
             vm_config:
               vm_id: {{q .VMID}}
               runtime: envoy.wasm.runtime.v8

@@ -39,6 +39,11 @@
 //     plugin's own proxy_on_response_headers (when sent in the response
 //     phase it replaces the upstream response directly). Only the first
 //     local reply of a stream counts.
+//   - A header callback's result becomes Envoy's filter status as cpp-host
+//     converts it: StopIteration (1) stops the body with the headers
+//     unless WithAllowOnHeadersStopIteration, where the body goes on to
+//     proxy_on_request_body / proxy_on_response_body (Continue when the
+//     module does not export it), whose Continue continues the headers.
 //   - proxy_set_effective_context lasts until the callback returns;
 //     proxy_continue_stream and local replies on that context take effect
 //     after the callback (cpp-host after-VM-call actions).

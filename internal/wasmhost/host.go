@@ -50,6 +50,7 @@ type config struct {
 	env         map[string]string
 	props       map[string]string
 	failOpen    bool
+	stopIter    bool
 	clusters    map[string]bool
 	foreign     map[string]ForeignFunc
 	cache       wazero.CompilationCache
@@ -122,6 +123,15 @@ func WithProperties(p Properties) Option {
 // crashed, its streams continue without the plugin. The default is Envoy's
 // FAIL_CLOSED: such streams get a local 503 with details "wasm_fail_stream".
 func WithFailOpen() Option { return func(o *config) { o.failOpen = true } }
+
+// WithAllowOnHeadersStopIteration sets the plugin's
+// allow_on_headers_stop_iteration (Envoy >= 1.35): a header callback's
+// StopIteration (1, the Go SDK's ActionPause) then stops the headers only,
+// and the body goes on to the plugin's body callback (or, where the module
+// exports none, continues the headers with it). By default cpp-host makes
+// StopIteration StopAllIterationAndWatermark: the body waits in Envoy
+// (convertVmCallResultToFilterHeadersStatus).
+func WithAllowOnHeadersStopIteration() Option { return func(o *config) { o.stopIter = true } }
 
 // WithClusters declares the upstream clusters proxy_http_call may target;
 // a call to any other cluster returns BadArgument as in Envoy.

@@ -29,6 +29,8 @@ type Result struct {
 	Body    []byte
 	// ResponseAction is the verdict after proxy_on_response_headers.
 	ResponseAction Action
+	// ResponseRawAction is the value proxy_on_response_headers returned.
+	ResponseRawAction uint32
 	// Details is the response code details of a local response or reset.
 	Details string
 	// RequestHeaderOps and ResponseHeaderOps list the plugin's changes to
@@ -76,6 +78,7 @@ func (s *Stream) result() *Result {
 		UpstreamRequest:   s.upstreamReq.Clone(),
 		UpstreamBody:      append([]byte(nil), s.upstreamBody...),
 		ResponseAction:    s.respAction,
+		ResponseRawAction: s.respRawAction,
 		Details:           s.details,
 		RequestHeaderOps:  append([]HeaderOp(nil), s.reqOps...),
 		ResponseHeaderOps: append([]HeaderOp(nil), s.respOps...),

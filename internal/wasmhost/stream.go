@@ -68,8 +68,10 @@ type Stream struct {
 	reqBody       []byte
 	reqBodyLive   bool
 	pausedAtBody  bool
+	headersOnly   bool // the request headers stopped alone (stopsHeadersOnly): the body goes on to the plugin
 	pendingBody   []byte
 	hasPending    bool
+	pendingPassed bool // pendingBody went through the plugin already (bodyAtStoppedHeaders)
 	respHeaders   *headerMap
 	respLive      bool
 	respBody      []byte
@@ -91,6 +93,7 @@ type Stream struct {
 	action        Action
 	rawAction     uint32
 	respAction    Action
+	respRawAction uint32
 	reqOps        []HeaderOp
 	respOps       []HeaderOp
 	warnings      []string
@@ -167,6 +170,18 @@ func headerAction(ret uint64, stopped bool) Action {
 	return Pause
 }
 
+// stopsHeadersOnly reports whether a header callback's result stops the
+// headers alone, Envoy's StopIteration: only where the plugin's
+// configuration sets allow_on_headers_stop_iteration
+// (WithAllowOnHeadersStopIteration), for the plugin's own 1 (cpp-host
+// turns it into StopAllIterationAndWatermark otherwise, as it does a local
+// response sent during the call). Envoy then goes on delivering the body
+// to the plugin, and a Continue from the body callback, or no body
+// callback at all, continues the headers too.
+func (vm *VM) stopsHeadersOnly(ret uint64, stopped bool) bool {
+	return vm.h.cfg.stopIter && !stopped && ret == 1
+}
+
 // dataAction converts a proxy_on_*_body result: 0 Continue, else stop.
 func dataAction(ret uint64, stopped bool) Action {
 	if stopped || uint32(ret) != 0 {
@@ -217,6 +232,7 @@ func (s *Stream) requestHeaders(h Headers, eos bool) (Action, error) {
 		err := vm.invoke(s.id, "proxy_on_request_headers", vm.fn.onRequestHeaders, func(ret uint64, stopped bool) {
 			s.rawAction = uint32(ret)
 			act = headerAction(ret, stopped)
+			s.headersOnly = vm.stopsHeadersOnly(ret, stopped)
 		}, uint64(s.id), uint64(len(s.reqHeaders.kv)), boolArg(eos))
 		if err != nil {
 			s.err = err
@@ -226,6 +242,13 @@ func (s *Stream) requestHeaders(h Headers, eos bool) (Action, error) {
 	s.action = act
 	if act == Continue && s.state == StreamPaused && !s.responded {
 		s.forward()
+	}
+	if s.headersOnly && s.hasPending && s.state == StreamPaused && !s.responded {
+		// The body VM.Request queued reaches the plugin now.
+		body := s.pendingBody
+		s.pendingBody, s.hasPending = nil, false
+		_, err := s.bodyAtStoppedHeaders(body, true)
+		return act, err
 	}
 	return act, nil
 }
@@ -277,6 +300,8 @@ func (s *Stream) SendRequestBody(body []byte, endOfStream bool) (Action, error) 
 
 func (s *Stream) requestBody(body []byte, eos bool) (Action, error) {
 	switch {
+	case s.state == StreamPaused && !s.pausedAtBody && s.headersOnly && s.vm.failed == nil:
+		return s.bodyAtStoppedHeaders(body, eos)
 	case s.state == StreamPaused && !s.pausedAtBody:
 		s.pendingBody = append(s.pendingBody, body...)
 		s.hasPending = true
@@ -311,6 +336,42 @@ func (s *Stream) requestBody(body []byte, eos bool) (Action, error) {
 	return act, nil
 }
 
+// bodyAtStoppedHeaders delivers body to a request whose headers stopped
+// alone (stopsHeadersOnly): proxy_on_request_body runs (cpp-host answers
+// Continue for a module that does not export it), and a Continue
+// continues the headers with the body; a stop leaves the headers held
+// and Envoy buffers the body past this filter (a resume sends it on
+// without calling the plugin again).
+func (s *Stream) bodyAtStoppedHeaders(body []byte, eos bool) (Action, error) {
+	vm := s.vm
+	act := Continue
+	if vm.fn.onRequestBody != nil {
+		s.reqBody = append([]byte(nil), body...)
+		s.reqBodyLive = true
+		err := vm.invoke(s.id, "proxy_on_request_body", vm.fn.onRequestBody, func(ret uint64, stopped bool) {
+			act = dataAction(ret, stopped)
+		}, uint64(s.id), uint64(len(s.reqBody)), boolArg(eos))
+		s.reqBodyLive = false
+		if err != nil {
+			s.err = err
+			return s.failRequest(), err
+		}
+		body = s.reqBody // as the plugin left it
+	}
+	switch {
+	case s.responded || s.ended || s.state == StreamReset:
+	case s.state == StreamUpstream: // resumed during the call
+		s.upstreamBody = append(s.upstreamBody, body...)
+	case act == Continue:
+		s.forward()
+		s.upstreamBody = append(s.upstreamBody, body...)
+	default:
+		s.pendingBody = append(s.pendingBody, body...)
+		s.hasPending, s.pendingPassed = true, true
+	}
+	return act, nil
+}
+
 func (s *Stream) bodyForward() {
 	s.reqBodyLive = false
 	s.pausedAtBody = false
@@ -321,6 +382,11 @@ func (s *Stream) bodyForward() {
 func (s *Stream) deliverPendingBody() error {
 	body := s.pendingBody
 	s.pendingBody, s.hasPending = nil, false
+	if s.pendingPassed {
+		s.pendingPassed = false
+		s.upstreamBody = append(s.upstreamBody, body...)
+		return nil
+	}
 	_, err := s.requestBody(body, true)
 	return err
 }

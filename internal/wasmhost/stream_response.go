@@ -48,10 +48,12 @@ func (s *Stream) runResponse() (Action, error) {
 	s.respLive = true
 	s.state = StreamResponsePaused
 	eos := len(s.respBody) == 0
-	act := Continue
+	act, headersOnly := Continue, false
 	if vm.fn.onResponseHeaders != nil {
 		err := vm.invoke(s.id, "proxy_on_response_headers", vm.fn.onResponseHeaders, func(ret uint64, stopped bool) {
+			s.respRawAction = uint32(ret)
 			act = headerAction(ret, stopped)
+			headersOnly = vm.stopsHeadersOnly(ret, stopped)
 		}, uint64(s.id), uint64(len(s.respHeaders.kv)), boolArg(eos))
 		if err != nil {
 			s.err = err
@@ -70,6 +72,12 @@ func (s *Stream) runResponse() (Action, error) {
 	if act == Pause {
 		if s.local != nil && !s.local.FromHost {
 			s.warn("the plugin paused its own local response in proxy_on_response_headers; Envoy holds it until proxy_continue_stream(HTTP_RESPONSE)")
+		}
+		if headersOnly && len(s.respBody) > 0 {
+			// The headers stopped alone: the body goes on to the plugin
+			// (the headers still held and writable), and its Continue, or
+			// no body callback, sends the response.
+			return act, s.responseBody()
 		}
 		return act, nil
 	}

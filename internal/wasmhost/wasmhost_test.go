@@ -1135,6 +1135,57 @@ func TestMissingCallbacksAreSkipped(t *testing.T) {
 	}
 }
 
+// TestAllowOnHeadersStopIteration: with allow_on_headers_stop_iteration a
+// request paused with StopIteration (1) on its headers still has its body
+// delivered: a Continue from the body callback, or a module without one,
+// sends the request upstream at once; a stop keeps it held. Without the
+// flag the body waits with the headers.
+func TestAllowOnHeadersStopIteration(t *testing.T) {
+	post := func(vm *VM, path string) *Result {
+		req := HTTPRequest("POST", "a", path)
+		req.Body = []byte("request body")
+		return vm.Request(req).Must(t)
+	}
+	h := newHost(t)
+	r := post(newVM(t, h, "vm0", ""), "/pause")
+	if !r.Paused || r.Forwarded || r.RawAction != 1 {
+		t.Fatalf("without the flag: paused %v, forwarded %v, returned %d; want held", r.Paused, r.Forwarded, r.RawAction)
+	}
+
+	clk := NewManualClock(time.Unix(0, 0))
+	h = newHost(t, WithClock(clk), WithAllowOnHeadersStopIteration())
+	vm := newVM(t, h, "vm0", `{"tick_ms":100}`)
+	r = post(vm, "/pause")
+	if r.Paused || !r.Forwarded || r.Status != 200 || string(r.UpstreamBody) != "request body" {
+		t.Fatalf("flag, body callback continues: paused %v, forwarded %v, status %d; want sent on with its body", r.Paused, r.Forwarded, r.Status)
+	}
+	r = post(vm, "/pause?body=hold")
+	if !r.Paused || r.Forwarded || strings.Count(vm.LogText(), "request body held") != 1 {
+		t.Fatalf("flag, body callback stops: paused %v, forwarded %v; want held after one body callback", r.Paused, r.Forwarded)
+	}
+	if err := h.AdvanceClock(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	r = r.Stream.Finish().Must(t)
+	wantEq(t, "resumed status", r.Status, 200)
+	wantEq(t, "resumed upstream body", string(r.UpstreamBody), "request body")
+	wantEq(t, "body callbacks", strings.Count(vm.LogText(), "request body held"), 1)
+
+	mod, err := wasmexports.Edit(testWasm, []string{"proxy_on_request_body"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err = New(context.Background(), mod, WithAllowOnHeadersStopIteration())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	r = post(newVM(t, h, "vm0", ""), "/pause")
+	if r.Paused || !r.Forwarded || string(r.UpstreamBody) != "request body" {
+		t.Fatalf("flag, no body callback: paused %v, forwarded %v; want sent on (cpp-host answers Continue for it)", r.Paused, r.Forwarded)
+	}
+}
+
 // TestMetricsRejected: a rejected name (a stats matcher's) is defined
 // without error, counts nothing, reads 0 and is not listed.
 func TestMetricsRejected(t *testing.T) {

@@ -451,6 +451,10 @@ func (h *httpContext) OnHttpResponseHeaders(numHeaders int, endOfStream bool) ty
 }
 
 func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	if h.path == "/pause" && h.query["body"] == "hold" {
+		proxywasm.LogInfo("request body held")
+		return types.ActionPause // the body waits with the headers
+	}
 	if h.path == "/rewrite" {
 		body, err := proxywasm.GetHttpRequestBody(0, bodySize)
 		if err != nil {
