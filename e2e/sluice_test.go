@@ -252,3 +252,24 @@ func TestStructConfiguration(t *testing.T) {
 		t.Errorf("X-RateLimit-Limit %q, want 3", got)
 	}
 }
+
+// TestBytesValueConfiguration: the configuration may be a
+// google.protobuf.BytesValue (base64 in YAML): Envoy passes its bytes as
+// they are (anyToBytes in source/extensions/common/wasm/wasm.cc), the JSON
+// a StringValue would carry.
+func TestBytesValueConfiguration(t *testing.T) {
+	e := envoytest.StartT(t, envoytest.Options{Wasm: &envoytest.Wasm{
+		File:          sluiceWasm(t),
+		Config:        `{"rules": [{"name": "b", "limit": 3, "window": "1h"}], "headers": "legacy"}`,
+		ConfigAsBytes: true,
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5, Concurrency: 1, KeepResponses: true})
+	if res.Count(200) != 3 || res.Count(429) != 2 {
+		t.Fatalf("BytesValue configuration: %v, want 3 admitted", res.Status)
+	}
+	if got := res.Responses[0].Header.Get("X-RateLimit-Limit"); got != "3" {
+		t.Errorf("X-RateLimit-Limit %q, want 3", got)
+	}
+}

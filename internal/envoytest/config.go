@@ -123,6 +123,9 @@ type Options struct {
 	// SecondListenerConfig, if set, is the plugin configuration of the
 	// second listener (same module and vm_id, another configuration).
 	SecondListenerConfig string
+	// SecondListenerVMID, if set, is the vm_id of the second listener's
+	// filter (another VM, another shared-data namespace).
+	SecondListenerVMID string
 
 	// StatsRejected are stat names (as /stats lists them, e.g.
 	// "wasmcustom.sluice.table.layout_writes") that
@@ -175,6 +178,9 @@ type Wasm struct {
 	// google.protobuf.Struct instead: Envoy hands the plugin its JSON
 	// serialization, in which every number is a double.
 	ConfigAsStruct bool
+	// ConfigAsBytes passes Config as a google.protobuf.BytesValue (base64
+	// in the YAML); Envoy hands the plugin its bytes as they are.
+	ConfigAsBytes bool
 	// VMID is vm_config.vm_id, the shared-data namespace. Default "sluice".
 	VMID string
 	// Name is the plugin name (it appears in Envoy's wasm log lines and
@@ -324,6 +330,9 @@ func (o Options) normalized() (Options, error) {
 		c.File = abs
 		if c.VMID == "" {
 			c.VMID = "sluice"
+		}
+		if c.ConfigAsStruct && c.ConfigAsBytes {
+			return o, errors.New("envoytest: set at most one of Wasm.ConfigAsStruct and Wasm.ConfigAsBytes")
 		}
 		if c.Name == "" {
 			c.Name = "sluice"
