@@ -197,6 +197,11 @@ type Wasm struct {
 	AllowOnHeadersStopIteration bool
 	// Env are vm_config.environment_variables.key_values.
 	Env map[string]string
+	// AllowedCapabilities, if set, are the plugin's
+	// capability_restriction_config.allowed_capabilities: the host calls
+	// (WASI ones included) and callbacks the module may use; proxy-wasm-
+	// cpp-host stubs the other imports and ignores the other exports.
+	AllowedCapabilities []string
 }
 
 // LocalRateLimit configures Envoy's native envoy.filters.http.local_ratelimit

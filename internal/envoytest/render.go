@@ -135,6 +135,13 @@ filter_chains:
 {{- if .AllowOnHeadersStopIteration}}
             allow_on_headers_stop_iteration: true
 {{- end}}
+{{- if .AllowedCapabilities}}
+            capability_restriction_config:
+              allowed_capabilities:
+{{- range .AllowedCapabilities}}
+                {{q .}}: {}
+{{- end}}
+{{- end}}
             vm_config:
               vm_id: {{q .VMID}}
               runtime: envoy.wasm.runtime.v8
