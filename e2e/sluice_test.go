@@ -253,6 +253,20 @@ func TestStructConfiguration(t *testing.T) {
 	}
 }
 
+// TestNoVMID: a filter without vm_config.vm_id (Envoy's default, the empty
+// shared-data namespace) keeps one budget across its workers.
+func TestNoVMID(t *testing.T) {
+	e := envoytest.StartT(t, envoytest.Options{Concurrency: 2, Wasm: &envoytest.Wasm{
+		File: sluiceWasm(t), Config: `{"rules": [{"name": "n", "limit": 5, "window": "1h"}]}`, NoVMID: true,
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 40, Concurrency: 8})
+	if res.Count(200) != 5 || res.Count(429) != 35 {
+		t.Fatalf("without a vm_id: %v, want 5 admitted and 35 refused", res.Status)
+	}
+}
+
 // TestBytesValueConfiguration: the configuration may be a
 // google.protobuf.BytesValue (base64 in YAML): Envoy passes its bytes as
 // they are (anyToBytes in source/extensions/common/wasm/wasm.cc), the JSON

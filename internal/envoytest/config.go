@@ -183,6 +183,8 @@ type Wasm struct {
 	ConfigAsBytes bool
 	// VMID is vm_config.vm_id, the shared-data namespace. Default "sluice".
 	VMID string
+	// NoVMID leaves vm_id out (Envoy's default, the empty namespace).
+	NoVMID bool
 	// Name is the plugin name (it appears in Envoy's wasm log lines and
 	// wasm.<name>.* stats). Default "sluice".
 	Name string
@@ -333,7 +335,7 @@ func (o Options) normalized() (Options, error) {
 			return o, err
 		}
 		c.File = abs
-		if c.VMID == "" {
+		if c.VMID == "" && !c.NoVMID {
 			c.VMID = "sluice"
 		}
 		if c.ConfigAsStruct && c.ConfigAsBytes {

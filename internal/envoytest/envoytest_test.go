@@ -185,6 +185,9 @@ func TestRenderBootstrap(t *testing.T) {
 			t.Errorf("bootstrap lacks %q:\n%s", want, y)
 		}
 	}
+	if y, err = envoytest.RenderBootstrap(envoytest.Options{Wasm: &envoytest.Wasm{File: "x.wasm", NoVMID: true}}, "127.0.0.1:1", 0); err != nil || strings.Contains(y, "vm_id") {
+		t.Errorf("NoVMID: %v, or vm_id in\n%s", err, y)
+	}
 }
 
 // TestRenderedBootstrapValidates checks every filter mode with Envoy's own

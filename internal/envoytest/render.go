@@ -143,7 +143,9 @@ filter_chains:
 {{- end}}
 {{- end}}
             vm_config:
+{{- if not .NoVMID}}
               vm_id: {{q .VMID}}
+{{- end}}
               runtime: envoy.wasm.runtime.v8
               code:
                 local:
