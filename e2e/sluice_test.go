@@ -160,19 +160,22 @@ func TestRoutesAndRefill(t *testing.T) {
 }
 
 // TestBadConfigStopsEnvoy: an invalid configuration makes the plugin refuse
-// to start, Envoy refuses to start, and the log names the field.
+// to start, Envoy refuses to start, and the log names the field, whatever
+// the filter's failure_policy (operations.md, "Failure policy").
 func TestBadConfigStopsEnvoy(t *testing.T) {
 	envoytest.RequireEnvoy(t)
-	for _, c := range []struct{ cfg, field string }{
-		{`{"rules":[{"name":"a","limit":1,"window":"1s"},{"name":"b","limit":1,"window":"soon"}]}`, "rules[1].window"},
-		{`{"rules":[{"name":"a","limit":1,"window":"1s"}],"headres":"both"}`, "headres: unknown field"},
+	for _, c := range []struct{ cfg, field, policy string }{
+		{`{"rules":[{"name":"a","limit":1,"window":"1s"},{"name":"b","limit":1,"window":"soon"}]}`, "rules[1].window", ""},
+		{`{"rules":[{"name":"a","limit":1,"window":"1s"}],"headres":"both"}`, "headres: unknown field", ""},
+		{`{"rules":[{"name":"a","limit":0,"window":"1s"}]}`, "rules[0].limit", "FAIL_OPEN"},
+		{`{"rules":[{"name":"a","limit":0,"window":"1s"}]}`, "rules[0].limit", "FAIL_RELOAD"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		e, err := envoytest.Start(ctx, envoytest.Options{Dir: t.TempDir(), Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: c.cfg}})
+		e, err := envoytest.Start(ctx, envoytest.Options{Dir: t.TempDir(), Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: c.cfg, FailurePolicy: c.policy}})
 		cancel()
 		if err == nil {
 			e.Stop()
-			t.Errorf("Envoy started with %s", c.cfg)
+			t.Errorf("Envoy started with %s (failure_policy %q)", c.cfg, c.policy)
 			continue
 		}
 		var se *envoytest.StartError
