@@ -126,6 +126,9 @@ type Options struct {
 	// SecondListenerVMID, if set, is the vm_id of the second listener's
 	// filter (another VM, another shared-data namespace).
 	SecondListenerVMID string
+	// Wasm2, if set, is a second Wasm filter after Wasm in the same filter
+	// chain (say another vm_id, as two WasmPlugins in different phases).
+	Wasm2 *Wasm
 
 	// StatsRejected are stat names (as /stats lists them, e.g.
 	// "wasmcustom.sluice.table.layout_writes") that
@@ -325,31 +328,14 @@ func (o Options) normalized() (Options, error) {
 			return o, fmt.Errorf("envoytest: Routes[%d]: unknown cluster %q", i, r.Cluster)
 		}
 	}
-	if w := o.Wasm; w != nil {
-		c := *w
-		if c.File == "" {
-			return o, errors.New("envoytest: Wasm.File is required")
+	for _, w := range []**Wasm{&o.Wasm, &o.Wasm2} {
+		if *w != nil {
+			c, err := normalizedWasm(**w)
+			if err != nil {
+				return o, err
+			}
+			*w = c
 		}
-		abs, err := filepath.Abs(c.File)
-		if err != nil {
-			return o, err
-		}
-		c.File = abs
-		if c.VMID == "" && !c.NoVMID {
-			c.VMID = "sluice"
-		}
-		if c.ConfigAsStruct && c.ConfigAsBytes {
-			return o, errors.New("envoytest: set at most one of Wasm.ConfigAsStruct and Wasm.ConfigAsBytes")
-		}
-		if c.Name == "" {
-			c.Name = "sluice"
-		}
-		switch c.FailurePolicy {
-		case "", "FAIL_CLOSED", "FAIL_OPEN", "FAIL_RELOAD":
-		default:
-			return o, fmt.Errorf("envoytest: Wasm.FailurePolicy %q: want FAIL_CLOSED, FAIL_OPEN or FAIL_RELOAD", c.FailurePolicy)
-		}
-		o.Wasm = &c
 	}
 	if l := o.LocalRateLimit; l != nil {
 		c := *l
@@ -389,4 +375,31 @@ func splitHostPort(addr string) (string, int, error) {
 		host = "127.0.0.1"
 	}
 	return host, port, nil
+}
+
+// normalizedWasm returns c with defaults filled in, or an error.
+func normalizedWasm(c Wasm) (*Wasm, error) {
+	if c.File == "" {
+		return nil, errors.New("envoytest: Wasm.File is required")
+	}
+	abs, err := filepath.Abs(c.File)
+	if err != nil {
+		return nil, err
+	}
+	c.File = abs
+	if c.VMID == "" && !c.NoVMID {
+		c.VMID = "sluice"
+	}
+	if c.ConfigAsStruct && c.ConfigAsBytes {
+		return nil, errors.New("envoytest: set at most one of Wasm.ConfigAsStruct and Wasm.ConfigAsBytes")
+	}
+	if c.Name == "" {
+		c.Name = "sluice"
+	}
+	switch c.FailurePolicy {
+	case "", "FAIL_CLOSED", "FAIL_OPEN", "FAIL_RELOAD":
+	default:
+		return nil, fmt.Errorf("envoytest: Wasm.FailurePolicy %q: want FAIL_CLOSED, FAIL_OPEN or FAIL_RELOAD", c.FailurePolicy)
+	}
+	return &c, nil
 }

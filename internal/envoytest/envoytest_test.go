@@ -185,6 +185,10 @@ func TestRenderBootstrap(t *testing.T) {
 			t.Errorf("bootstrap lacks %q:\n%s", want, y)
 		}
 	}
+	y, err = envoytest.RenderBootstrap(envoytest.Options{Wasm: &envoytest.Wasm{File: "x.wasm"}, Wasm2: &envoytest.Wasm{File: "x.wasm", VMID: "two"}}, "127.0.0.1:1", 0)
+	if err != nil || strings.Count(y, "envoy.filters.http.wasm") != 2 || !strings.Contains(y, `vm_id: "two"`) {
+		t.Errorf("Wasm2: %v, or not a second wasm filter of vm_id two in\n%s", err, y)
+	}
 	if y, err = envoytest.RenderBootstrap(envoytest.Options{Wasm: &envoytest.Wasm{File: "x.wasm", NoVMID: true}}, "127.0.0.1:1", 0); err != nil || strings.Contains(y, "vm_id") {
 		t.Errorf("NoVMID: %v, or vm_id in\n%s", err, y)
 	}

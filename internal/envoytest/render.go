@@ -171,6 +171,55 @@ filter_chains:
               value: {{q .Config}}
 {{- end}}
 {{- end}}
+{{- with .O.Wasm2}}
+      - name: envoy.filters.http.wasm
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            name: {{q .Name}}
+            root_id: {{q .RootID}}
+{{- if .FailurePolicy}}
+            failure_policy: {{.FailurePolicy}}
+{{- end}}
+{{- if .AllowOnHeadersStopIteration}}
+            allow_on_headers_stop_iteration: true
+{{- end}}
+{{- if .AllowedCapabilities}}
+            capability_restriction_config:
+              allowed_capabilities:
+{{- range .AllowedCapabilities}}
+                {{q .}}: {}
+{{- end}}
+{{- end}}
+            vm_config:
+{{- if not .NoVMID}}
+              vm_id: {{q .VMID}}
+{{- end}}
+              runtime: envoy.wasm.runtime.v8
+              code:
+                local:
+                  filename: {{q .File}}
+{{- if .Env}}
+              environment_variables:
+                key_values:
+{{- range $k, $v := .Env}}
+                  {{q $k}}: {{q $v}}
+{{- end}}
+{{- end}}
+{{- if and .Config .ConfigAsStruct}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.Struct
+              value: {{.Config}}
+{{- else if and .Config .ConfigAsBytes}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.BytesValue
+              value: {{base64 .Config}}
+{{- else if .Config}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: {{q .Config}}
+{{- end}}
+{{- end}}
 {{- with .O.LocalRateLimit}}
       - name: envoy.filters.http.local_ratelimit
         typed_config:
