@@ -160,19 +160,22 @@ func TestRoutesAndRefill(t *testing.T) {
 }
 
 // TestBadConfigStopsEnvoy: an invalid configuration makes the plugin refuse
-// to start, Envoy refuses to start, and the log names the field.
+// to start, Envoy refuses to start, and the log names the field, whatever
+// the filter's failure_policy (operations.md, "Failure policy").
 func TestBadConfigStopsEnvoy(t *testing.T) {
 	envoytest.RequireEnvoy(t)
-	for _, c := range []struct{ cfg, field string }{
-		{`{"rules":[{"name":"a","limit":1,"window":"1s"},{"name":"b","limit":1,"window":"soon"}]}`, "rules[1].window"},
-		{`{"rules":[{"name":"a","limit":1,"window":"1s"}],"headres":"both"}`, "headres: unknown field"},
+	for _, c := range []struct{ cfg, field, policy string }{
+		{`{"rules":[{"name":"a","limit":1,"window":"1s"},{"name":"b","limit":1,"window":"soon"}]}`, "rules[1].window", ""},
+		{`{"rules":[{"name":"a","limit":1,"window":"1s"}],"headres":"both"}`, "headres: unknown field", ""},
+		{`{"rules":[{"name":"a","limit":0,"window":"1s"}]}`, "rules[0].limit", "FAIL_OPEN"},
+		{`{"rules":[{"name":"a","limit":0,"window":"1s"}]}`, "rules[0].limit", "FAIL_RELOAD"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		e, err := envoytest.Start(ctx, envoytest.Options{Dir: t.TempDir(), Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: c.cfg}})
+		e, err := envoytest.Start(ctx, envoytest.Options{Dir: t.TempDir(), Wasm: &envoytest.Wasm{File: sluiceWasm(t), Config: c.cfg, FailurePolicy: c.policy}})
 		cancel()
 		if err == nil {
 			e.Stop()
-			t.Errorf("Envoy started with %s", c.cfg)
+			t.Errorf("Envoy started with %s (failure_policy %q)", c.cfg, c.policy)
 			continue
 		}
 		var se *envoytest.StartError
@@ -247,6 +250,41 @@ func TestStructConfiguration(t *testing.T) {
 	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5, Concurrency: 1, KeepResponses: true})
 	if res.Count(200) != 3 || res.Count(429) != 2 {
 		t.Fatalf("Struct configuration: %v, want 3 admitted", res.Status)
+	}
+	if got := res.Responses[0].Header.Get("X-RateLimit-Limit"); got != "3" {
+		t.Errorf("X-RateLimit-Limit %q, want 3", got)
+	}
+}
+
+// TestNoVMID: a filter without vm_config.vm_id (Envoy's default, the empty
+// shared-data namespace) keeps one budget across its workers.
+func TestNoVMID(t *testing.T) {
+	e := envoytest.StartT(t, envoytest.Options{Concurrency: 2, Wasm: &envoytest.Wasm{
+		File: sluiceWasm(t), Config: `{"rules": [{"name": "n", "limit": 5, "window": "1h"}]}`, NoVMID: true,
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 40, Concurrency: 8})
+	if res.Count(200) != 5 || res.Count(429) != 35 {
+		t.Fatalf("without a vm_id: %v, want 5 admitted and 35 refused", res.Status)
+	}
+}
+
+// TestBytesValueConfiguration: the configuration may be a
+// google.protobuf.BytesValue (base64 in YAML): Envoy passes its bytes as
+// they are (anyToBytes in source/extensions/common/wasm/wasm.cc), the JSON
+// a StringValue would carry.
+func TestBytesValueConfiguration(t *testing.T) {
+	e := envoytest.StartT(t, envoytest.Options{Wasm: &envoytest.Wasm{
+		File:          sluiceWasm(t),
+		Config:        `{"rules": [{"name": "b", "limit": 3, "window": "1h"}], "headers": "legacy"}`,
+		ConfigAsBytes: true,
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5, Concurrency: 1, KeepResponses: true})
+	if res.Count(200) != 3 || res.Count(429) != 2 {
+		t.Fatalf("BytesValue configuration: %v, want 3 admitted", res.Status)
 	}
 	if got := res.Responses[0].Header.Get("X-RateLimit-Limit"); got != "3" {
 		t.Errorf("X-RateLimit-Limit %q, want 3", got)

@@ -167,7 +167,7 @@ testdata/envoy-forms.yaml: no wasm filter named "sluice" found (5 wasm filters i
 testdata/envoy-errors.yaml:23 (bad-window): rules[1].window: "1 minute" is not a duration (use a Go duration like "1s", "1m", "250ms")
 testdata/envoy-errors.yaml:33 (struct): ok (1 rule)
 testdata/envoy-errors.yaml:39 (missing): the wasm filter has no configuration (config.configuration)
-testdata/envoy-errors.yaml:49 (bytes): the configuration is a google.protobuf.BytesValue: use google.protobuf.StringValue (a JSON document) or google.protobuf.Struct
+testdata/envoy-errors.yaml:49 (bytes): ok (1 rule)
 testdata/envoy-errors.yaml:51 (flow): ok (1 rule)`},
 		{[]string{"-envoy", "testdata/envoy-unknown.yaml"}, 1, `
 testdata/envoy-unknown.yaml: line 22: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config.vm_confg: unknown field "vm_confg" (Envoy: no such field: 'vm_confg', has unknown fields) (as envoy.config.bootstrap.v3.Bootstrap)`},

@@ -238,6 +238,7 @@ func join(path, name string) string {
 
 const (
 	stringType = "type.googleapis.com/google.protobuf.StringValue"
+	bytesType  = "type.googleapis.com/google.protobuf.BytesValue"
 	structType = "type.googleapis.com/google.protobuf.Struct"
 )
 
@@ -255,6 +256,14 @@ func (w *walker) wasm(v *wasmv3.Wasm, path string, c ctx) Filter {
 		} else {
 			f.Config = []byte(s.GetValue())
 		}
+	case conf.GetTypeUrl() == bytesType:
+		// Envoy hands the plugin the bytes as they are.
+		var b wrapperspb.BytesValue
+		if err := conf.UnmarshalTo(&b); err != nil {
+			f.Err = err
+		} else {
+			f.Config = b.GetValue()
+		}
 	case conf.GetTypeUrl() == structType:
 		// Envoy hands the plugin the Struct serialized as JSON.
 		var s structpb.Struct
@@ -264,7 +273,7 @@ func (w *walker) wasm(v *wasmv3.Wasm, path string, c ctx) Filter {
 			f.Config = nil
 		}
 	default:
-		f.Err = fmt.Errorf("the configuration is a %s: use google.protobuf.StringValue (a JSON document) or google.protobuf.Struct", strings.TrimPrefix(conf.GetTypeUrl(), "type.googleapis.com/"))
+		f.Err = fmt.Errorf("the configuration is a %s: use google.protobuf.StringValue (a JSON document), BytesValue or Struct", strings.TrimPrefix(conf.GetTypeUrl(), "type.googleapis.com/"))
 	}
 	return f
 }

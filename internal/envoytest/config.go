@@ -123,6 +123,12 @@ type Options struct {
 	// SecondListenerConfig, if set, is the plugin configuration of the
 	// second listener (same module and vm_id, another configuration).
 	SecondListenerConfig string
+	// SecondListenerVMID, if set, is the vm_id of the second listener's
+	// filter (another VM, another shared-data namespace).
+	SecondListenerVMID string
+	// Wasm2, if set, is a second Wasm filter after Wasm in the same filter
+	// chain (say another vm_id, as two WasmPlugins in different phases).
+	Wasm2 *Wasm
 
 	// StatsRejected are stat names (as /stats lists them, e.g.
 	// "wasmcustom.sluice.table.layout_writes") that
@@ -175,8 +181,13 @@ type Wasm struct {
 	// google.protobuf.Struct instead: Envoy hands the plugin its JSON
 	// serialization, in which every number is a double.
 	ConfigAsStruct bool
+	// ConfigAsBytes passes Config as a google.protobuf.BytesValue (base64
+	// in the YAML); Envoy hands the plugin its bytes as they are.
+	ConfigAsBytes bool
 	// VMID is vm_config.vm_id, the shared-data namespace. Default "sluice".
 	VMID string
+	// NoVMID leaves vm_id out (Envoy's default, the empty namespace).
+	NoVMID bool
 	// Name is the plugin name (it appears in Envoy's wasm log lines and
 	// wasm.<name>.* stats). Default "sluice".
 	Name string
@@ -191,6 +202,11 @@ type Wasm struct {
 	AllowOnHeadersStopIteration bool
 	// Env are vm_config.environment_variables.key_values.
 	Env map[string]string
+	// AllowedCapabilities, if set, are the plugin's
+	// capability_restriction_config.allowed_capabilities: the host calls
+	// (WASI ones included) and callbacks the module may use; proxy-wasm-
+	// cpp-host stubs the other imports and ignores the other exports.
+	AllowedCapabilities []string
 }
 
 // LocalRateLimit configures Envoy's native envoy.filters.http.local_ratelimit
@@ -312,28 +328,14 @@ func (o Options) normalized() (Options, error) {
 			return o, fmt.Errorf("envoytest: Routes[%d]: unknown cluster %q", i, r.Cluster)
 		}
 	}
-	if w := o.Wasm; w != nil {
-		c := *w
-		if c.File == "" {
-			return o, errors.New("envoytest: Wasm.File is required")
+	for _, w := range []**Wasm{&o.Wasm, &o.Wasm2} {
+		if *w != nil {
+			c, err := normalizedWasm(**w)
+			if err != nil {
+				return o, err
+			}
+			*w = c
 		}
-		abs, err := filepath.Abs(c.File)
-		if err != nil {
-			return o, err
-		}
-		c.File = abs
-		if c.VMID == "" {
-			c.VMID = "sluice"
-		}
-		if c.Name == "" {
-			c.Name = "sluice"
-		}
-		switch c.FailurePolicy {
-		case "", "FAIL_CLOSED", "FAIL_OPEN", "FAIL_RELOAD":
-		default:
-			return o, fmt.Errorf("envoytest: Wasm.FailurePolicy %q: want FAIL_CLOSED, FAIL_OPEN or FAIL_RELOAD", c.FailurePolicy)
-		}
-		o.Wasm = &c
 	}
 	if l := o.LocalRateLimit; l != nil {
 		c := *l
@@ -373,4 +375,31 @@ func splitHostPort(addr string) (string, int, error) {
 		host = "127.0.0.1"
 	}
 	return host, port, nil
+}
+
+// normalizedWasm returns c with defaults filled in, or an error.
+func normalizedWasm(c Wasm) (*Wasm, error) {
+	if c.File == "" {
+		return nil, errors.New("envoytest: Wasm.File is required")
+	}
+	abs, err := filepath.Abs(c.File)
+	if err != nil {
+		return nil, err
+	}
+	c.File = abs
+	if c.VMID == "" && !c.NoVMID {
+		c.VMID = "sluice"
+	}
+	if c.ConfigAsStruct && c.ConfigAsBytes {
+		return nil, errors.New("envoytest: set at most one of Wasm.ConfigAsStruct and Wasm.ConfigAsBytes")
+	}
+	if c.Name == "" {
+		c.Name = "sluice"
+	}
+	switch c.FailurePolicy {
+	case "", "FAIL_CLOSED", "FAIL_OPEN", "FAIL_RELOAD":
+	default:
+		return nil, fmt.Errorf("envoytest: Wasm.FailurePolicy %q: want FAIL_CLOSED, FAIL_OPEN or FAIL_RELOAD", c.FailurePolicy)
+	}
+	return &c, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,11 +159,16 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 	if n.AccessLogFormat != "" && n.AccessLogPath == "" {
 		n.AccessLogPath = filepath.Join(e.dir, "access.log")
 	}
-	if n.Wasm != nil {
-		if _, err := os.Stat(n.Wasm.File); err != nil {
+	for _, w := range []*Wasm{n.Wasm, n.Wasm2} {
+		if w == nil {
+			continue
+		}
+		if _, err := os.Stat(w.File); err != nil {
 			return nil, fmt.Errorf("envoytest: wasm module: %w", err)
 		}
-		e.mounts = append(e.mounts, n.Wasm.File)
+		if !slices.Contains(e.mounts, w.File) {
+			e.mounts = append(e.mounts, w.File)
+		}
 	}
 	e.upstream = n.Upstream
 	if e.upstream == "" && len(n.UpstreamEndpoints) > 0 {

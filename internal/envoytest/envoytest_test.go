@@ -172,6 +172,26 @@ func TestRenderBootstrap(t *testing.T) {
 	}, "127.0.0.1:1", 0); err == nil {
 		t.Error("duplicate route names: no error")
 	}
+	// BytesValue (base64 of the document) and a second listener's vm_id.
+	y, err = envoytest.RenderBootstrap(envoytest.Options{
+		Wasm:               &envoytest.Wasm{File: "x.wasm", Config: `{"a":1}`, ConfigAsBytes: true},
+		SecondListenerPort: 2, SecondListenerVMID: "other",
+	}, "127.0.0.1:1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"type.googleapis.com/google.protobuf.BytesValue", "value: eyJhIjoxfQ==", `vm_id: "sluice"`, `vm_id: "other"`} {
+		if !strings.Contains(y, want) {
+			t.Errorf("bootstrap lacks %q:\n%s", want, y)
+		}
+	}
+	y, err = envoytest.RenderBootstrap(envoytest.Options{Wasm: &envoytest.Wasm{File: "x.wasm"}, Wasm2: &envoytest.Wasm{File: "x.wasm", VMID: "two"}}, "127.0.0.1:1", 0)
+	if err != nil || strings.Count(y, "envoy.filters.http.wasm") != 2 || !strings.Contains(y, `vm_id: "two"`) {
+		t.Errorf("Wasm2: %v, or not a second wasm filter of vm_id two in\n%s", err, y)
+	}
+	if y, err = envoytest.RenderBootstrap(envoytest.Options{Wasm: &envoytest.Wasm{File: "x.wasm", NoVMID: true}}, "127.0.0.1:1", 0); err != nil || strings.Contains(y, "vm_id") {
+		t.Errorf("NoVMID: %v, or vm_id in\n%s", err, y)
+	}
 }
 
 // TestRenderedBootstrapValidates checks every filter mode with Envoy's own
@@ -183,6 +203,7 @@ func TestRenderedBootstrapValidates(t *testing.T) {
 	cases := map[string]envoytest.Options{
 		"none":           {},
 		"wasm":           {Wasm: &envoytest.Wasm{File: plugin, Config: `{"a": "b \" c", "d": ['x']}`, Env: map[string]string{"K": "v"}}},
+		"wasm-bytes":     {Wasm: &envoytest.Wasm{File: plugin, Config: `{"a": "b"}`, ConfigAsBytes: true}},
 		"local":          {LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, FillInterval: time.Minute, Headers: true}},
 		"local-per-ip":   {XFFNumTrustedHops: 1, LocalRateLimit: &envoytest.LocalRateLimit{MaxTokens: 5, PerClientIP: true, MaxDynamicDescriptors: 1000}},
 		"extra-cluster":  {Clusters: map[string]string{"store": "localhost:8080"}, Routes: []envoytest.Route{{Name: "s", Cluster: "store"}}},

@@ -1,6 +1,7 @@
 package envoytest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -45,7 +46,8 @@ type renderData struct {
 	Indent     string
 }
 
-var funcs = template.FuncMap{"q": yq, "seconds": seconds, "deref": func(b *bool) bool { return *b }}
+var funcs = template.FuncMap{"q": yq, "seconds": seconds, "deref": func(b *bool) bool { return *b },
+	"base64": func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }}
 
 // listenerTmpl renders one Listener (without the leading "- " item marker
 // handled by the caller via indentation).
@@ -133,8 +135,17 @@ filter_chains:
 {{- if .AllowOnHeadersStopIteration}}
             allow_on_headers_stop_iteration: true
 {{- end}}
+{{- if .AllowedCapabilities}}
+            capability_restriction_config:
+              allowed_capabilities:
+{{- range .AllowedCapabilities}}
+                {{q .}}: {}
+{{- end}}
+{{- end}}
             vm_config:
+{{- if not .NoVMID}}
               vm_id: {{q .VMID}}
+{{- end}}
               runtime: envoy.wasm.runtime.v8
               code:
                 local:
@@ -150,6 +161,59 @@ filter_chains:
             configuration:
               "@type": type.googleapis.com/google.protobuf.Struct
               value: {{.Config}}
+{{- else if and .Config .ConfigAsBytes}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.BytesValue
+              value: {{base64 .Config}}
+{{- else if .Config}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: {{q .Config}}
+{{- end}}
+{{- end}}
+{{- with .O.Wasm2}}
+      - name: envoy.filters.http.wasm
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            name: {{q .Name}}
+            root_id: {{q .RootID}}
+{{- if .FailurePolicy}}
+            failure_policy: {{.FailurePolicy}}
+{{- end}}
+{{- if .AllowOnHeadersStopIteration}}
+            allow_on_headers_stop_iteration: true
+{{- end}}
+{{- if .AllowedCapabilities}}
+            capability_restriction_config:
+              allowed_capabilities:
+{{- range .AllowedCapabilities}}
+                {{q .}}: {}
+{{- end}}
+{{- end}}
+            vm_config:
+{{- if not .NoVMID}}
+              vm_id: {{q .VMID}}
+{{- end}}
+              runtime: envoy.wasm.runtime.v8
+              code:
+                local:
+                  filename: {{q .File}}
+{{- if .Env}}
+              environment_variables:
+                key_values:
+{{- range $k, $v := .Env}}
+                  {{q $k}}: {{q $v}}
+{{- end}}
+{{- end}}
+{{- if and .Config .ConfigAsStruct}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.Struct
+              value: {{.Config}}
+{{- else if and .Config .ConfigAsBytes}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.BytesValue
+              value: {{base64 .Config}}
 {{- else if .Config}}
             configuration:
               "@type": type.googleapis.com/google.protobuf.StringValue
@@ -375,9 +439,14 @@ func renderBootstrap(o Options, upstream string, port int, ldsPath string) (stri
 		}
 		if o.SecondListenerPort > 0 {
 			o2 := o
-			if o.SecondListenerConfig != "" && o.Wasm != nil {
+			if o.Wasm != nil && (o.SecondListenerConfig != "" || o.SecondListenerVMID != "") {
 				w := *o.Wasm
-				w.Config = o.SecondListenerConfig
+				if o.SecondListenerConfig != "" {
+					w.Config = o.SecondListenerConfig
+				}
+				if o.SecondListenerVMID != "" {
+					w.VMID = o.SecondListenerVMID
+				}
 				o2.Wasm = &w
 			}
 			var b strings.Builder
