@@ -11,11 +11,12 @@ import (
 // requests waiting in queues, requests held for throttling, workers whose
 // circuit is open) are sums over the workers of the Envoy. Each worker
 // keeps its own counts in one shared-data record (workersKey) with the
-// time it wrote them, and sets the gauges to the sums over the workers
-// that wrote within workerStale. A worker whose VM failed never retires:
-// it drops out of the sums then, instead of leaving its last counts in
-// the gauges until Envoy restarts. A worker that ends (a configuration
-// update drains it) takes its entry out at once (retire).
+// time it wrote them, and adds to the gauges what its write changed
+// (publish). A worker whose VM failed never retires: the first worker to
+// publish after it has not written for workerStale takes its counts out,
+// instead of leaving them in the gauges until Envoy restarts. A worker
+// that ends (a configuration update drains it) takes its entry out at
+// once (retire).
 
 const (
 	workersKey = "sluice.v1.workers"
@@ -46,55 +47,59 @@ type workerTable struct{}
 var workersBuf [workerEntries * workerEntry]byte
 
 // publish writes mine as owner's counts at now (with remove, takes
-// owner's entry out) and returns the sums over the workers live at now.
-// ok is false when shared data could not be read or written.
-func (workerTable) publish(store engine.Store, owner uint64, now int64, mine workerCounts, remove bool) (sum workerCounts, ok bool) {
+// owner's entry out), takes out the entries of workers that have not
+// written for workerStale, and returns what the process-wide gauges must
+// change by: mine less what owner's entry held, less the counts taken
+// out. The gauges add these changes rather than being set to sums over
+// the record: two filters with their own vm_id (records of their own, as
+// shared data is namespaced by vm_id) publish into the same gauges, Envoy
+// naming a metric without its vm_id, and a sum would overwrite the other
+// filter's counts. A successful write owns the changes it returns (the
+// CAS), so each worker's counts are added and taken out once. ok is
+// false when shared data could not be read or written.
+func (workerTable) publish(store engine.Store, owner uint64, now int64, mine workerCounts, remove bool) (delta workerCounts, ok bool) {
 	for try := 0; try < workerCASTries; try++ {
 		val, cas, err := readWorkers(store)
 		if err != nil {
-			return sum, false
+			return delta, false
 		}
-		sum = workerCounts{}
-		free, own := -1, -1
+		delta = workerCounts{}
+		free, dirty := -1, false
 		for i := 0; i < workerEntries; i++ {
+			// Owner's entry and those of workers gone are taken out; owner's
+			// counts go into the first free entry.
 			e := val[i*workerEntry : (i+1)*workerEntry]
-			who, at := binary.LittleEndian.Uint64(e[0:8]), int64(binary.LittleEndian.Uint64(e[8:16]))
-			switch {
-			case who == owner:
-				own = i
-			case who == 0 || now-at >= int64(workerStale):
-				if free < 0 {
-					free = i
+			who := binary.LittleEndian.Uint64(e[0:8])
+			if who == owner || who != 0 && now-int64(binary.LittleEndian.Uint64(e[8:16])) >= int64(workerStale) {
+				for k := range delta {
+					delta[k] -= int64(int32(binary.LittleEndian.Uint32(e[16+4*k:])))
 				}
-			default:
-				for k := range sum {
-					sum[k] += int64(int32(binary.LittleEndian.Uint32(e[16+4*k:])))
-				}
+				binary.LittleEndian.PutUint64(e[0:8], 0) // free (its counts are ignored)
+				who, dirty = 0, true
+			}
+			if free < 0 && who == 0 {
+				free = i
 			}
 		}
-		i := own
-		if i < 0 {
-			i = free
-		}
-		if i < 0 || (remove && own < 0) {
-			return sum, true // no room (or nothing to take out): not written
-		}
-		e := val[i*workerEntry : (i+1)*workerEntry]
-		clear(e)
-		if !remove {
+		if !remove && free >= 0 {
+			e := val[free*workerEntry : (free+1)*workerEntry]
 			binary.LittleEndian.PutUint64(e[0:8], owner)
 			binary.LittleEndian.PutUint64(e[8:16], uint64(now))
 			for k, n := range mine {
 				binary.LittleEndian.PutUint32(e[16+4*k:], uint32(int32(n)))
-				sum[k] += n
+				delta[k] += int64(int32(n))
 			}
+			dirty = true
+		}
+		if !dirty {
+			return delta, true // no room (this worker is not counted), nothing to take out
 		}
 		mismatch, err := store.Set(workersKey, val, cas)
 		if err != nil {
-			return sum, false
+			return workerCounts{}, false
 		}
 		if !mismatch {
-			return sum, true
+			return delta, true
 		}
 	}
 	return workerCounts{}, false

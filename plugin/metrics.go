@@ -219,18 +219,25 @@ func (m *metrics) retire() {
 }
 
 // publishWorker writes this worker's counts into the record of workers
-// (remove: takes them out) and sets the process-wide gauges to the sums
-// over the live workers (gauges.go).
+// (remove: takes them out) and adds what changed to the process-wide
+// gauges (gauges.go).
 func (m *metrics) publishWorker(mine workerCounts, remove bool) {
-	sum, ok := m.workers.publish(&sharedData{}, m.owner, nowNanos(), mine, remove)
+	d, ok := m.workers.publish(&sharedData{}, m.owner, nowNanos(), mine, remove)
 	if !ok {
 		return
 	}
-	setGauge(m.global.slots, sum[0])
-	setGauge(m.global.waiting, sum[1])
-	setGauge(m.global.held, sum[2])
+	addGauge(m.global.slots, d[0])
+	addGauge(m.global.waiting, d[1])
+	addGauge(m.global.held, d[2])
 	if f := m.fleet; f != nil {
-		setGauge(f.circuitOpen, sum[3])
+		addGauge(f.circuitOpen, d[3])
+	}
+}
+
+// addGauge adds d to g (no host call for 0).
+func addGauge(g gauge, d int64) {
+	if d != 0 {
+		g.Add(d)
 	}
 }
 

@@ -16,10 +16,11 @@ import (
 
 // moduleCeiling bounds build/sluice.wasm: its size when the ceiling was
 // set (2,975,247 bytes: findfunctab left out, binaryen's -Oz) plus about
-// 0.5 KB. Every byte of code is compiled by V8 in every Envoy that loads the
+// 0.5 KB, raised by 0.6 KB for the process-wide gauges that two vm_ids
+// share (workerTable.publish adds changes; 2,976,337 bytes). Every byte of code is compiled by V8 in every Envoy that loads the
 // module, and the static data is copied into every VM. A feature that needs
 // more raises it on purpose, saying in the commit what the bytes buy.
-const moduleCeiling = 2_975_800
+const moduleCeiling = 2_976_400
 
 func TestModuleSize(t *testing.T) {
 	if n := len(pluginWasm); n > moduleCeiling {
