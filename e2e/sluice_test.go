@@ -240,19 +240,26 @@ func tail(s string, n int) string {
 // TestStructConfiguration: the configuration may be a google.protobuf.Struct;
 // Envoy then passes its JSON serialization, numbers as doubles.
 func TestStructConfiguration(t *testing.T) {
-	e := envoytest.StartT(t, envoytest.Options{Wasm: &envoytest.Wasm{
+	threeAdmitted(t, "Struct configuration", &envoytest.Wasm{
 		File:           sluiceWasm(t),
 		Config:         `{"rules": [{"name": "s", "limit": 3, "window": "1h", "burst": 3}], "status": 429, "max_keys": 1000, "client_ip": {"ipv6_prefix": 64}}`,
 		ConfigAsStruct: true,
-	}})
+	})
+}
+
+// threeAdmitted runs Envoy with w, a configuration of a rule of 3 an hour
+// however encoded, and checks that 3 of 5 requests are admitted and say so.
+func threeAdmitted(t *testing.T, what string, w *envoytest.Wasm) {
+	t.Helper()
+	e := envoytest.StartT(t, envoytest.Options{Wasm: w})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5, Concurrency: 1, KeepResponses: true})
 	if res.Count(200) != 3 || res.Count(429) != 2 {
-		t.Fatalf("Struct configuration: %v, want 3 admitted", res.Status)
+		t.Fatalf("%s: %v, want 3 admitted", what, res.Status)
 	}
 	if got := res.Responses[0].Header.Get("X-RateLimit-Limit"); got != "3" {
-		t.Errorf("X-RateLimit-Limit %q, want 3", got)
+		t.Errorf("%s: X-RateLimit-Limit %q, want 3", what, got)
 	}
 }
 
@@ -275,18 +282,9 @@ func TestNoVMID(t *testing.T) {
 // they are (anyToBytes in source/extensions/common/wasm/wasm.cc), the JSON
 // a StringValue would carry.
 func TestBytesValueConfiguration(t *testing.T) {
-	e := envoytest.StartT(t, envoytest.Options{Wasm: &envoytest.Wasm{
+	threeAdmitted(t, "BytesValue configuration", &envoytest.Wasm{
 		File:          sluiceWasm(t),
 		Config:        `{"rules": [{"name": "b", "limit": 3, "window": "1h"}], "headers": "legacy"}`,
 		ConfigAsBytes: true,
-	}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res := envoytest.Load(ctx, e.URL(), envoytest.LoadOptions{Requests: 5, Concurrency: 1, KeepResponses: true})
-	if res.Count(200) != 3 || res.Count(429) != 2 {
-		t.Fatalf("BytesValue configuration: %v, want 3 admitted", res.Status)
-	}
-	if got := res.Responses[0].Header.Get("X-RateLimit-Limit"); got != "3" {
-		t.Errorf("X-RateLimit-Limit %q, want 3", got)
-	}
+	})
 }

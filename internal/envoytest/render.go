@@ -122,104 +122,8 @@ filter_chains:
 {{- end}}
 {{- end}}
       http_filters:
-{{- with .O.Wasm}}
-      - name: envoy.filters.http.wasm
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-          config:
-            name: {{q .Name}}
-            root_id: {{q .RootID}}
-{{- if .FailurePolicy}}
-            failure_policy: {{.FailurePolicy}}
-{{- end}}
-{{- if .AllowOnHeadersStopIteration}}
-            allow_on_headers_stop_iteration: true
-{{- end}}
-{{- if .AllowedCapabilities}}
-            capability_restriction_config:
-              allowed_capabilities:
-{{- range .AllowedCapabilities}}
-                {{q .}}: {}
-{{- end}}
-{{- end}}
-            vm_config:
-{{- if not .NoVMID}}
-              vm_id: {{q .VMID}}
-{{- end}}
-              runtime: envoy.wasm.runtime.v8
-              code:
-                local:
-                  filename: {{q .File}}
-{{- if .Env}}
-              environment_variables:
-                key_values:
-{{- range $k, $v := .Env}}
-                  {{q $k}}: {{q $v}}
-{{- end}}
-{{- end}}
-{{- if and .Config .ConfigAsStruct}}
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.Struct
-              value: {{.Config}}
-{{- else if and .Config .ConfigAsBytes}}
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.BytesValue
-              value: {{base64 .Config}}
-{{- else if .Config}}
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: {{q .Config}}
-{{- end}}
-{{- end}}
-{{- with .O.Wasm2}}
-      - name: envoy.filters.http.wasm
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-          config:
-            name: {{q .Name}}
-            root_id: {{q .RootID}}
-{{- if .FailurePolicy}}
-            failure_policy: {{.FailurePolicy}}
-{{- end}}
-{{- if .AllowOnHeadersStopIteration}}
-            allow_on_headers_stop_iteration: true
-{{- end}}
-{{- if .AllowedCapabilities}}
-            capability_restriction_config:
-              allowed_capabilities:
-{{- range .AllowedCapabilities}}
-                {{q .}}: {}
-{{- end}}
-{{- end}}
-            vm_config:
-{{- if not .NoVMID}}
-              vm_id: {{q .VMID}}
-{{- end}}
-              runtime: envoy.wasm.runtime.v8
-              code:
-                local:
-                  filename: {{q .File}}
-{{- if .Env}}
-              environment_variables:
-                key_values:
-{{- range $k, $v := .Env}}
-                  {{q $k}}: {{q $v}}
-{{- end}}
-{{- end}}
-{{- if and .Config .ConfigAsStruct}}
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.Struct
-              value: {{.Config}}
-{{- else if and .Config .ConfigAsBytes}}
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.BytesValue
-              value: {{base64 .Config}}
-{{- else if .Config}}
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: {{q .Config}}
-{{- end}}
-{{- end}}
+{{- with .O.Wasm}}{{template "wasm" .}}{{end}}
+{{- with .O.Wasm2}}{{template "wasm" .}}{{end}}
 {{- with .O.LocalRateLimit}}
       - name: envoy.filters.http.local_ratelimit
         typed_config:
@@ -261,7 +165,54 @@ filter_chains:
       - name: envoy.filters.http.router
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-`))
+{{define "wasm"}}
+      - name: envoy.filters.http.wasm
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            name: {{q .Name}}
+            root_id: {{q .RootID}}
+{{- if .FailurePolicy}}
+            failure_policy: {{.FailurePolicy}}
+{{- end}}
+{{- if .AllowOnHeadersStopIteration}}
+            allow_on_headers_stop_iteration: true
+{{- end}}
+{{- if .AllowedCapabilities}}
+            capability_restriction_config:
+              allowed_capabilities:
+{{- range .AllowedCapabilities}}
+                {{q .}}: {}
+{{- end}}
+{{- end}}
+            vm_config:
+{{- if not .NoVMID}}
+              vm_id: {{q .VMID}}
+{{- end}}
+              runtime: envoy.wasm.runtime.v8
+              code:
+                local:
+                  filename: {{q .File}}
+{{- if .Env}}
+              environment_variables:
+                key_values:
+{{- range $k, $v := .Env}}
+                  {{q $k}}: {{q $v}}
+{{- end}}
+{{- end}}
+{{- if and .Config .ConfigAsStruct}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.Struct
+              value: {{.Config}}
+{{- else if and .Config .ConfigAsBytes}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.BytesValue
+              value: {{base64 .Config}}
+{{- else if .Config}}
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: {{q .Config}}
+{{- end}}{{end}}`))
 
 // StatsTag is one stats_config.stats_tags entry: Envoy takes the regex's
 // second group out of a metric's name into the label Name.

@@ -41,6 +41,16 @@ func held(t *testing.T, what string, r *wasmhost.Result) {
 	}
 }
 
+// wentWhole fails t unless the held request r, let go, went upstream with
+// its body and was answered 200, and vm is healthy.
+func wentWhole(t *testing.T, what string, r *wasmhost.Result, vm *wasmhost.VM) {
+	t.Helper()
+	if done := r.Stream.Finish(); done.Status != 200 || string(done.UpstreamBody) != "order=42" {
+		t.Fatalf("%s: %d, upstream body %q; want 200 with the body", what, done.Status, done.UpstreamBody)
+	}
+	healthy(t, vm)
+}
+
 // TestStopIterationThrottledBodyHeld: a POST throttled by max_delay stays
 // held with its body until its turn, then goes upstream whole.
 func TestStopIterationThrottledBodyHeld(t *testing.T) {
@@ -54,11 +64,7 @@ func TestStopIterationThrottledBodyHeld(t *testing.T) {
 	if err := h.AdvanceClock(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	done := r.Stream.Finish()
-	if done.Status != 200 || string(done.UpstreamBody) != "order=42" {
-		t.Fatalf("after its delay: %d, upstream body %q; want 200 with the body", done.Status, done.UpstreamBody)
-	}
-	healthy(t, vm)
+	wentWhole(t, "after its delay", r, vm)
 }
 
 // TestStopIterationQueuedBodyHeld: a POST queued by a concurrency rule
@@ -76,10 +82,7 @@ func TestStopIterationQueuedBodyHeld(t *testing.T) {
 	if err := h.AdvanceClock(10 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if done := r.Stream.Finish(); done.Status != 200 || string(done.UpstreamBody) != "order=42" {
-		t.Fatalf("after the slot freed: %d, upstream body %q; want 200 with the body", done.Status, done.UpstreamBody)
-	}
-	healthy(t, vm)
+	wentWhole(t, "after the slot freed", r, vm)
 }
 
 // TestStopIterationGlobalCallBodyHeld: a POST waiting for the rate-limit
@@ -92,10 +95,7 @@ func TestStopIterationGlobalCallBodyHeld(t *testing.T) {
 	if err := vm.RespondHTTPCall(onlyCall(t, vm).Token, rlsOK); err != nil {
 		t.Fatal(err)
 	}
-	if done := r.Stream.Finish(); done.Status != 200 || string(done.UpstreamBody) != "order=42" {
-		t.Fatalf("after the service's answer: %d, upstream body %q; want 200 with the body", done.Status, done.UpstreamBody)
-	}
-	healthy(t, vm)
+	wentWhole(t, "after the service's answer", r, vm)
 }
 
 // TestStopIterationHeldResponse: a response held for its charge
