@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"strings"
@@ -20,7 +21,9 @@ const upstreamConfig = `{"rules": [
   {"name": "api", "match": {"route": ["api"]}, "limit": 2, "window": "1h"},
   {"name": "retry", "match": {"path_exact": "/retry/a"}, "key": ["path"], "limit": 3, "window": "1h"},
   {"name": "conc", "match": {"path_prefix": "/retry/c"}, "key": ["path"], "algorithm": "concurrency", "limit": 1},
-  {"name": "held", "match": {"path_prefix": "/held"}, "key": ["path"], "limit": 1, "window": "1s", "max_delay": "5s"}
+  {"name": "held", "match": {"path_prefix": "/held"}, "key": ["path"], "limit": 1, "window": "1s", "max_delay": "5s"},
+  {"name": "gone", "match": {"path_prefix": "/gone"}, "limit": 1, "window": "10s", "max_delay": "20s"},
+  {"name": "r429", "match": {"path_prefix": "/r429"}, "key": ["path"], "limit": 2, "window": "1h"}
 ]}`
 
 // TestUpstreamFilter runs Sluice as an upstream HTTP filter of the cluster
@@ -30,7 +33,9 @@ const upstreamConfig = `{"rules": [
 // work as in the connection manager's chain; the filter runs once per
 // attempt of the router, so a retried request is charged once per attempt
 // (and a concurrency slot is held per attempt, given back before the
-// retry); throttling holds the attempt; the decision reaches the access
+// retry), while a refusal is not retried, even by a policy that retries
+// 429; throttling holds the attempt, and a client that gives up meanwhile
+// leaves nothing held; the decision reaches the access
 // log's FILTER_STATE (the last attempt's).
 func TestUpstreamFilter(t *testing.T) {
 	aux := startAux(t)
@@ -38,6 +43,7 @@ func TestUpstreamFilter(t *testing.T) {
 		Routes: []envoytest.Route{
 			{Name: "api", Prefix: "/api"},
 			{Name: "retry", Prefix: "/retry", RetryOn: "5xx", NumRetries: 2},
+			{Name: "r429", Prefix: "/r429", RetryOn: "retriable-status-codes", RetriableStatusCodes: []int{429}, NumRetries: 2},
 			{Name: "default", Prefix: "/"},
 		},
 		AccessLogFormat: "%REQ(:PATH)% %RESPONSE_CODE% %FILTER_STATE(wasm.sluice_decision:PLAIN)%\n",
@@ -73,6 +79,17 @@ func TestUpstreamFilter(t *testing.T) {
 		t.Errorf("a request of two attempts: X-RateLimit-Remaining %q, want 1 (both charged)", r.Header.Get("X-RateLimit-Remaining"))
 	}
 	do("/retry/a", "10.0.0.3", 429)
+	// A policy that retries 429 retries the upstream's (/r429/up answers
+	// 429, then 200: two attempts admitted) but not Sluice's refusal:
+	// Envoy sends an upstream filter's local reply to the client as the
+	// stream's, without a retry.
+	do("/r429/up", "10.0.0.6", 200)
+	for range 2 {
+		do("/r429", "10.0.0.6", 200)
+	}
+	do("/r429", "10.0.0.6", 429)
+	waitStat(t, e, "wasmcustom.sluice.rule.r429.allowed", 4)
+	waitStat(t, e, "wasmcustom.sluice.rule.r429.rejected", 1)
 	// Throttling holds the attempt until its turn.
 	t0 := time.Now()
 	var wg sync.WaitGroup
@@ -92,6 +109,7 @@ func TestUpstreamFilter(t *testing.T) {
 	if last < 800*time.Millisecond {
 		t.Errorf("two requests to a rule of 1 per second with max_delay: both answered within %v, want the second held about 1 s", last)
 	}
+	heldGivenUp(t, e)
 	wantLog := "/api/x 429 rejected\n"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -103,5 +121,60 @@ func TestUpstreamFilter(t *testing.T) {
 			t.Fatalf("the access log has no %q and no delayed /held after 30 s:\n%s", wantLog, b)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestUpstreamFilterGlobal runs a global rule in Sluice as an upstream
+// filter: its calls to the rate-limit service (proxy_http_call from the
+// upstream filter's context) are answered, so the fleet's budget holds
+// there too: of 5 requests to a rule of 3 per minute, 3 admitted.
+func TestUpstreamFilterGlobal(t *testing.T) {
+	_, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	e := envoytest.StartT(t, envoytest.Options{Concurrency: 2, XFFNumTrustedHops: 1,
+		ExtraClustersYAML: shippedCluster(t, rls.GRPCAddr),
+		UpstreamWasm: &envoytest.Wasm{File: sluiceWasm(t), Config: `{"rules": [{"name": "g", "scope": "global", "limit": 3, "window": "1m"}],
+			"global": {"cluster": "ratelimit", "timeout": "500ms"}}`}})
+	codes := map[int]int{}
+	for range 5 {
+		resp, _, err := e.Do(t.Context(), "GET", "/x", http.Header{"X-Forwarded-For": {"10.0.1.1"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes[resp.StatusCode]++
+	}
+	// A service that did not answer would leave them to on_error (allow).
+	if codes[200] != 3 || codes[429] != 2 {
+		t.Errorf("5 requests to a global rule of 3 per minute, upstream filter: %v, want 3 admitted and 2 refused", codes)
+	}
+}
+
+// heldGivenUp: a client that gives up while its attempt is held upstream
+// (the router resets the attempt) leaves nothing held: the held-requests
+// gauge goes from 1 back to 0.
+func heldGivenUp(t *testing.T, e *envoytest.Envoy) {
+	t.Helper()
+	if resp, _, err := e.Do(t.Context(), "GET", "/gone", nil, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request to /gone: %v %v", resp, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := e.Do(ctx, "GET", "/gone", nil, nil)
+		done <- err
+	}()
+	held := func(want uint64) func() bool {
+		return func() bool { n, _ := e.Stat("wasmcustom.sluice.held_requests"); return n == want }
+	}
+	pollUntil(held(1))
+	if !held(1)() {
+		t.Fatal("the second request to /gone is not held")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a request held about 10 s was answered")
+	}
+	pollUntil(held(0))
+	if !held(0)() {
+		t.Error("after the client of a held attempt gave up: sluice.held_requests is not 0")
 	}
 }

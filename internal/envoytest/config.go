@@ -167,6 +167,9 @@ type Route struct {
 	// with NumRetries retries (0: Envoy's default, 1).
 	RetryOn    string
 	NumRetries int
+	// RetriableStatusCodes are the retry_policy's retriable_status_codes
+	// (with RetryOn "retriable-status-codes").
+	RetriableStatusCodes []int
 	// InternalRedirect makes Envoy follow the upstream's 302 itself
 	// (internal_redirect_policy with its defaults).
 	InternalRedirect bool

@@ -110,6 +110,9 @@ filter_chains:
 {{- if .NumRetries}}
                 num_retries: {{.NumRetries}}
 {{- end}}
+{{- if .RetriableStatusCodes}}
+                retriable_status_codes: [{{range $i, $c := .RetriableStatusCodes}}{{if $i}}, {{end}}{{$c}}{{end}}]
+{{- end}}
 {{- end}}
 {{- if .InternalRedirect}}
               internal_redirect_policy: {}
