@@ -19,6 +19,11 @@ type grpcUpstream struct {
 	addr  string
 	mu    sync.Mutex
 	calls []grpcCall
+	// gate, if set, holds each answer until it closes (entered is told
+	// first); tokens, if set, is the answer's x-tokens-used.
+	gate    chan struct{}
+	entered chan struct{}
+	tokens  string
 }
 
 type grpcCall struct {
@@ -47,7 +52,14 @@ func (u *grpcUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.calls = append(u.calls, c)
 	u.mu.Unlock()
+	if u.gate != nil {
+		u.entered <- struct{}{}
+		<-u.gate
+	}
 	w.Header().Set("Content-Type", "application/grpc")
+	if u.tokens != "" {
+		w.Header().Set("X-Tokens-Used", u.tokens)
+	}
 	w.Header().Set("Trailer", "Grpc-Status")
 	_, _ = w.Write([]byte("\x00\x00\x00\x00\x02ok"))
 	w.Header().Set("Grpc-Status", "0")
@@ -116,5 +128,50 @@ func callWithTrailers(t *testing.T, c *http.Client, url string) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Trailer.Get("Grpc-Status") != "0" {
 		t.Errorf("call: %d, trailers %v; want 200 with grpc-status 0 in the trailers", resp.StatusCode, resp.Trailer)
+	}
+}
+
+// TestTrailersHeldResponse: a gRPC response (a body, then trailers) that a
+// global rule holds for its charge waits for the rate-limit service: with
+// the service frozen once the call was admitted, the client gets the
+// response only when the charge's call gives up (global.timeout, 1 s),
+// trailers included, not when its trailers arrive. With and without
+// allow_on_headers_stop_iteration.
+func TestTrailersHeldResponse(t *testing.T) {
+	_, rls := envoytest.FleetT(t, map[string]string{"sluice.yaml": shippedRLSConfig(t)})
+	const cfg = `{"rules":[{"name":"tokens","scope":"global","key":[],"limit":100000,"window":"1h",
+	  "cost":{"response_header":"x-tokens-used","max":1000}}],
+	  "global":{"cluster":"ratelimit","timeout":"1s"}}`
+	for _, allow := range []bool{false, true} {
+		name := map[bool]string{false: "default", true: "allow_on_headers_stop_iteration"}[allow]
+		t.Run(name, func(t *testing.T) {
+			u := startGRPCUpstream(t)
+			u.gate, u.entered, u.tokens = make(chan struct{}), make(chan struct{}, 1), "1000"
+			e := startSluice(t, 1, cfg, func(o *envoytest.Options) {
+				o.Clusters = map[string]string{"grpc": u.addr}
+				o.HTTP2Clusters = []string{"grpc"}
+				o.Routes = []envoytest.Route{{Name: "grpc", Cluster: "grpc"}}
+				o.ExtraClustersYAML = shippedCluster(t, rls.GRPCAddr)
+				o.Wasm.AllowOnHeadersStopIteration = allow
+			})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				callWithTrailers(t, h2cClient(), e.URL()+"/pkg.Svc/Call")
+			}()
+			<-u.entered // admitted: the service answered its call
+			if err := rls.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = rls.Thaw() }()
+			t0 := time.Now()
+			close(u.gate)
+			<-done
+			d := time.Since(t0)
+			t.Logf("the response reached the client %v after the upstream answered", d.Round(time.Millisecond))
+			if d < 800*time.Millisecond {
+				t.Errorf("a response held for its charge, the service frozen: at the client %v after the upstream's answer; want about 1 s (global.timeout)", d)
+			}
+		})
 	}
 }
