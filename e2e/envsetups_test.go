@@ -51,7 +51,7 @@ var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 320
 
 // auxUpstream serves the routes that need more than envoytest.Upstream:
 // /retry fails every other request with 503 (the first attempt of each
-// request, when requests come one at a time), /ws accepts a WebSocket
+// request, when requests come one at a time), /r429/up likewise with 429, /ws accepts a WebSocket
 // upgrade and echoes what it reads until the client closes, /held answers
 // the length of the body it read (and notes when it finished reading it,
 // heldRead), /redir redirects to /redir/done, /credir
@@ -59,6 +59,7 @@ var setupsConfig2 = strings.Replace(setupsConfig, `"rules": [`, `"max_keys": 320
 type auxUpstream struct {
 	ln       net.Listener
 	retries  atomic.Int64
+	tooMany  atomic.Int64 // /r429/up: every other request 429
 	wsOpen   atomic.Int64
 	heldRead atomic.Int64 // UnixNano
 }
@@ -83,6 +84,12 @@ func (a *auxUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		time.Sleep(300 * time.Millisecond)
+		_, _ = io.WriteString(w, "ok\n")
+	case r.URL.Path == "/r429/up":
+		if a.tooMany.Add(1)%2 == 1 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
 		_, _ = io.WriteString(w, "ok\n")
 	case r.URL.Path == "/held":
 		n, _ := io.Copy(io.Discard, r.Body)

@@ -25,7 +25,7 @@ type metrics struct {
 		exempt, onErrorAllowed, onErrorDenied                 counter
 		casRetries, casExhausted, overflow, full, storeErrors counter
 		releaseErrors, chargeErrors                           counter
-		held, activeStates, slots, waiting                    gauge
+		held, activeStates, slots, waiting, circuitOpen       gauge
 	}
 	// Global rules (only defined when a rule is global).
 	fleet     *fleetMetrics
@@ -36,7 +36,6 @@ type metrics struct {
 type fleetMetrics struct {
 	calls, callFailures, overLimit, leaseAdmits, waited, shortCircuited, expired, probes, prefetches counter
 	chargeCalls, lostAnswers, granted, heldResponses                                                 counter
-	circuitOpen                                                                                      gauge
 }
 
 type ruleMetrics struct {
@@ -157,7 +156,8 @@ func newOtherMetrics() ruleMetrics {
 }
 
 // defineProcess defines the metrics that are not a rule's: sluice.<name>
-// (global rules have theirs apart, in fleetMetrics).
+// (global rules have theirs apart, in fleetMetrics, but for the gauge of
+// open circuits).
 func (m *metrics) defineProcess() {
 	g := &m.global
 	g.exempt = defineCounter("sluice.exempt")
@@ -174,6 +174,12 @@ func (m *metrics) defineProcess() {
 	g.slots = defineGauge("sluice.concurrency.slots_held")
 	g.waiting = defineGauge("sluice.concurrency.waiting")
 	g.activeStates = defineGauge("sluice.table.active_states")
+	// Every configuration defines the gauge of open circuits, with global
+	// rules or not: whichever worker of the vm_id publishes next takes a
+	// vanished worker's open circuit out of it (gauges.go), also one whose
+	// configuration has no global rule (a second filter's, or the one an
+	// update brought).
+	g.circuitOpen = defineGauge("sluice.global.circuit_open")
 }
 
 // defineLayoutWritesCounter defines the count of layout record writes
@@ -199,7 +205,6 @@ func newFleetMetrics() *fleetMetrics {
 	f.lostAnswers = defineCounter("sluice.global.lost_answers")
 	f.granted = defineCounter("sluice.global.granted")
 	f.heldResponses = defineCounter("sluice.global.held_responses")
-	f.circuitOpen = defineGauge("sluice.global.circuit_open")
 	return f
 }
 
@@ -229,9 +234,7 @@ func (m *metrics) publishWorker(mine workerCounts, remove bool) {
 	addGauge(m.global.slots, d[0])
 	addGauge(m.global.waiting, d[1])
 	addGauge(m.global.held, d[2])
-	if f := m.fleet; f != nil {
-		addGauge(f.circuitOpen, d[3])
-	}
+	addGauge(m.global.circuitOpen, d[3])
 }
 
 // addGauge adds d to g (no host call for 0).

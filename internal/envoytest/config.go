@@ -129,6 +129,11 @@ type Options struct {
 	// Wasm2, if set, is a second Wasm filter after Wasm in the same filter
 	// chain (say another vm_id, as two WasmPlugins in different phases).
 	Wasm2 *Wasm
+	// UpstreamWasm, if set, is a Wasm filter of the cluster DefaultCluster
+	// (an upstream HTTP filter: the cluster's HttpProtocolOptions
+	// http_filters, before envoy.filters.http.upstream_codec), run for each
+	// attempt the router makes, retries included.
+	UpstreamWasm *Wasm
 
 	// StatsRejected are stat names (as /stats lists them, e.g.
 	// "wasmcustom.sluice.table.layout_writes") that
@@ -162,6 +167,9 @@ type Route struct {
 	// with NumRetries retries (0: Envoy's default, 1).
 	RetryOn    string
 	NumRetries int
+	// RetriableStatusCodes are the retry_policy's retriable_status_codes
+	// (with RetryOn "retriable-status-codes").
+	RetriableStatusCodes []int
 	// InternalRedirect makes Envoy follow the upstream's 302 itself
 	// (internal_redirect_policy with its defaults).
 	InternalRedirect bool
@@ -328,7 +336,7 @@ func (o Options) normalized() (Options, error) {
 			return o, fmt.Errorf("envoytest: Routes[%d]: unknown cluster %q", i, r.Cluster)
 		}
 	}
-	for _, w := range []**Wasm{&o.Wasm, &o.Wasm2} {
+	for _, w := range []**Wasm{&o.Wasm, &o.Wasm2, &o.UpstreamWasm} {
 		if *w != nil {
 			c, err := normalizedWasm(**w)
 			if err != nil {

@@ -159,7 +159,7 @@ func Start(ctx context.Context, o Options) (*Envoy, error) {
 	if n.AccessLogFormat != "" && n.AccessLogPath == "" {
 		n.AccessLogPath = filepath.Join(e.dir, "access.log")
 	}
-	for _, w := range []*Wasm{n.Wasm, n.Wasm2} {
+	for _, w := range []*Wasm{n.Wasm, n.Wasm2, n.UpstreamWasm} {
 		if w == nil {
 			continue
 		}

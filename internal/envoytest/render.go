@@ -30,6 +30,9 @@ type clusterData struct {
 	Endpoints []endpointData
 	DNS       bool
 	HTTP2     bool
+	// Filters is the rendered Wasm filter of Options.UpstreamWasm, for
+	// the cluster's http_filters (DefaultCluster only).
+	Filters string
 }
 
 type endpointData struct {
@@ -106,6 +109,9 @@ filter_chains:
                 retry_on: {{q .RetryOn}}
 {{- if .NumRetries}}
                 num_retries: {{.NumRetries}}
+{{- end}}
+{{- if .RetriableStatusCodes}}
+                retriable_status_codes: [{{range $i, $c := .RetriableStatusCodes}}{{if $i}}, {{end}}{{$c}}{{end}}]
 {{- end}}
 {{- end}}
 {{- if .InternalRedirect}}
@@ -269,11 +275,17 @@ static_resources:
   - name: {{q .Name}}
     type: {{if .DNS}}STRICT_DNS{{else}}STATIC{{end}}
     connect_timeout: 2s
-{{- if .HTTP2}}
+{{- if or .HTTP2 .Filters}}
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
+        explicit_http_config: {{if .HTTP2}}{http2_protocol_options: {}}{{else}}{http_protocol_options: {}}{{end}}
+{{- if .Filters}}
+        http_filters:{{.Filters}}
+        - name: envoy.filters.http.upstream_codec
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec
+{{- end}}
 {{- end}}
     circuit_breakers:
       thresholds:
@@ -338,6 +350,13 @@ func clusterList(o Options, upstream string) ([]clusterData, error) {
 			list = o.UpstreamEndpoints
 		}
 		c := clusterData{Name: n}
+		if n == DefaultCluster && o.UpstreamWasm != nil {
+			var b strings.Builder
+			if err := listenerTmpl.ExecuteTemplate(&b, "wasm", o.UpstreamWasm); err != nil {
+				return nil, err
+			}
+			c.Filters = indent(b.String(), "  ")
+		}
 		for _, a := range list {
 			host, port, err := splitHostPort(a)
 			if err != nil {

@@ -44,6 +44,14 @@
 //     unless WithAllowOnHeadersStopIteration, where the body goes on to
 //     proxy_on_request_body / proxy_on_response_body (Continue when the
 //     module does not export it), whose Continue continues the headers.
+//   - Trailers (Request.Trailers, Response.Trailers, SendRequestTrailers):
+//     held with the body by a header callback's stop-all, handed to
+//     proxy_on_request_trailers / proxy_on_response_trailers when the
+//     stream goes on; a request or response whose headers stopped alone
+//     (the flag above) or whose body stopped has them delivered at once,
+//     and their Continue (also cpp-host's, for a module that does not
+//     export the callback) sends on what was stopped. The trailers maps
+//     are readable and writable in their callback and while held there.
 //   - proxy_set_effective_context lasts until the callback returns;
 //     proxy_continue_stream and local replies on that context take effect
 //     after the callback (cpp-host after-VM-call actions).
@@ -61,7 +69,7 @@
 //
 // # Not modelled
 //
-// gRPC calls (a module importing them is refused), TCP streams, trailers,
+// gRPC calls (a module importing them is refused), TCP streams,
 // Envoy's coalescing of repeated "inline" headers, headers the connection
 // manager adds (x-request-id, x-forwarded-*, date, server), streaming
 // bodies in several chunks, Envoy's CEL attributes beyond the properties

@@ -16,6 +16,9 @@ type Request struct {
 	// runs. Otherwise the body arrives in one proxy_on_request_body call
 	// with end_of_stream=true once the headers continued.
 	Body []byte
+	// Trailers are the request's trailers (none when empty): the body,
+	// then they, end the request (SendRequestTrailers).
+	Trailers Headers
 	// Response is what the upstream answers if the request reaches it;
 	// nil means 200 with no other header and no body.
 	Response *Response
@@ -39,6 +42,10 @@ type Response struct {
 	// Body is the response body (delivered in one proxy_on_response_body
 	// call with end_of_stream=true; empty means headers only).
 	Body []byte
+	// Trailers are the response's trailers (none when empty; a gRPC
+	// response's grpc-status): the headers and body do not end the
+	// response then, and proxy_on_response_trailers runs after them.
+	Trailers Headers
 	// KeepOpen: the response is complete but the stream does not end yet
 	// (Envoy is still writing it to a slow client); Close ends it.
 	KeepOpen bool

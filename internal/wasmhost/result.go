@@ -18,15 +18,18 @@ type Result struct {
 	// Forwarded is true if the request went upstream.
 	Forwarded bool
 	// UpstreamRequest are the request headers the upstream received (after
-	// the plugin's changes); UpstreamBody the body.
-	UpstreamRequest Headers
-	UpstreamBody    []byte
-	// Status, Headers and Body are what the client received (0/nil while
+	// the plugin's changes); UpstreamBody the body, UpstreamTrailers the
+	// trailers.
+	UpstreamRequest  Headers
+	UpstreamBody     []byte
+	UpstreamTrailers Headers
+	// Status, Headers, Body and Trailers are what the client received (0/nil while
 	// no response was sent): the upstream response or the local response,
 	// after this plugin's changes in proxy_on_response_headers/body.
-	Status  int
-	Headers Headers
-	Body    []byte
+	Status   int
+	Headers  Headers
+	Body     []byte
+	Trailers Headers
 	// ResponseAction is the verdict after proxy_on_response_headers.
 	ResponseAction Action
 	// ResponseRawAction is the value proxy_on_response_headers returned.
@@ -77,6 +80,7 @@ func (s *Stream) result() *Result {
 		Forwarded:         s.forwarded,
 		UpstreamRequest:   s.upstreamReq.Clone(),
 		UpstreamBody:      append([]byte(nil), s.upstreamBody...),
+		UpstreamTrailers:  s.upstreamTrailers.Clone(),
 		ResponseAction:    s.respAction,
 		ResponseRawAction: s.respRawAction,
 		Details:           s.details,
@@ -93,6 +97,7 @@ func (s *Stream) result() *Result {
 		r.Status = s.finalStatus
 		r.Headers = s.finalHeaders.Clone()
 		r.Body = append([]byte(nil), s.finalBody...)
+		r.Trailers = s.finalTrailers.Clone()
 	}
 	return r
 }
@@ -122,13 +127,19 @@ func (vm *VM) Request(req Request) *Result {
 			s.pendingBody = append([]byte(nil), req.Body...)
 			s.hasPending = true
 		}
-		if _, err = s.requestHeaders(req.Headers, len(req.Body) == 0); err != nil {
+		if len(req.Trailers) > 0 {
+			s.reqTrailers, s.trailersPending = newHeaderMap(req.Trailers), true
+		}
+		if _, err = s.requestHeaders(req.Headers, len(req.Body) == 0 && len(req.Trailers) == 0); err != nil {
 			return err
 		}
 		if s.state == StreamUpstream && s.hasPending {
 			if err = s.deliverPendingBody(); err != nil {
 				return err
 			}
+		}
+		if err = s.deliverPendingTrailers(); err != nil {
+			return err
 		}
 		if s.state == StreamUpstream {
 			resp := req.Response

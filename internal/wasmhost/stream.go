@@ -72,35 +72,48 @@ type Stream struct {
 	pendingBody   []byte
 	hasPending    bool
 	pendingPassed bool // pendingBody went through the plugin already (bodyAtStoppedHeaders)
-	respHeaders   *headerMap
-	respLive      bool
-	respBody      []byte
-	respBodyLive  bool
-	respAtBody    bool
-	inLog         bool
-	localSent     bool
-	local         *LocalResponse
-	pendingResp   *Response
-	keepOpen      bool // see Response.KeepOpen
-	details       string
-	forwarded     bool
-	upstreamReq   Headers
-	upstreamBody  []byte
-	responded     bool
-	finalStatus   int
-	finalHeaders  Headers
-	finalBody     []byte
-	action        Action
-	rawAction     uint32
-	respAction    Action
-	respRawAction uint32
-	reqOps        []HeaderOp
-	respOps       []HeaderOp
-	warnings      []string
-	err           error
-	endQueued     bool
-	ended         bool
-	resetByPlugin bool
+	// Trailers (stream_trailers.go): the request's, readable and writable
+	// while live (their callback, or held at them); trailersPending: they
+	// arrived while the request was held at its headers (or VM.Request
+	// queued them) and reach the plugin when it goes on.
+	reqTrailers      *headerMap
+	reqTrailersLive  bool
+	trailersPending  bool
+	pausedAtTrailers bool
+	upstreamTrailers Headers
+	respTrailers     *headerMap
+	respTrailersLive bool
+	respAtTrailers   bool
+	finalTrailers    Headers
+	respHeaders      *headerMap
+	respLive         bool
+	respBody         []byte
+	respBodyLive     bool
+	respAtBody       bool
+	inLog            bool
+	localSent        bool
+	local            *LocalResponse
+	pendingResp      *Response
+	keepOpen         bool // see Response.KeepOpen
+	details          string
+	forwarded        bool
+	upstreamReq      Headers
+	upstreamBody     []byte
+	responded        bool
+	finalStatus      int
+	finalHeaders     Headers
+	finalBody        []byte
+	action           Action
+	rawAction        uint32
+	respAction       Action
+	respRawAction    uint32
+	reqOps           []HeaderOp
+	respOps          []HeaderOp
+	warnings         []string
+	err              error
+	endQueued        bool
+	ended            bool
+	resetByPlugin    bool
 }
 
 // NewStream creates an HTTP context (proxy_on_context_create(id, root))
@@ -247,7 +260,7 @@ func (s *Stream) requestHeaders(h Headers, eos bool) (Action, error) {
 		// The body VM.Request queued reaches the plugin now.
 		body := s.pendingBody
 		s.pendingBody, s.hasPending = nil, false
-		_, err := s.bodyAtStoppedHeaders(body, true)
+		_, err := s.bodyAtStoppedHeaders(body, !s.trailersPending)
 		return act, err
 	}
 	return act, nil
@@ -387,7 +400,7 @@ func (s *Stream) deliverPendingBody() error {
 		s.upstreamBody = append(s.upstreamBody, body...)
 		return nil
 	}
-	_, err := s.requestBody(body, true)
+	_, err := s.requestBody(body, !s.trailersPending)
 	return err
 }
 
@@ -401,6 +414,10 @@ func (s *Stream) resumeRequest() {
 		s.warn("proxy_continue_stream(HTTP_REQUEST) on a stream that is not paused (state %s); Envoy ignores or asserts", s.state)
 		return
 	}
+	if s.pausedAtTrailers {
+		s.trailersForward()
+		return
+	}
 	if s.pausedAtBody {
 		s.bodyForward()
 		return
@@ -409,6 +426,7 @@ func (s *Stream) resumeRequest() {
 	if s.hasPending {
 		_ = s.deliverPendingBody()
 	}
+	_ = s.deliverPendingTrailers()
 }
 
 // resumeResponse is the deferred effect of proxy_continue_stream(HTTP_RESPONSE).
@@ -420,8 +438,8 @@ func (s *Stream) resumeResponse() {
 		s.warn("proxy_continue_stream(HTTP_RESPONSE) on a stream whose response is not paused (state %s)", s.state)
 		return
 	}
-	if s.respAtBody {
-		s.respAtBody = false
+	if s.respAtBody || s.respAtTrailers {
+		s.respAtBody, s.respAtTrailers = false, false
 		s.completeFromMaps()
 		return
 	}
@@ -457,6 +475,7 @@ func (s *Stream) localReply(lr *LocalResponse) {
 	s.pausedAtBody = false
 	s.respHeaders = newHeaderMap(lr.responseHeaders())
 	s.respBody = append([]byte(nil), lr.Body...)
+	s.respTrailers = nil
 	_, _ = s.runResponse()
 }
 
@@ -467,6 +486,7 @@ func (s *Stream) resetStream() {
 	}
 	s.resetByPlugin = true
 	s.respLive, s.reqLive, s.reqBodyLive, s.respBodyLive = false, false, false, false
+	s.reqTrailersLive, s.respTrailersLive = false, false
 	if !s.responded {
 		s.state = StreamReset
 		if s.details == "" {
@@ -488,6 +508,7 @@ func (s *Stream) end() {
 	vm := s.vm
 	s.ended = true
 	s.reqLive, s.respLive, s.reqBodyLive, s.respBodyLive = false, false, false, false
+	s.reqTrailersLive, s.respTrailersLive = false, false
 	if vm.failed == nil {
 		s.inLog = true
 		_ = vm.invoke(s.id, "proxy_on_log", vm.fn.onLog, nil, uint64(s.id))
@@ -567,6 +588,15 @@ func (s *Stream) mapFor(t MapType, mutable bool) *headerMap {
 	case MapResponseHeaders:
 		if s.respLive || (!mutable && s.inLog && s.respHeaders != nil) {
 			return s.respHeaders
+		}
+	case MapRequestTrailers:
+		if s.reqTrailersLive {
+			return s.reqTrailers
+		}
+	case MapResponseTrailers:
+		// Envoy's log callback has the response trailers, not the request's.
+		if s.respTrailersLive || (!mutable && s.inLog && s.respTrailers != nil) {
+			return s.respTrailers
 		}
 	}
 	return nil

@@ -25,6 +25,10 @@ func (s *Stream) response(resp Response) (Action, error) {
 	}
 	s.respHeaders = newHeaderMap(resp.headers())
 	s.respBody = append([]byte(nil), resp.Body...)
+	s.respTrailers = nil
+	if len(resp.Trailers) > 0 {
+		s.respTrailers = newHeaderMap(resp.Trailers)
+	}
 	s.keepOpen = resp.KeepOpen
 	if s.details == "" {
 		// Envoy's response.code_details of a response from the upstream.
@@ -47,7 +51,7 @@ func (s *Stream) runResponse() (Action, error) {
 	vm := s.vm
 	s.respLive = true
 	s.state = StreamResponsePaused
-	eos := len(s.respBody) == 0
+	eos := len(s.respBody) == 0 && s.respTrailers == nil
 	act, headersOnly := Continue, false
 	if vm.fn.onResponseHeaders != nil {
 		err := vm.invoke(s.id, "proxy_on_response_headers", vm.fn.onResponseHeaders, func(ret uint64, stopped bool) {
@@ -73,10 +77,10 @@ func (s *Stream) runResponse() (Action, error) {
 		if s.local != nil && !s.local.FromHost {
 			s.warn("the plugin paused its own local response in proxy_on_response_headers; Envoy holds it until proxy_continue_stream(HTTP_RESPONSE)")
 		}
-		if headersOnly && len(s.respBody) > 0 {
-			// The headers stopped alone: the body goes on to the plugin
-			// (the headers still held and writable), and its Continue, or
-			// no body callback, sends the response.
+		if headersOnly && (len(s.respBody) > 0 || s.respTrailers != nil) {
+			// The headers stopped alone: the body and trailers go on to
+			// the plugin (the headers still held and writable), and their
+			// Continue, or no callback for them, sends the response.
 			return act, s.responseBody()
 		}
 		return act, nil
@@ -88,8 +92,7 @@ func (s *Stream) runResponse() (Action, error) {
 func (s *Stream) responseBody() error {
 	vm := s.vm
 	if len(s.respBody) == 0 || vm.fn.onResponseBody == nil {
-		s.completeFromMaps()
-		return nil
+		return s.responseTrailers()
 	}
 	s.respBodyLive = true
 	s.respAtBody = true
@@ -97,7 +100,7 @@ func (s *Stream) responseBody() error {
 	act := Continue
 	err := vm.invoke(s.id, "proxy_on_response_body", vm.fn.onResponseBody, func(ret uint64, stopped bool) {
 		act = dataAction(ret, stopped)
-	}, uint64(s.id), uint64(len(s.respBody)), 1)
+	}, uint64(s.id), uint64(len(s.respBody)), boolArg(s.respTrailers == nil))
 	if err != nil {
 		s.err = err
 		if vm.h.cfg.failOpen {
@@ -112,12 +115,20 @@ func (s *Stream) responseBody() error {
 	}
 	if act == Continue {
 		s.respAtBody = false
-		s.completeFromMaps()
+		return s.responseTrailers()
+	}
+	if s.respTrailers != nil {
+		// A stopped body does not stop the trailers from reaching the
+		// filter: their Continue sends the response.
+		return s.runResponseTrailers()
 	}
 	return nil
 }
 
 func (s *Stream) completeFromMaps() {
+	if s.respTrailers != nil {
+		s.finalTrailers = s.respTrailers.kv.Clone()
+	}
 	st, _ := strconv.Atoi(s.respHeaders.kv.Value(":status"))
 	s.complete(st, s.respHeaders.kv, s.respBody)
 }
@@ -126,6 +137,7 @@ func (s *Stream) completeFromMaps() {
 func (s *Stream) complete(status int, headers Headers, body []byte) {
 	s.respLive = false
 	s.respBodyLive = false
+	s.respTrailersLive = false
 	s.reqLive = false
 	s.reqBodyLive = false
 	s.responded = true

@@ -468,7 +468,35 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Ac
 	return types.ActionContinue
 }
 
+// OnHttpRequestTrailers adds a trailer (the map is writable here) that
+// counts the trailers it was told of; /pause?trailers=hold holds the
+// request there (the tick resumes it).
+func (h *httpContext) OnHttpRequestTrailers(numTrailers int) types.Action {
+	must(proxywasm.AddHttpRequestTrailer("x-plugin-trailer", strconv.Itoa(numTrailers)))
+	if h.path == "/pause" && h.query["trailers"] == "hold" {
+		proxywasm.LogInfo("request trailers held")
+		h.plugin.paused[h.id] = "resume"
+		h.plugin.inflight.Add(1)
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
+// OnHttpResponseTrailers adds a trailer; ?resp_trailers=hold holds the
+// response there.
+func (h *httpContext) OnHttpResponseTrailers(numTrailers int) types.Action {
+	must(proxywasm.AddHttpResponseTrailer("x-plugin-trailer", strconv.Itoa(numTrailers)))
+	if h.query["resp_trailers"] == "hold" {
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if h.query["resp_body"] == "hold" {
+		proxywasm.LogInfof("response body held, end_of_stream %v", endOfStream)
+		return types.ActionPause // the response waits (nothing resumes it)
+	}
 	if h.path == "/rewrite" {
 		body, _ := proxywasm.GetHttpResponseBody(0, bodySize)
 		must(proxywasm.ReplaceHttpResponseBody([]byte("rewritten:" + string(body))))
