@@ -134,7 +134,8 @@ type Gauge struct {
 	// or refused or queued for it).
 	// Warned: the previous round's mean was mildly over Base.
 	// Stalled: the last backoff was from a round at twice Base or more (see
-	// backoff).
+	// backoff), or the round measuring after it read a Base from too few
+	// samples off (see endRound): measured as after a stall.
 	// Grown: slow start grew the limit to where it is from a round of
 	// MinRound/2 samples or more that read calm (see backoff).
 	// FastGrown: Grown, and the fast classes read calm in that round
@@ -348,8 +349,12 @@ func (l Limit) endRound(g Gauge) Gauge {
 		// (see measured), or others queue at it too (other Envoys, each
 		// learning on its own, back off from the same rise a round
 		// later): measure once more at this limit before taking it as
-		// the upstream's own latency.
+		// the upstream's own latency. Over a rough Base, see measured.
 		if mean*2 < g.Base*3 {
+			if g.BaseN < MinRound {
+				g.Stalled = true
+				break
+			}
 			g = g.backoff(mean, clamp)
 		}
 		g.Warned = true
@@ -656,6 +661,10 @@ func (g Gauge) backoff(mean time.Duration, clamp func(float64) float64) Gauge {
 // the old Base is no queue either (the limit had none before the stall):
 // slow start again, from it. A cold rule's first round
 // (saturated) also doubles the limit: it had no Base to compare with.
+//
+// A round measuring after a backoff decided against a Base of fewer than
+// MinRound samples, clearly over it, is measured as after a stall too
+// (see endRound; why in adaptive_slower.go, "A rough Base").
 func (g Gauge) measured(mean time.Duration, clamp func(float64) float64) Gauge {
 	old, stalled, oldN := g.Base, g.Stalled, g.BaseN
 	g.Base, g.BaseN, g.Measure, g.Warned, g.Stalled, g.Grown, g.FastGrown = mean, g.N, false, false, false, false, false

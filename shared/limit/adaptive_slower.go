@@ -5,6 +5,23 @@ package limit
 
 import "time"
 
+// A rough Base. A round measuring after a backoff decided against a Base
+// of fewer than MinRound samples (a cold rule's first round of 4, slow
+// start's small rounds) that reads clearly over it, under 1.5x, is
+// measured once more at the same limit as after a stall (see endRound,
+// measured): under 1.5x the old Base, slow start goes on from there, Base
+// the mean of the two; if the limit queues, slow start's next rounds show
+// it again. The mean of 4 latencies that vary by a factor of two (25-75
+// ms) is a fifth or more under the upstream's in one cold start of
+// twelve, and a Base read that low takes every round for a queue: the
+// backoff found no knee, and the round under the lowered limit, of more
+// samples, reads the same latency again (it does not answer to the
+// requests in flight). Backing off again from it, then probing by one
+// request per round of 16 samples (8-16 round trips under a limit of
+// 1-2), ratcheted the model of 16 slots of 25-75 ms from 8 down to 1-2 in
+// a second, for seconds, as in a CI run of the e2e test (3, then 1, then
+// 2-5 to its end: 64/s of 320).
+
 // slower decides a measuring round whose mean (now Base) is 1.5x the old
 // Base or more, after a stall or in the second round measuring at the
 // same limit: the upstream itself may have slowed down (its service time,

@@ -378,7 +378,12 @@ func TestAdaptiveNoisyServiceHolds(t *testing.T) {
 // that of its first answers, a Base learnt in slow start's small rounds
 // read the larger rounds after it as a queue and the limit ratcheted
 // down: 14 of 300 seeds ran under 60% of the capacity, the worst at 22%.
-// Counted by admission (Sampler), at most 10 do, none under 25%.
+// Counted by admission (Sampler), 7 did, the worst at 30%: a Base from a
+// cold start's first 4 latencies, low by noise, still read the rounds
+// after it as a queue, and the limit backed off twice from each, down to
+// 1-2. Measured again as after a stall when it rests on fewer than
+// MinRound samples (see endRound), at most 10 do, none under 40% (6, the
+// worst at 50%).
 func TestAdaptiveNoisyServiceRarelyRatchets(t *testing.T) {
 	low, worst := 0, 1.0
 	for seed := int64(1); seed <= 300; seed++ {
@@ -395,7 +400,7 @@ func TestAdaptiveNoisyServiceRarelyRatchets(t *testing.T) {
 		}
 	}
 	t.Logf("300 seeds: %d under 60%% of the capacity, the worst at %.0f%%", low, 100*worst)
-	if low > 10 || worst < 0.25 {
+	if low > 10 || worst < 0.4 {
 		t.Errorf("300 seeds: %d under 60%% of the capacity, the worst at %.0f%%", low, 100*worst)
 	}
 }
@@ -581,8 +586,10 @@ func TestAdaptiveHoldsAfterBackoff(t *testing.T) {
 	if _, g = roundOf(lim, EncodeGauge(g), &now, 19, 200*time.Millisecond); !g.Measure || !g.Stalled || g.Limit != 9.5 {
 		t.Fatalf("2x Base while holding: %+v, want it halved at once", g)
 	}
-	// A measure round clearly over Base: its estimate was high.
-	g = Gauge{Limit: 25, Base: 100 * time.Millisecond, Round: 11, Measure: true}
+	// A measure round clearly over Base: its estimate was high (a Base
+	// that rests on MinRound samples or more; over one from fewer, see
+	// TestAdaptiveRoughBaseSlowStartsAgain).
+	g = Gauge{Limit: 25, Base: 100 * time.Millisecond, BaseN: MinRound, Round: 11, Measure: true}
 	st, g = roundOf(lim, EncodeGauge(g), &now, 25, 125*time.Millisecond)
 	if want := 25 / 1.25 * Backoff; g.Limit != want || !g.Measure {
 		t.Fatalf("measure round over Base: %+v, want limit %v, measuring again", g, want)
@@ -842,7 +849,7 @@ func stalledRun(t *testing.T, seed int64, noisy, dropLate bool, tick time.Durati
 // 8 slots x 50 ms at >= 70% of their capacity (each seed; the stalls
 // themselves cost about a tenth: nothing is forwarded during one), the
 // queue p90 <= 8 and Base within 10% of 50 ms; 16 slots of 25-75 ms at a
-// median >= 70% (each >= 40%: noise alone, without stalls, leaves 7 of
+// median >= 70% (each >= 40%: noise alone, without stalls, leaves 6 of
 // 300 seeds under 60%, see TestAdaptiveNoisyServiceRarelyRatchets). A
 // stall the worker misses (one between two ticks) still counts: with
 // every sample kept, the median stays >= 65% (34-89% for 8 x 50 ms),
