@@ -82,6 +82,11 @@ func (a Addr) is4In6() bool {
 
 // Unmap turns an IPv4-mapped IPv6 address into its IPv4 address (its zone
 // dropped); any other address is returned as it is.
+//
+// Not inlined: its callers (configurations, an IPv6 client address) are
+// off an IPv4 client's request path, and each inlined copy is module size.
+//
+//go:noinline
 func (a Addr) Unmap() Addr {
 	if !a.is4In6() {
 		return a
@@ -126,6 +131,11 @@ func (a Addr) Prefix(bits int) (Prefix, bool) {
 
 // PrefixFrom is the prefix of a and bits, not masked; invalid if bits is
 // out of range for a. The zone is dropped.
+//
+// Not inlined: its callers parse configurations and prefixes, off the
+// request path, and each inlined copy is module size.
+//
+//go:noinline
 func PrefixFrom(a Addr, bits int) Prefix {
 	a.zone = ""
 	if a.kind == 0 || bits < 0 || bits > a.BitLen() {
