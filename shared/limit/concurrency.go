@@ -91,6 +91,11 @@ func EncodeSlots(s Slots) State {
 
 // DecodeSlots unpacks a State written by EncodeSlots; the zero State is an
 // idle key.
+//
+// Not inlined: its callers are the concurrency rules' (off the rate rules'
+// request path), and each inlined copy is module size.
+//
+//go:noinline
 func DecodeSlots(st State) Slots {
 	a, b := uint64(st.A), uint64(st.B)
 	return Slots{

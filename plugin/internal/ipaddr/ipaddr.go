@@ -53,6 +53,11 @@ func (a Addr) Is6() bool { return a.kind == 6 }
 func (a Addr) Zone() string { return a.zone }
 
 // BitLen is 32 for IPv4, 128 for IPv6 and 0 for the zero Addr.
+//
+// Not inlined: its callers (prefixes, an IPv6 client's group) are off an
+// IPv4 client's request path, and each inlined copy is module size.
+//
+//go:noinline
 func (a Addr) BitLen() int {
 	switch a.kind {
 	case 4:
