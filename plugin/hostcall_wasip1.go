@@ -178,7 +178,12 @@ func (c counter) read() (uint64, bool) {
 }
 
 // add adds 1 to the counter.
-func (c counter) add() bool         { return proxyIncrementMetric(uint32(c), 1) == 0 }
+func (c counter) add() bool { return proxyIncrementMetric(uint32(c), 1) == 0 }
+
+// defineGauge defines gauge name. Not inlined: its call sites run once per
+// configuration, and each inlined copy is module size.
+//
+//go:noinline
 func defineGauge(name string) gauge { return gauge(defineMetric(metricTypeGauge, name)) }
 
 // Increment adds n to the counter.

@@ -550,3 +550,21 @@ func TestParseHostPortOnePass(t *testing.T) {
 func sameAddr(a, b ipaddr.Addr) bool {
 	return a.Is4() == b.Is4() && a.Is6() == b.Is6() && a.As16() == b.As16() && a.Zone() == b.Zone()
 }
+
+// TestAdmittedReportsItsRule holds an admitted request's numbers (its
+// rule, what is left, when the bucket is full again) to the token bucket's:
+// the one-rule case is recorded in chargeLocal without recordLocal.
+func TestAdmittedReportsItsRule(t *testing.T) {
+	cfg := mustConfig(t, `{"rules":[{"name":"r","limit":10,"window":"1s","burst":5}]}`)
+	e := New(cfg, newMemStore(), 1, wallClock)
+	for i := 0; i < 3; i++ {
+		v := e.Decide(req("/", "GET", "10.0.0.1:1"), t0)
+		// Each admitted request leaves one fewer and 100 ms more to refill.
+		if v.Outcome != Allow || v.Report == nil || v.Report.Name != "r" || v.Remaining != int64(4-i) || v.Reset != time.Duration(i+1)*100*time.Millisecond {
+			t.Fatalf("request %d: outcome %v, report %v, remaining %d, reset %v", i, v.Outcome, v.Report, v.Remaining, v.Reset)
+		}
+	}
+	if got := e.Stats.Rules[0]; got.Allowed != 3 || got.Charged != 3 {
+		t.Errorf("stats %+v", got)
+	}
+}

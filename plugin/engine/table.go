@@ -411,7 +411,7 @@ func (t *Table) update(op Op, fp uint64, rule int, lim *limit.Limit, now int64, 
 		putUint64(s[16:24], uint64(st.A)) // st.Encode(s[16:]), without its call
 		putUint64(s[24:32], uint64(st.B))
 		retry, err := false, error(nil)
-		if expiry := now + int64(lim.Reset(st, now)); sp.from.val == nil {
+		if expiry := lim.Expiry(st, now); sp.from.val == nil {
 			// write's case (no move out of the previous layout): storeSlot's
 			// work without its call (every admitted request writes).
 			putUint64(s[0:8], sp.fp)

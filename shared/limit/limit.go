@@ -315,6 +315,17 @@ func (l *Limit) Reset(s State, now int64) time.Duration {
 	}
 }
 
+// Expiry is now + Reset(s, now), the time after which s may be discarded.
+// A token bucket's (most rules') is s.A when neither time is negative
+// (s.A - now cannot overflow then), answered here: small enough to be
+// inlined, as every admitted request asks and a call is dear on wasm.
+func (l *Limit) Expiry(s State, now int64) int64 {
+	if l.algorithm == TokenBucket && s.A|now >= 0 { // both >= 0
+		return s.A
+	}
+	return now + int64(l.Reset(s, now))
+}
+
 // leakyBucket: s.A is the departure time of the next request, s.B the time
 // of the last charge (decidedAt). Each admitted request leaves one interval
 // after the previous one; the queue holds at most burst waiting requests.

@@ -53,6 +53,11 @@ func (a Addr) Is6() bool { return a.kind == 6 }
 func (a Addr) Zone() string { return a.zone }
 
 // BitLen is 32 for IPv4, 128 for IPv6 and 0 for the zero Addr.
+//
+// Not inlined: its callers (prefixes, an IPv6 client's group) are off an
+// IPv4 client's request path, and each inlined copy is module size.
+//
+//go:noinline
 func (a Addr) BitLen() int {
 	switch a.kind {
 	case 4:
@@ -82,6 +87,11 @@ func (a Addr) is4In6() bool {
 
 // Unmap turns an IPv4-mapped IPv6 address into its IPv4 address (its zone
 // dropped); any other address is returned as it is.
+//
+// Not inlined: its callers (configurations, an IPv6 client address) are
+// off an IPv4 client's request path, and each inlined copy is module size.
+//
+//go:noinline
 func (a Addr) Unmap() Addr {
 	if !a.is4In6() {
 		return a
@@ -126,6 +136,11 @@ func (a Addr) Prefix(bits int) (Prefix, bool) {
 
 // PrefixFrom is the prefix of a and bits, not masked; invalid if bits is
 // out of range for a. The zone is dropped.
+//
+// Not inlined: its callers parse configurations and prefixes, off the
+// request path, and each inlined copy is module size.
+//
+//go:noinline
 func PrefixFrom(a Addr, bits int) Prefix {
 	a.zone = ""
 	if a.kind == 0 || bits < 0 || bits > a.BitLen() {

@@ -122,6 +122,10 @@ func (v *Value) Get(key string) *Value {
 }
 
 // Has reports whether an Object has a member named key.
+// Not inlined: configurations are parsed once, and each inlined copy is
+// module size.
+//
+//go:noinline
 func (v *Value) Has(key string) bool { return v.Get(key) != nil }
 
 // Keys returns the distinct keys of an Object, in order of first
