@@ -302,13 +302,7 @@ func (s *Stream) forward() {
 // paused at its headers, Envoy buffers the data: it is delivered when the
 // plugin resumes the request. Otherwise proxy_on_request_body runs.
 func (s *Stream) SendRequestBody(body []byte, endOfStream bool) (Action, error) {
-	var act Action
-	err := s.vm.op(func() error {
-		var err error
-		act, err = s.requestBody(body, endOfStream)
-		return err
-	})
-	return act, err
+	return s.vm.opAction(func() (Action, error) { return s.requestBody(body, endOfStream) })
 }
 
 func (s *Stream) requestBody(body []byte, eos bool) (Action, error) {

@@ -10,13 +10,7 @@ import (
 // is a body. When the response continues, the client receives it and the
 // stream ends (on_log, on_done, on_delete).
 func (s *Stream) SendResponse(resp Response) (Action, error) {
-	var act Action
-	err := s.vm.op(func() error {
-		var err error
-		act, err = s.response(resp)
-		return err
-	})
-	return act, err
+	return s.vm.opAction(func() (Action, error) { return s.response(resp) })
 }
 
 func (s *Stream) response(resp Response) (Action, error) {
@@ -60,12 +54,9 @@ func (s *Stream) runResponse() (Action, error) {
 			headersOnly = vm.stopsHeadersOnly(ret, stopped)
 		}, uint64(s.id), uint64(len(s.respHeaders.kv)), boolArg(eos))
 		if err != nil {
-			s.err = err
-			if vm.h.cfg.failOpen {
-				s.completeFromMaps()
+			if s.responseFailed(err) {
 				return Continue, err
 			}
-			s.hostReply()
 			return Pause, err
 		}
 	}
@@ -102,12 +93,7 @@ func (s *Stream) responseBody() error {
 		act = dataAction(ret, stopped)
 	}, uint64(s.id), uint64(len(s.respBody)), boolArg(s.respTrailers == nil))
 	if err != nil {
-		s.err = err
-		if vm.h.cfg.failOpen {
-			s.completeFromMaps()
-			return err
-		}
-		s.hostReply()
+		s.responseFailed(err)
 		return err
 	}
 	if s.responded || s.ended {
@@ -164,4 +150,17 @@ func sameHeaders(a, b Headers) bool {
 		}
 	}
 	return true
+}
+
+// responseFailed settles s after a response callback failed with err, as
+// the filter's failure policy says: failing open sends the response on as
+// it is (it reports true), otherwise the host answers for the plugin.
+func (s *Stream) responseFailed(err error) bool {
+	s.err = err
+	if s.vm.h.cfg.failOpen {
+		s.completeFromMaps()
+		return true
+	}
+	s.hostReply()
+	return false
 }

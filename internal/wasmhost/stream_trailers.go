@@ -20,13 +20,7 @@ import "fmt"
 // proxy_on_request_trailers runs, and its Continue sends on what the
 // plugin had stopped. Trailers of a stream already answered are dropped.
 func (s *Stream) SendRequestTrailers(trailers Headers) (Action, error) {
-	var act Action
-	err := s.vm.op(func() error {
-		var err error
-		act, err = s.requestTrailers(trailers)
-		return err
-	})
-	return act, err
+	return s.vm.opAction(func() (Action, error) { return s.requestTrailers(trailers) })
 }
 
 func (s *Stream) requestTrailers(trailers Headers) (Action, error) {
@@ -137,12 +131,7 @@ func (s *Stream) runResponseTrailers() error {
 			act = dataAction(ret, stopped)
 		}, uint64(s.id), uint64(len(s.respTrailers.kv)))
 		if err != nil {
-			s.err = err
-			if vm.h.cfg.failOpen {
-				s.completeFromMaps()
-				return err
-			}
-			s.hostReply()
+			s.responseFailed(err)
 			return err
 		}
 	}

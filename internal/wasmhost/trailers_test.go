@@ -1,12 +1,9 @@
 package wasmhost
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/wasmexports"
 )
 
 // grpcLike is a POST with a body and trailers, answered with a body and
@@ -69,15 +66,7 @@ func TestTrailersContinueStoppedRequest(t *testing.T) {
 	if r.Paused || r.UpstreamTrailers.Value("x-plugin-trailer") != "1" {
 		t.Fatalf("body held, trailers continue: paused %v, upstream trailers %v; want the request sent on", r.Paused, r.UpstreamTrailers)
 	}
-	mod, err := wasmexports.Edit(testWasm, []string{"proxy_on_request_trailers"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(context.Background(), mod, WithAllowOnHeadersStopIteration())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	h := newHostWithout(t, []string{"proxy_on_request_trailers"}, WithAllowOnHeadersStopIteration())
 	r = newVM(t, h, "vm0", "").Request(grpcLike("/pause?body=hold", Response{})).Must(t)
 	if r.Paused || r.UpstreamTrailers.Value("x-req-trailer") != "1" || r.UpstreamTrailers.Has("x-plugin-trailer") {
 		t.Fatalf("body held, no trailers callback: paused %v, upstream trailers %v; want the request sent on", r.Paused, r.UpstreamTrailers)
@@ -100,15 +89,7 @@ func TestTrailersOfHeldResponse(t *testing.T) {
 	if r.State != StreamClosed || r.Trailers.Value("grpc-status") != "0" {
 		t.Fatalf("body held, trailers continue: state %v, trailers %v; want the response sent", r.State, r.Trailers)
 	}
-	mod, err := wasmexports.Edit(testWasm, []string{"proxy_on_response_trailers"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(context.Background(), mod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	h := newHostWithout(t, []string{"proxy_on_response_trailers"})
 	r = newVM(t, h, "vm0", "").Request(grpcLike("/x?resp_body=hold&resp_trailers=hold", Response{})).Must(t)
 	if r.State != StreamClosed || r.Trailers.Value("grpc-status") != "0" || r.Trailers.Has("x-plugin-trailer") {
 		t.Fatalf("body held, no trailers callback: state %v, trailers %v; want the response sent (cpp-host answers Continue)", r.State, r.Trailers)

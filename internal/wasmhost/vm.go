@@ -376,6 +376,17 @@ func (vm *VM) op(f func() error) error {
 	return err
 }
 
+// opAction is op for a stream operation that answers an Action.
+func (vm *VM) opAction(f func() (Action, error)) (Action, error) {
+	var act Action
+	err := vm.op(func() error {
+		var err error
+		act, err = f()
+		return err
+	})
+	return act, err
+}
+
 // Tick calls proxy_on_tick on the root context now, whether or not a tick
 // period is set, then runs what the plugin deferred (streams resumed or
 // answered through proxy_set_effective_context; their on_response_headers

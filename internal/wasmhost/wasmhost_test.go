@@ -53,7 +53,23 @@ func TestMain(m *testing.M) {
 
 func newHost(t testing.TB, opts ...Option) *Host {
 	t.Helper()
-	h, err := New(context.Background(), testWasm, opts...)
+	return newHostOf(t, testWasm, opts...)
+}
+
+// newHostWithout is newHost on the test module without the exports drop,
+// as `make build` drops exports from the plugin.
+func newHostWithout(t testing.TB, drop []string, opts ...Option) *Host {
+	t.Helper()
+	mod, err := wasmexports.Edit(testWasm, drop, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHostOf(t, mod, opts...)
+}
+
+func newHostOf(t testing.TB, mod []byte, opts ...Option) *Host {
+	t.Helper()
+	h, err := New(context.Background(), mod, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1101,15 +1117,7 @@ func TestCallTimeout(t *testing.T) {
 // `make build` drops exports from build/sluice.wasm (internal/wasmexports)
 // and relies on this.
 func TestMissingCallbacksAreSkipped(t *testing.T) {
-	mod, err := wasmexports.Edit(testWasm, []string{"proxy_on_request_body", "proxy_on_response_body", "proxy_on_log", "proxy_on_done"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(context.Background(), mod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	h := newHostWithout(t, []string{"proxy_on_request_body", "proxy_on_response_body", "proxy_on_log", "proxy_on_done"})
 	vm := newVM(t, h, "vm0", "")
 	for range 3 {
 		req := HTTPRequest("POST", "a", "/rewrite")
@@ -1171,15 +1179,7 @@ func TestAllowOnHeadersStopIteration(t *testing.T) {
 	wantEq(t, "resumed upstream body", string(r.UpstreamBody), "request body")
 	wantEq(t, "body callbacks", strings.Count(vm.LogText(), "request body held"), 1)
 
-	mod, err := wasmexports.Edit(testWasm, []string{"proxy_on_request_body"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err = New(context.Background(), mod, WithAllowOnHeadersStopIteration())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	h = newHostWithout(t, []string{"proxy_on_request_body"}, WithAllowOnHeadersStopIteration())
 	r = post(newVM(t, h, "vm0", ""), "/pause")
 	if r.Paused || !r.Forwarded || string(r.UpstreamBody) != "request body" {
 		t.Fatalf("flag, no body callback: paused %v, forwarded %v; want sent on (cpp-host answers Continue for it)", r.Paused, r.Forwarded)
