@@ -512,22 +512,13 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	return types.ActionContinue
 }
 
-func (h *httpContext) OnHttpResponseBody(_ int, endOfStream bool) types.Action {
-	if endOfStream {
-		h.responseDone()
-	}
-	if h.heldResponse {
-		return types.ActionPause // buffered until the charge is counted
-	}
-	return types.ActionContinue
-}
-
 // responseDone gives back the concurrency slots of a request whose upstream
-// response is complete: the backend's work is done, and waiting for the
-// stream's end would also count the time Envoy takes to write the response
-// to the client (long when its workers are busy), during which the backend
-// sits idle. OnHttpStreamDone still releases whatever is left (a stream
-// that ends without a complete response); the slots are released once.
+// response ended with its headers (no body): the backend's work is done.
+// A response with a body gives them back at the stream's end
+// (OnHttpStreamDone, as for a stream that ends without a response): the
+// module exports no response body callback, which Envoy would make for
+// every chunk of every response (dispatch_wasip1.go). The slots are
+// released once.
 func (h *httpContext) responseDone() {
 	if !h.decided || len(h.verdict.Slots) == 0 || h.verdict.Outcome == engine.Queue {
 		return
