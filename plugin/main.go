@@ -536,11 +536,19 @@ func (h *httpContext) responseDone() {
 // or response callbacks, 7-10 requests (buys with max_delay, even
 // background requests) hung until the client's timeout, and none with the
 // hand-off from the stream's end.
+//
+// Not with global rules: a waiter let go may call the rate-limit service,
+// and a call made in the ending stream's callback is that stream's, for
+// Envoy (which cancels it when the stream goes) and for the Go SDK (which
+// drops its answer once the stream is gone): the waiter would wait out
+// global.timeout and pass unasked (on_error). Their waiters get the slot
+// at the next tick, at most 20 ms later (globalTickMS), on the root's
+// behalf.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
 	h.verdict.Slots = nil
-	if handoff && p.queue.any() {
+	if handoff && p.rls == nil && p.queue.any() {
 		// The freed slot may be for a waiter of this worker: hand it over
 		// now rather than at the next tick, which comes late when the
 		// worker is busy (the resume takes effect after this callback, as
