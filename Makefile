@@ -54,7 +54,7 @@ WASM_DROP := proxy_on_memory_allocate,proxy_on_new_connection,proxy_on_downstrea
   proxy_on_context_create,proxy_on_request_headers,proxy_on_response_headers,proxy_on_response_body
 WASM_RENAME := sluice_on_stream_end=proxy_on_delete,sluice_on_memory_allocate=proxy_on_memory_allocate,$\
   sluice_on_context_create=proxy_on_context_create,sluice_on_request_headers=proxy_on_request_headers,$\
-  sluice_on_response_headers=proxy_on_response_headers,sluice_on_response_body=proxy_on_response_body
+  sluice_on_response_headers=proxy_on_response_headers
 
 # The plugin is linked twice when its static data ends where the Go runtime
 # would clear a gap before its first heap arena (up to 448 KiB of zeros

@@ -13,8 +13,11 @@ import (
 // The SDK exports proxy_on_context_create, proxy_on_request_headers,
 // proxy_on_response_headers and proxy_on_response_body, and finds the
 // stream of each call in its Go maps. `make build` (internal/wasmexports)
-// removes those four exports and exports the functions below under their
-// names: a stream of a root context that owns its streams
+// removes those four exports and exports the functions below under the
+// first three's names (no response body callback: Envoy would make it for
+// every chunk of every response, about 2 k instructions each, and nothing
+// in Sluice needs a response's body; a stop from the response headers holds
+// it in Envoy): a stream of a root context that owns its streams
 // (pluginContext.ownsStreams) is created into, found in and (at its end,
 // sluiceOnStreamEnd) removed from the plugin's table; every other context
 // (the root contexts themselves, the streams of a configuration with
@@ -26,15 +29,6 @@ import (
 // (context IDs are unique in a VM).
 var streams streamTable
 
-// bodies says that a stream of this VM may need its response body
-// callback: a stream of a root context whose rules act on the response's
-// end (pluginContext.needsBodies), or one the SDK dispatches. Set at such a
-// stream's creation and never cleared (most VMs run one configuration for
-// life): until then every stream passes its body (passesBody), and the
-// callback, which Envoy makes for every chunk of every response (two for
-// the benchmark's), answers without looking its stream up.
-var bodies bool
-
 //go:linkname sdkOnContextCreate github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/internal.proxyOnContextCreate
 func sdkOnContextCreate(contextID, pluginContextID uint32)
 
@@ -44,23 +38,16 @@ func sdkOnRequestHeaders(contextID uint32, numHeaders int32, endOfStream bool) t
 //go:linkname sdkOnResponseHeaders github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/internal.proxyOnResponseHeaders
 func sdkOnResponseHeaders(contextID uint32, numHeaders int32, endOfStream bool) types.Action
 
-//go:linkname sdkOnResponseBody github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/internal.proxyOnResponseBody
-func sdkOnResponseBody(contextID uint32, bodySize int32, endOfStream bool) types.Action
-
 //go:wasmexport sluice_on_context_create
 func sluiceOnContextCreate(contextID, pluginContextID uint32) {
 	if pluginContextID != 0 {
 		if p := rootOf(pluginContextID); p != nil && p.ownsStreams() {
-			if p.needsBodies() {
-				bodies = true
-			}
 			h := p.newStream(contextID)
 			if !streams.addHome(contextID, h) && !streams.add(contextID, h) { // addHome inlined: most streams
 				panic("context id duplicated") // as the SDK
 			}
 			return
 		}
-		bodies = true // a stream the SDK dispatches
 	}
 	sdkOnContextCreate(contextID, pluginContextID)
 }
@@ -82,18 +69,4 @@ func sluiceOnResponseHeaders(contextID uint32, numHeaders int32, endOfStream boo
 		return h.OnHttpResponseHeaders(int(numHeaders), endOfStream)
 	}
 	return sdkOnResponseHeaders(contextID, numHeaders, endOfStream)
-}
-
-//go:wasmexport sluice_on_response_body
-func sluiceOnResponseBody(contextID uint32, bodySize int32, endOfStream bool) types.Action {
-	if !bodies {
-		return types.ActionContinue // every stream passes its body
-	}
-	if h := streams.get(contextID); h != nil {
-		if h.passesBody() {
-			return types.ActionContinue
-		}
-		return h.OnHttpResponseBody(int(bodySize), endOfStream)
-	}
-	return sdkOnResponseBody(contextID, bodySize, endOfStream)
 }

@@ -512,22 +512,13 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	return types.ActionContinue
 }
 
-func (h *httpContext) OnHttpResponseBody(_ int, endOfStream bool) types.Action {
-	if endOfStream {
-		h.responseDone()
-	}
-	if h.heldResponse {
-		return types.ActionPause // buffered until the charge is counted
-	}
-	return types.ActionContinue
-}
-
 // responseDone gives back the concurrency slots of a request whose upstream
-// response is complete: the backend's work is done, and waiting for the
-// stream's end would also count the time Envoy takes to write the response
-// to the client (long when its workers are busy), during which the backend
-// sits idle. OnHttpStreamDone still releases whatever is left (a stream
-// that ends without a complete response); the slots are released once.
+// response ended with its headers (no body): the backend's work is done.
+// A response with a body gives them back at the stream's end
+// (OnHttpStreamDone, as for a stream that ends without a response): the
+// module exports no response body callback, which Envoy would make for
+// every chunk of every response (dispatch_wasip1.go). The slots are
+// released once.
 func (h *httpContext) responseDone() {
 	if !h.decided || len(h.verdict.Slots) == 0 || h.verdict.Outcome == engine.Queue {
 		return
@@ -545,11 +536,19 @@ func (h *httpContext) responseDone() {
 // or response callbacks, 7-10 requests (buys with max_delay, even
 // background requests) hung until the client's timeout, and none with the
 // hand-off from the stream's end.
+//
+// Not with global rules: a waiter let go may call the rate-limit service,
+// and a call made in the ending stream's callback is that stream's, for
+// Envoy (which cancels it when the stream goes) and for the Go SDK (which
+// drops its answer once the stream is gone): the waiter would wait out
+// global.timeout and pass unasked (on_error). Their waiters get the slot
+// at the next tick, at most 20 ms later (globalTickMS), on the root's
+// behalf.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
 	h.verdict.Slots = nil
-	if handoff && p.queue.any() {
+	if handoff && p.rls == nil && p.queue.any() {
 		// The freed slot may be for a waiter of this worker: hand it over
 		// now rather than at the next tick, which comes late when the
 		// worker is busy (the resume takes effect after this callback, as

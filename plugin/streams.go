@@ -194,15 +194,3 @@ func (p *pluginContext) ownsStreams() bool {
 func (h *httpContext) passesResponse() bool {
 	return !h.decided || h.verdict.Outcome == engine.Reject || h.pending != nil
 }
-
-// needsBodies reports whether p's streams may need their response body
-// callback (passesBody false): concurrency rules give their slots back at
-// the response's end, global rules hold a response until its charge is
-// counted. Without either, every stream of p passes its body.
-func (p *pluginContext) needsBodies() bool { return p.queue.enabled() || p.rls != nil }
-
-// passesBody reports that OnHttpResponseBody has nothing to do: no slots
-// to give back at the response's end, no response held.
-func (h *httpContext) passesBody() bool {
-	return !h.heldResponse && (!h.decided || len(h.verdict.Slots) == 0)
-}

@@ -32,7 +32,7 @@ func TestExports(t *testing.T) {
 	want := []string{
 		"_initialize", "proxy_abi_version_0_2_0", "proxy_on_configure", "proxy_on_context_create",
 		"proxy_on_delete", "proxy_on_http_call_response", "proxy_on_memory_allocate",
-		"proxy_on_request_headers", "proxy_on_response_body", "proxy_on_response_headers",
+		"proxy_on_request_headers", "proxy_on_response_headers",
 		"proxy_on_tick", "proxy_on_vm_start",
 	}
 	if !slices.Equal(got, want) {

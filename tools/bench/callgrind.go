@@ -95,7 +95,7 @@ func callgrindSection(ctx context.Context, o options) (string, error) {
 		mk("native", "native local_ratelimit, all admitted", func(op *envoytest.Options) { op.LocalRateLimit = native(admitLimit, time.Second) }),
 		mk("native-reject", "native local_ratelimit, all rejected", func(op *envoytest.Options) { op.LocalRateLimit = native(1, time.Hour) }),
 		mk("noop", "no-op Go filter (SDK defaults)", func(op *envoytest.Options) { op.Wasm = &envoytest.Wasm{File: noop, Name: "noop"} }),
-		mk("noop-trim", "no-op Go filter without the exports Sluice drops but its stream end (proxy_on_done and the unused ones)", func(op *envoytest.Options) {
+		mk("noop-trim", "no-op Go filter without the exports Sluice drops but its stream end (proxy_on_done, proxy_on_response_body and the unused ones)", func(op *envoytest.Options) {
 			op.Wasm = &envoytest.Wasm{File: noopTrim, Name: "noop"}
 		}),
 		mk("noop-min", "no-op Go filter exporting only proxy_on_context_create, proxy_on_request_headers, proxy_on_delete per stream", func(op *envoytest.Options) {
@@ -638,14 +638,15 @@ func callgrindReport(o options, vs []*cgVariant, took time.Duration) string {
 }
 
 // The exports dropped from the no-op filter for the noop-trim and noop-min
-// rows: noop - noop-trim is the price of proxy_on_done (the only one of them
-// Envoy calls for a GET), noop-trim - noop-min that of three more callbacks
-// (proxy_on_response_headers, proxy_on_response_body, proxy_on_log).
+// rows: noop - noop-trim is the price of proxy_on_done and
+// proxy_on_response_body (those of them Envoy calls for a GET; Sluice exports
+// neither), noop-trim - noop-min that of two more callbacks
+// (proxy_on_response_headers, proxy_on_log).
 var (
 	noopTrimDrop = []string{"proxy_on_new_connection", "proxy_on_downstream_data", "proxy_on_downstream_connection_close",
 		"proxy_on_upstream_data", "proxy_on_upstream_connection_close", "proxy_on_request_body", "proxy_on_request_trailers",
-		"proxy_on_response_trailers", "proxy_on_queue_ready", "proxy_on_done"}
-	noopMinDrop = []string{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_log"}
+		"proxy_on_response_body", "proxy_on_response_trailers", "proxy_on_queue_ready", "proxy_on_done"}
+	noopMinDrop = []string{"proxy_on_response_headers", "proxy_on_log"}
 )
 
 // dropExports writes in to out without the named exports.
