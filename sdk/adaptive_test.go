@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sluicehq/sluice/sdk/header"
 )
 
 // bareServer admits 20 requests a second (a token bucket of 20) and answers
@@ -282,4 +284,32 @@ func timerLateness() func() time.Duration {
 		}
 	}()
 	return func() time.Duration { close(stop); return <-done }
+}
+
+// TestAdaptiveCutReported: a view says which answer cut its learned rate
+// (the retry of that request leaves a turn empty before it, see call.cut):
+// the first bare 429, and the next one sent after that cut; not a 429 of
+// a request sent before the cut (the same congestion event), nor a 200,
+// nor a 429 with a wait.
+func TestAdaptiveCutReported(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	v := newView("", 0, 1, true)
+	rtt := 20 * time.Millisecond
+	answers := []struct {
+		sent, at time.Time
+		status   int
+		in       header.Info
+		cut      bool
+	}{
+		{t0, t0.Add(rtt), 429, header.Info{}, true},
+		{t0.Add(time.Millisecond), t0.Add(rtt + time.Millisecond), 429, header.Info{}, false},
+		{t0.Add(time.Second), t0.Add(time.Second + rtt), 200, header.Info{}, false},
+		{t0.Add(2 * time.Second), t0.Add(2*time.Second + rtt), 429, header.Info{Has: header.HasRetryAfter, RetryAfter: time.Second}, false},
+		{t0.Add(4 * time.Second), t0.Add(4*time.Second + rtt), 429, header.Info{}, true},
+	}
+	for i, a := range answers {
+		if cut := v.observe(ticket{sent: a.sent}, a.at, a.status, a.in, 0); cut != a.cut {
+			t.Errorf("answer %d (%d): cut %v, want %v", i, a.status, cut, a.cut)
+		}
+	}
 }

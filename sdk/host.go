@@ -290,8 +290,10 @@ func (h *host) withdraw(now time.Time, class int) bool {
 // observe reports the outcome of a request that acquire admitted into g:
 // the answer goes to the view of the policy it names (the host-level view
 // when it names none), and the route learns which policy governs it; the
-// other views only learn that the request is no longer in flight.
-func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now time.Time, status int, in header.Info, also []string) {
+// other views only learn that the request is no longer in flight. cut
+// says the answer was a bare 429 that cut a rate learned by a view (see
+// call.cut).
+func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now time.Time, status int, in header.Info, also []string) (cut bool) {
 	target := &h.all
 	if in.Policy != "" {
 		target = h.policyView(rs, k, known, g, now, in.Policy)
@@ -300,7 +302,7 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		// policy of the host no longer holds it.
 		rs.learn(k, nil)
 	}
-	held := g.answer(target, now, status, in)
+	held, cut := g.answer(target, now, status, in)
 	if h.between != nil {
 		h.between()
 	}
@@ -314,7 +316,7 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		// The answer names a policy the request was not held by: its view
 		// learns from it without counting the request, and assumes that
 		// every request in flight to the host may have been counted before.
-		h.observeUnheld(target, unheld, now, status, in)
+		cut = h.observeUnheld(target, unheld, now, status, in) || cut
 	}
 	// The other policies a problem document says the request violated
 	// hold their routes as the first does.
@@ -325,9 +327,10 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 		if v := h.policyView(rs, k, known, g, now, name); v != &h.all && v != target {
 			other := in
 			other.Policy = name
-			h.observeUnheld(v, unheld, now, status, other)
+			cut = h.observeUnheld(v, unheld, now, status, other) || cut
 		}
 	}
+	return cut
 }
 
 // observeUnheld reports an answer to v, a policy view that did not hold
@@ -341,24 +344,25 @@ func (h *host) observe(rs *routes, k routeKey, known bool, g *governing, now tim
 // answered, and a crowd whose answers reached v in the reverse of the
 // order the server counted them left a budget of 1 where the server had
 // 10 (TestUnheldCrowdCountedInOneStep). Lock order: the host-level view,
-// then the policy.
-func (h *host) observeUnheld(v *view, t ticket, now time.Time, status int, in header.Info) {
+// then the policy. cut: see view.observe.
+func (h *host) observeUnheld(v *view, t ticket, now time.Time, status int, in header.Info) (cut bool) {
 	h.all.mu.Lock()
 	defer h.all.mu.Unlock()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.observeLocked(t, now, status, in, h.all.flight.count())
+	return v.observeLocked(t, now, status, in, h.all.flight.count())
 }
 
 // answer reports an answer to the views of g: the whole answer to target,
 // and to the others only that the request is no longer in flight (and, if
 // it was their probe, that their hold is void: the server answered with
-// another view's word). held says target is one of g's views.
-func (g *governing) answer(target *view, now time.Time, status int, in header.Info) (held bool) {
+// another view's word). held says target is one of g's views, cut that
+// the answer cut the rate it learns (see view.observe).
+func (g *governing) answer(target *view, now time.Time, status int, in header.Info) (held, cut bool) {
 	for i, v := range g.vs[:g.n] {
 		if v == target {
 			held = true
-			v.observe(g.tk[i], now, status, in, 0)
+			cut = v.observe(g.tk[i], now, status, in, 0)
 			continue
 		}
 		if g.tk[i].probe && status != 0 {
@@ -366,7 +370,7 @@ func (g *governing) answer(target *view, now time.Time, status int, in header.In
 		}
 		v.observe(g.tk[i], now, 0, header.Info{}, 0)
 	}
-	return held
+	return held, cut
 }
 
 // policyView returns the view of the policy an answer names, creating it,

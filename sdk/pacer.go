@@ -1,6 +1,9 @@
 package sdk
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // pacer spaces requests at a rate with a burst, as a token bucket does
 // (GCRA), and hands out turns that keep their place in line rather than
@@ -25,8 +28,12 @@ type pacer struct {
 	fast  time.Duration // the fastest
 }
 
-// turn is a place in a pacer's line.
-type turn struct{ p *pacer }
+// turn is a place in a pacer's line. empty is the turn before it that
+// nobody holds, if it was reserved with one (see reserve).
+type turn struct {
+	p     *pacer
+	empty *turn
+}
 
 // pacerRaise is how much faster (or, inverted, slower) than the turns'
 // holders were told the pacer must become before they are woken to take
@@ -74,19 +81,42 @@ func (p *pacer) waiting(now time.Time) bool {
 
 // reserve hands out the next turn and says how long until it is due; nil
 // when it is due now. With first, the turn is the first in line (the turns
-// in line move back one place).
-func (p *pacer) reserve(now time.Time, first bool) (*turn, time.Duration) {
+// in line move back). With gap, the turn before it is left empty: it is
+// reserved too, and nobody holds it (see call.gap); giving the turn back
+// gives back both.
+func (p *pacer) reserve(now time.Time, first, gap bool) (*turn, time.Duration) {
 	p.trim(now)
 	if first && len(p.line) > 0 {
-		due := p.dueAt(0)
-		t := &turn{p: p}
-		p.line = append(p.line, nil)
-		copy(p.line[1:], p.line)
-		p.line[0] = t
-		p.tat = p.tat.Add(p.every)
-		p.wake() // the turns behind are one later: see moved
-		return t, due.Sub(now)
+		return p.jump(now, gap)
 	}
+	var empty *turn
+	if gap {
+		empty, _ = p.next(now)
+	}
+	t, d := p.next(now)
+	if t != nil {
+		t.empty = empty
+	}
+	return t, d
+}
+
+// jump puts a turn first in line, after an empty one with gap (see
+// reserve), and says how long until it is due.
+func (p *pacer) jump(now time.Time, gap bool) (*turn, time.Duration) {
+	t := &turn{p: p}
+	ins := []*turn{t}
+	if gap {
+		t.empty = &turn{p: p}
+		ins = []*turn{t.empty, t}
+	}
+	p.line = slices.Insert(p.line, 0, ins...)
+	p.tat = p.tat.Add(time.Duration(len(ins)) * p.every)
+	p.wake() // the turns behind are later: see moved
+	return t, p.dueAt(len(ins) - 1).Sub(now)
+}
+
+// next hands out the turn after every turn handed out (see reserve).
+func (p *pacer) next(now time.Time) (*turn, time.Duration) {
 	due := p.tat.Add(-p.tau())
 	if due.Before(now) {
 		due = now
@@ -137,17 +167,24 @@ func (p *pacer) index(t *turn) int {
 	return -1
 }
 
-// cancel gives t back, if it is not due yet: the turns behind it move up
-// one place, and their holders are woken to take it.
+// cancel gives t back, and the empty turn before it, if they are not due
+// yet: the turns behind them move up, and their holders are woken to take
+// their places.
 func (p *pacer) cancel(t *turn, now time.Time) {
 	p.trim(now)
+	if t != nil {
+		p.drop(t.empty)
+	}
+	p.drop(t)
+}
+
+// drop takes t out of the line, if it is in it.
+func (p *pacer) drop(t *turn) {
 	i := p.index(t)
 	if i < 0 {
 		return
 	}
-	copy(p.line[i:], p.line[i+1:])
-	p.line[len(p.line)-1] = nil
-	p.line = p.line[:len(p.line)-1]
+	p.line = slices.Delete(p.line, i, i+1)
 	p.tat = p.tat.Add(-p.every)
 	if i < len(p.line) {
 		p.wake()

@@ -22,7 +22,7 @@ func TestAdvPacerRandomOps(t *testing.T) {
 		for step := range 400 {
 			switch op := r.IntN(10); {
 			case op < 4:
-				tk, d := p.reserve(now, r.IntN(4) == 0)
+				tk, d := p.reserve(now, r.IntN(4) == 0, r.IntN(3) == 0)
 				if d < 0 {
 					t.Fatalf("seed %d step %d: negative wait %v", seed, step, d)
 				}

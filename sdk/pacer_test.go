@@ -19,7 +19,7 @@ func TestPacerRetimes(t *testing.T) {
 	p := newPacer(t0, 100*time.Millisecond, 1, true)
 	var ts []*turn
 	for i := range 5 {
-		tk, d := p.reserve(t0, false)
+		tk, d := p.reserve(t0, false, false)
 		if want := time.Duration(i+1) * 100 * time.Millisecond; tk == nil || d != want {
 			t.Fatalf("turn %d: %v, want %v", i, d, want)
 		}
@@ -59,7 +59,7 @@ func TestPacerRetimes(t *testing.T) {
 	ts = append(ts[:1], ts[2:]...)
 	due(50*time.Millisecond, 100*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond)
 	moved = p.changed()
-	if tk, d := p.reserve(t0, true); d != 50*time.Millisecond || p.delay(ts[0], t0) != 100*time.Millisecond {
+	if tk, d := p.reserve(t0, true, false); d != 50*time.Millisecond || p.delay(ts[0], t0) != 100*time.Millisecond {
 		t.Errorf("a retry's turn in %v (first %v), want first in line", d, p.delay(ts[0], t0))
 	} else {
 		ts = append([]*turn{tk}, ts...)
@@ -82,11 +82,52 @@ func TestPacerRetimes(t *testing.T) {
 	q := newPacer(t0, 100*time.Millisecond, 5, false)
 	q.set(t0, 200*time.Millisecond, 3)
 	for i := range 3 {
-		if tk, d := q.reserve(t0, false); tk != nil || d != 0 {
+		if tk, d := q.reserve(t0, false, false); tk != nil || d != 0 {
 			t.Errorf("burst turn %d: wait %v", i, d)
 		}
 	}
-	if _, d := q.reserve(t0, false); d != 200*time.Millisecond {
+	if _, d := q.reserve(t0, false, false); d != 200*time.Millisecond {
 		t.Errorf("past the burst: %v, want 200ms", d)
+	}
+}
+
+// TestPacerGap: a turn reserved with a gap comes after an empty turn that
+// nobody holds: first in line, it is due two turns after the front was,
+// and the turns behind it three; given back, it gives back the empty turn
+// too. With no line, it takes two of the pacer's turns (one at once, from
+// a full bucket), and the next turn comes after both.
+func TestPacerGap(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	p := newPacer(t0, 100*time.Millisecond, 1, true)
+	var ts []*turn
+	for range 3 {
+		tk, _ := p.reserve(t0, false, false)
+		ts = append(ts, tk)
+	}
+	due := func(want ...time.Duration) {
+		t.Helper()
+		for i, tk := range ts {
+			if d := p.delay(tk, t0); d != want[i] {
+				t.Errorf("turn %d due in %v, want %v", i, d, want[i])
+			}
+		}
+	}
+	retry, d := p.reserve(t0, true, true)
+	if d != 200*time.Millisecond {
+		t.Errorf("a retry's turn with a gap, first in line: due in %v, want 200ms (after an empty turn at 100ms)", d)
+	}
+	due(300*time.Millisecond, 400*time.Millisecond, 500*time.Millisecond)
+	p.cancel(retry, t0)
+	due(100*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
+	if len(p.line) != 3 {
+		t.Errorf("%d turns in line after the retry gave its turn back, want 3", len(p.line))
+	}
+
+	q := newPacer(t0, 100*time.Millisecond, 1, false)
+	if _, d := q.reserve(t0, true, true); d != 100*time.Millisecond {
+		t.Errorf("with no line, a retry's turn with a gap due in %v, want 100ms", d)
+	}
+	if _, d := q.reserve(t0, false, false); d != 200*time.Millisecond {
+		t.Errorf("the next turn due in %v, want 200ms", d)
 	}
 }

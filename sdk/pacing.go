@@ -42,8 +42,8 @@ func (p *pacing) learns() bool { return p.adaptive }
 func (p *pacing) throttle() { p.throttled = true }
 
 // reserve hands out the request's turn (see view.pace).
-func (p *pacing) reserve(now time.Time, retry bool) (pt paceTurn) {
-	pt.tk, pt.d = p.pacer.reserve(now, retry)
+func (p *pacing) reserve(now time.Time, retry, gap bool) (pt paceTurn) {
+	pt.tk, pt.d = p.pacer.reserve(now, retry, gap)
 	pt.learned = p.adapt.learning()
 	if pt.d > 0 {
 		pt.moved = p.pacer.changed()
@@ -83,16 +83,19 @@ func (p *pacing) cancel(tk *turn, now time.Time) {
 // learn feeds an answer at now to the adaptive rate: throttled says it is
 // a bare 429, sent when its request went out (zero: an answer the view did
 // not hold, taken as sent now), inflight how many others are unanswered.
-// It reports whether the learned rate changed (and must be tuned to).
-func (p *pacing) learn(now, sent time.Time, throttled bool, inflight int) bool {
+// It reports whether the learned rate changed (and must be tuned to), and
+// whether the throttle cut it (it was not of a congestion event already
+// cut for, see adaptiveRate.observe).
+func (p *pacing) learn(now, sent time.Time, throttled bool, inflight int) (changed, cut bool) {
 	if p.adapt == nil {
 		p.adapt = new(adaptiveRate)
 	}
 	if sent.IsZero() {
 		sent = now // an answer the view did not hold: taken as sent now
 	}
-	changed, _ := p.adapt.observe(now, sent, throttled, inflight)
-	return changed
+	last := p.adapt.lastThrottle
+	changed, _ = p.adapt.observe(now, sent, throttled, inflight)
+	return changed, throttled && !p.adapt.lastThrottle.Equal(last)
 }
 
 // tune sets the pacer to the announced rate, Limit per window (announced

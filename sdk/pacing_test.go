@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 // Pacing and learning measured against exact fake limiters in
@@ -452,4 +454,76 @@ func TestPacingAdaptiveCrowd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPacingAdaptiveRetryAfterProbe: the last attempt of a request refused
+// at a probe of the learned rate (a bare 429 that cuts it) is admitted.
+// Against a token bucket of 10/s the probes come about 1.9 s after each
+// cut, where the learned rate has climbed back to where the host refused;
+// a retry takes the first turn in line once its backoff is over, and a
+// backoff about that long brought it to the next probe, to meet the
+// host's empty bucket again (34 and 24 of about 250 such retries refused in
+// 10 runs at each backoff here, before the empty turn that now comes
+// before a last attempt, see call.gap). A constant backoff keeps every
+// retry at that phase (the default one lands there about once in 18), and
+// two attempts make every retry the last.
+func TestPacingAdaptiveRetryAfterProbe(t *testing.T) {
+	for _, bo := range []time.Duration{1700 * time.Millisecond, 1900 * time.Millisecond} {
+		t.Run(bo.String(), func(t *testing.T) {
+			var a *api
+			var start time.Time
+			synctest.Test(t, func(t *testing.T) {
+				start = time.Now()
+				a = &api{now: time.Now, algo: &tokenBucket{limit: 10, window: time.Second, burst: 10}, style: bareStyle}
+				constant := func() backoff.BackOff { return backoff.NewConstantBackOff(bo) }
+				c := &http.Client{Transport: NewTransport(handlerRT{h: a, latency: 20 * time.Millisecond},
+					WithAdaptiveRate(), WithBackOff(constant), WithMaxAttempts(2))}
+				taggedDrive(c, 16, time.Minute)
+			})
+			// The first wave's refusals (before the first second) cut the
+			// rate once for all of them: their retries come after no
+			// empty turn.
+			again, retries := refusedAgain(a.Hits(), start.Add(time.Second))
+			t.Logf("%d of %d last attempts after a refusal past the first second refused", again, retries)
+			if again > 0 {
+				t.Errorf("%d requests refused at a probe lost at their last attempt, want 0", again)
+			}
+		})
+	}
+}
+
+// taggedDrive runs n goroutines sending GETs as fast as c lets them for
+// dur, each request tagged with an X-Id header of its own.
+func taggedDrive(c *http.Client, n int, dur time.Duration) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() {
+			for i := 0; time.Since(start) < dur; i++ {
+				req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://api.test/items", nil)
+				req.Header.Set("X-Id", fmt.Sprintf("%d.%d", g, i))
+				if resp, err := c.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// refusedAgain counts, among the attempts that follow an attempt of the
+// same request (X-Id) refused at or after from, those refused too.
+func refusedAgain(hits []hit, from time.Time) (again, retries int) {
+	last := map[string]hit{}
+	for _, h := range hits {
+		id := h.header.Get("X-Id")
+		if p, ok := last[id]; ok && p.status != 200 && !p.at.Before(from) {
+			retries++
+			if h.status != 200 {
+				again++
+			}
+		}
+		last[id] = h
+	}
+	return again, retries
 }

@@ -126,6 +126,9 @@ type call struct {
 	pl      places    // its ticket, and the lines it waits in (see line)
 	inLine  time.Time // when its wait in line began (see sleepHeld); zero: not in line
 	attempt int       // attempts sent so far
+	// cut: the latest attempt was refused by a bare 429 that cut a learned
+	// rate (WithAdaptiveRate), a probe past the rate (see gap).
+	cut bool
 }
 
 func (t *Transport) newCall(req *http.Request) *call {
@@ -173,7 +176,7 @@ func (c *call) send() (reason Reason, stop bool) {
 		}
 		c.info = requestsOnly(c.info)
 	}
-	c.h.observe(&t.routes, c.rk, c.known, &c.g, c.now, status, c.info, also)
+	c.cut = c.h.observe(&t.routes, c.rk, c.known, &c.g, c.now, status, c.info, also)
 	c.reason = reason
 	return reason, false
 }

@@ -184,14 +184,17 @@ func (v *view) idle(now time.Time) bool {
 // budget, by Remaining minus every request still in flight. Once the whole
 // crowd has answered, the lowest Remaining among its answers is what the
 // server has left, and becomes the budget.
-func (v *view) observe(t ticket, now time.Time, status int, in header.Info, others int) {
+//
+// cut says the answer was a bare 429 that cut the rate the view learns
+// (see learnLocked).
+func (v *view) observe(t ticket, now time.Time, status int, in header.Info, others int) (cut bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.observeLocked(t, now, status, in, others)
+	return v.observeLocked(t, now, status, in, others)
 }
 
 // observeLocked is observe with v.mu held.
-func (v *view) observeLocked(t ticket, now time.Time, status int, in header.Info, others int) {
+func (v *view) observeLocked(t ticket, now time.Time, status int, in header.Info, others int) (cut bool) {
 	blocked := v.cooldown.end()
 	defer func() { v.wakeLocked(now, blocked) }() // before the unlock
 	if t.held {
@@ -203,7 +206,7 @@ func (v *view) observeLocked(t ticket, now time.Time, status int, in header.Info
 		}
 		v.cooldown.hear(now)
 		if v.pacing.learns() {
-			v.learnLocked(now, t.sent, status, in)
+			cut = v.learnLocked(now, t.sent, status, in)
 		}
 	}
 	rejected := status == 429 || status == 503
@@ -213,7 +216,7 @@ func (v *view) observeLocked(t ticket, now time.Time, status int, in header.Info
 	}
 	if in.Has == 0 {
 		v.settleLocked(now, others, t.held)
-		return
+		return cut
 	}
 	if in.Has&header.HasRemaining != 0 {
 		v.remainingLocked(t, now, in, rejected, others)
@@ -226,6 +229,7 @@ func (v *view) observeLocked(t ticket, now time.Time, status int, in header.Info
 		v.blockLocked(now, status, in)
 	}
 	v.tune(now)
+	return cut
 }
 
 // remainingLocked learns from the Remaining of an answer to the request
@@ -316,11 +320,13 @@ func (v *view) settleLocked(now time.Time, others int, held bool) {
 
 // learnLocked feeds an answer to the adaptive rate (WithAdaptiveRate): a
 // 429 that says nothing of when to come back is a throttle, any other
-// answer a success. v.mu must be held.
-func (v *view) learnLocked(now, sent time.Time, status int, in header.Info) {
-	if v.pacing.learn(now, sent, status == 429 && in.Wait() <= 0, v.flight.count()) {
+// answer a success. cut says the throttle cut the rate. v.mu must be held.
+func (v *view) learnLocked(now, sent time.Time, status int, in header.Info) (cut bool) {
+	changed, cut := v.pacing.learn(now, sent, status == 429 && in.Wait() <= 0, v.flight.count())
+	if changed {
 		v.tune(now)
 	}
+	return cut
 }
 
 // tune sets the view's pacing to the rate the server announced and the
@@ -332,12 +338,13 @@ func (v *view) tune(now time.Time) {
 
 // pace reserves the request's turn at the host's announced rate and says
 // how long to wait for it; a retry's turn is the first in line (see
-// call.pace). reserved is false when there is no pacing to do (not
+// call.pace), and with gap the turn before it is left empty (see
+// call.gap). reserved is false when there is no pacing to do (not
 // throttled, rate unknown, or the request must wait for the reset anyway,
 // after which it is paced, or requests that came before it wait in the
 // view's line: it takes its turn when it is at the front). A request given
 // a turn to wait for joins the view's line (pl are its places, see line).
-func (v *view) pace(now time.Time, retry bool, pl *places) (pt paceTurn, reserved bool) {
+func (v *view) pace(now time.Time, retry, gap bool, pl *places) (pt paceTurn, reserved bool) {
 	if !v.pacing.active() {
 		return pt, false // most views never pace: no lock
 	}
@@ -353,7 +360,7 @@ func (v *view) pace(now time.Time, retry bool, pl *places) (pt paceTurn, reserve
 	if v.refillLocked(now); v.quota.spentUntilReset(now) {
 		return pt, false
 	}
-	if pt = v.pacing.reserve(now, retry); pt.d > 0 {
+	if pt = v.pacing.reserve(now, retry, gap); pt.d > 0 {
 		pl.joinLocked(v)
 	}
 	return pt, true

@@ -231,7 +231,9 @@ func (c *call) interrupted(e error) (*http.Response, error, bool) {
 // a refusal that cut a learned rate. Sent soon after the cut, the host's
 // bucket refilling, it is admitted; queued behind the callers' first
 // attempts (seconds, with dozens of callers), it meets the next probe
-// past the rate, and a request refused at every attempt is lost.
+// past the rate, and a request refused at every attempt is lost. A last
+// attempt comes after an empty turn (see gap): a backoff as long as the
+// learned rate takes to climb back brings it to the next probe too.
 func (c *call) pace(paced *turns) (pt paceTurn, v *view, again bool, why string, ok bool) {
 	if c.pl.skipped = c.g.behind(&c.pl); c.pl.skipped {
 		return paceTurn{}, nil, false, "", false
@@ -242,7 +244,7 @@ func (c *call) pace(paced *turns) (pt paceTurn, v *view, again bool, why string,
 			pt = v.turnDelay(paced.ts[i], c.now)
 		} else {
 			var reserved bool
-			if pt, reserved = v.pace(c.now, c.attempt > 0, &c.pl); !reserved {
+			if pt, reserved = v.pace(c.now, c.attempt > 0, c.gap(), &c.pl); !reserved {
 				continue
 			}
 			i = paced.add(v, pt.tk, c.now)
@@ -262,6 +264,27 @@ func (c *call) pace(paced *turns) (pt paceTurn, v *view, again bool, why string,
 	}
 	return paceTurn{}, nil, false, "", false
 }
+
+// gap reports whether the attempt's pacing turns come after an empty turn
+// (see pacer.reserve): it is the request's last, after a refusal that cut
+// a learned rate (see cut). Refused again, the request is lost.
+//
+// Each cut is a probe past the rate: the turn that found the host's bucket
+// empty, the first to do so since the last cut. Its request's retry takes
+// the first turn in line once its backoff is over (see pace), but the
+// learned rate climbs back to where the host refused at about the same time
+// after every cut (1.9 s at 10/s), and from the third attempt on the backoff
+// (0.75-2.25 s, then 1.1-3.4 s) brought the retry there about once in 18:
+// TestPacingAdaptiveCrowd's cold start gives 2-3 requests a second refusal
+// at a probe, and one in a hundred runs lost a request refused at all four
+// attempts. The turn before a probe was admitted, so the probe came less
+// than 1/R - 1/r too early (R the host's rate, r the learned one: 13 ms at
+// 10 and 11.5/s); a turn left empty before the retry, 1/r, makes up for it
+// while r < 2R. It costs the crowd a turn (half a second at 2/s): given to
+// every retry after a cut, that cost TestAdvCrowdRateFlaps (a host whose
+// rate falls to 2/s and 5/s) a fifth of its successes, so it is spent only
+// where a refusal loses the request.
+func (c *call) gap() bool { return c.cut && c.attempt == c.t.cfg.maxAttempts-1 }
 
 // turns are the pacing turns one attempt has reserved, one per view (a
 // nil turn: due when reserved), and when each was reserved.
