@@ -542,8 +542,8 @@ func (h *httpContext) responseDone() {
 // Envoy (which cancels it when the stream goes) and for the Go SDK (which
 // drops its answer once the stream is gone): the waiter would wait out
 // global.timeout and pass unasked (on_error). Their waiters get the slot
-// at the next tick, at most 20 ms later (globalTickMS), on the root's
-// behalf.
+// at the next tick, on the root's behalf: at most 5 ms later, as a queue
+// needs max_delay, which sets the tick to throttleTickMS.
 func (h *httpContext) releaseSlots(now int64, handoff bool) {
 	p := h.plugin
 	p.engine.Release(h.verdict.Slots, now)
