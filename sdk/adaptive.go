@@ -65,18 +65,19 @@ const adaptiveBucket = 500 * time.Millisecond
 // observe records one answer at now to a request sent at sent; throttled
 // says whether it was a throttle (a 429 that carried no hint), inflight how
 // many other requests are still unanswered. It reports whether the rate to
-// pace to changed, and the rate (0 when not pacing).
+// pace to changed, whether this throttle cut it (it was not of a congestion
+// event already cut for), and the rate (0 when not pacing).
 //
 // One congestion event cuts the rate once, as in TCP: the throttles of
 // requests sent before the last cut were sent at the rate already cut, and
 // a crowd of them (every request in flight when the host started
 // refusing) would otherwise cut it to the floor.
-func (a *adaptiveRate) observe(now, sent time.Time, throttled bool, inflight int) (changed bool, rate float64) {
+func (a *adaptiveRate) observe(now, sent time.Time, throttled bool, inflight int) (changed, cut bool, rate float64) {
 	a.measure(now, !throttled)
 	before, was := a.rate, a.enabled
 	switch {
 	case throttled && a.enabled && sent.Before(a.lastThrottle):
-		return false, a.rate
+		return false, false, a.rate
 	case throttled:
 		r := a.measured
 		if r == 0 {
@@ -94,16 +95,17 @@ func (a *adaptiveRate) observe(now, sent time.Time, throttled bool, inflight int
 		a.lastThrottle = now
 		a.enabled = true
 		a.set(r * AdaptiveBeta)
+		cut = true
 	case !a.enabled:
-		return false, 0
+		return false, false, 0
 	case now.Sub(a.lastThrottle) >= AdaptiveForget:
 		a.enabled, a.rate = false, 0
-		return true, 0
+		return true, false, 0
 	default:
 		t := now.Sub(a.lastThrottle).Seconds() - a.k
 		a.set(AdaptiveScale*t*t*t + a.lastMax)
 	}
-	return a.enabled != was || a.rate != before, a.rate
+	return a.enabled != was || a.rate != before, cut, a.rate
 }
 
 // set paces to r, at most twice the measured rate and at least

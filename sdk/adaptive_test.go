@@ -137,7 +137,7 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	now := t0
 	step := 50 * time.Millisecond // 20 answers a second
 	for range 40 {
-		if ch, _ := a.observe(now, now, false, 0); ch {
+		if ch, _, _ := a.observe(now, now, false, 0); ch {
 			t.Fatal("pacing before any throttle")
 		}
 		now = now.Add(step)
@@ -145,12 +145,12 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	if math.Abs(a.measured-20) > 0.5 {
 		t.Fatalf("measured %.2f/s, want 20", a.measured)
 	}
-	ch, r := a.observe(now, now, true, 0)
+	ch, _, r := a.observe(now, now, true, 0)
 	if !ch || math.Abs(r-14) > 0.5 || math.Abs(a.lastMax-20) > 0.5 {
 		t.Fatalf("after a throttle: changed %v, rate %.2f, lastMax %.2f; want 14 and 20", ch, r, a.lastMax)
 	}
 	cut := now
-	if ch, r2 := a.observe(now.Add(time.Millisecond), cut.Add(-time.Millisecond), true, 0); ch || r2 != r {
+	if ch, _, r2 := a.observe(now.Add(time.Millisecond), cut.Add(-time.Millisecond), true, 0); ch || r2 != r {
 		t.Errorf("a throttle sent before the cut changed the rate to %.2f", r2)
 	}
 	k := math.Cbrt(20 * (1 - AdaptiveBeta) / AdaptiveScale)
@@ -172,7 +172,7 @@ func TestAdaptiveRateCurve(t *testing.T) {
 	if cubic := AdaptiveScale*math.Pow(at.Seconds()-k, 3) + 20; a.rate >= cubic || a.rate > 2*a.measured+0.01 {
 		t.Errorf("rate %.2f, want at most twice the measured %.2f (cubic %.1f)", a.rate, a.measured, cubic)
 	}
-	if ch, r := a.observe(cut.Add(AdaptiveForget), cut.Add(AdaptiveForget), false, 0); !ch || r != 0 || a.enabled {
+	if ch, _, r := a.observe(cut.Add(AdaptiveForget), cut.Add(AdaptiveForget), false, 0); !ch || r != 0 || a.enabled {
 		t.Errorf("a minute without a throttle: changed %v, rate %.2f; want pacing off", ch, r)
 	}
 	// The floor: a host that throttles everything still gets probes.

@@ -93,9 +93,8 @@ func (p *pacing) learn(now, sent time.Time, throttled bool, inflight int) (chang
 	if sent.IsZero() {
 		sent = now // an answer the view did not hold: taken as sent now
 	}
-	last := p.adapt.lastThrottle
-	changed, _ = p.adapt.observe(now, sent, throttled, inflight)
-	return changed, throttled && !p.adapt.lastThrottle.Equal(last)
+	changed, cut, _ = p.adapt.observe(now, sent, throttled, inflight)
+	return changed, cut
 }
 
 // tune sets the pacer to the announced rate, Limit per window (announced
